@@ -1,0 +1,32 @@
+"""mpicoll: MPI collectives twice over, MPI's own (``native``) and hand-rolled from
+point-to-point (``p2p``), with the same mpi4py API, cross-checked and benchmarked.
+
+    from mpi4py import MPI
+    import mpicoll
+    hand = mpicoll.p2p(MPI.COMM_WORLD)
+    hand.Allreduce(x, y, op=MPI.SUM, algorithm="ring")
+"""
+
+from __future__ import annotations
+
+from . import registry
+from .engine import ScheduleRequest, Testall, Traffic, Waitall
+from .native import Native, native
+from .p2p import P2P, p2p
+from .registry import RestrictionError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "P2P",
+    "Native",
+    "RestrictionError",
+    "ScheduleRequest",
+    "Testall",
+    "Traffic",
+    "Waitall",
+    "__version__",
+    "native",
+    "p2p",
+    "registry",
+]

@@ -1,0 +1,183 @@
+"""The collective API both backends share: the methods of ``mpi4py.MPI.Comm``.
+
+Every method checks its arguments through :mod:`mpicoll._args` (raising ``TypeError`` or
+``ValueError`` before any message) and then hands the call to the backend's ``_run``.  The
+buffer specs, ``MPI.IN_PLACE`` rules, defaults and argument order are mpi4py's, so existing
+mpi4py code switches backend by changing one line.  ``algorithm=`` picks a hand-rolled
+algorithm on the p2p backend (see :mod:`mpicoll.registry`); the native backend accepts only
+``None``/``"native"`` there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mpi4py import MPI
+
+from ._args import PARSERS, Call
+
+__all__ = ["Collectives"]
+
+
+class Collectives:
+    """Base of :class:`mpicoll.native.Native` and :class:`mpicoll.p2p.P2P`.
+
+    Attributes:
+        comm: the user's communicator (an intracommunicator).
+        rank, size: this rank and the number of ranks p.
+        name: ``"native"`` or ``"p2p"``.
+    """
+
+    name = "base"
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+            raise TypeError(f"comm: expected an mpi4py intracommunicator, got {comm!r}")
+        if comm.Is_inter():
+            raise TypeError("comm: intercommunicators are not supported")
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def __repr__(self) -> str:
+        return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
+
+    def _call(self, collective: str, nonblocking: bool, algorithm: str | None,
+              *args: Any) -> Any:
+        call = PARSERS[collective](self.size, self.rank, *args)
+        return self._run(call, nonblocking, algorithm, args)
+
+    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
+             args: tuple[Any, ...]) -> Any:
+        raise NotImplementedError
+
+    def Barrier(self, *, algorithm: str | None = None) -> None:
+        """Synchronise all ranks."""
+        self._call("barrier", False, algorithm)
+
+    def Ibarrier(self, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Barrier`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("barrier", True, algorithm)
+
+    def Bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
+        """Broadcast ``buf`` (any shape, any dtype) from ``root`` to every rank."""
+        self._call("bcast", False, algorithm, buf, root)
+
+    def Ibcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Bcast`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("bcast", True, algorithm, buf, root)
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
+        """Send block i of the root's ``sendbuf`` (p * count elements) to rank i's ``recvbuf`` (count)."""
+        self._call("scatter", False, algorithm, sendbuf, recvbuf, root)
+
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Scatter`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("scatter", True, algorithm, sendbuf, recvbuf, root)
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
+        """Scatter with per-rank counts and displacements given at the root: ``[arr, (counts, displs), type]``."""
+        self._call("scatterv", False, algorithm, sendbuf, recvbuf, root)
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Scatterv`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("scatterv", True, algorithm, sendbuf, recvbuf, root)
+
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
+        """Collect every rank's ``sendbuf`` (count elements) into block i of the root's ``recvbuf``."""
+        self._call("gather", False, algorithm, sendbuf, recvbuf, root)
+
+    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Gather`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("gather", True, algorithm, sendbuf, recvbuf, root)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
+        """Gather with per-rank counts and displacements given at the root."""
+        self._call("gatherv", False, algorithm, sendbuf, recvbuf, root)
+
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Gatherv`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("gatherv", True, algorithm, sendbuf, recvbuf, root)
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, *, algorithm: str | None = None) -> None:
+        """Reduce every rank's ``sendbuf`` elementwise with ``op`` into the root's ``recvbuf``."""
+        self._call("reduce", False, algorithm, sendbuf, recvbuf, op, root)
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Reduce`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("reduce", True, algorithm, sendbuf, recvbuf, op, root)
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+        """Reduce every rank's ``sendbuf`` elementwise with ``op`` into every rank's ``recvbuf``."""
+        self._call("allreduce", False, algorithm, sendbuf, recvbuf, op)
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Allreduce`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("allreduce", True, algorithm, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+        """Reduce p * count elements; rank i receives block i (count elements)."""
+        self._call("reduce_scatter_block", False, algorithm, sendbuf, recvbuf, op)
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Reduce_scatter_block`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("reduce_scatter_block", True, algorithm, sendbuf, recvbuf, op)
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None,
+            op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+        """Reduce sum(recvcounts) elements; rank i receives recvcounts[i] of them."""
+        self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
+
+    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None,
+            op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
+        """Every rank receives every rank's ``sendbuf`` (count each) in rank order."""
+        self._call("allgather", False, algorithm, sendbuf, recvbuf)
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Allgather`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("allgather", True, algorithm, sendbuf, recvbuf)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
+        """Allgather with per-rank counts and displacements: ``[arr, (counts, displs), type]``."""
+        self._call("allgatherv", False, algorithm, sendbuf, recvbuf)
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Allgatherv`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("allgatherv", True, algorithm, sendbuf, recvbuf)
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
+        """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``."""
+        self._call("alltoall", False, algorithm, sendbuf, recvbuf)
+
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Alltoall`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("alltoall", True, algorithm, sendbuf, recvbuf)
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
+        """All-to-all with per-peer counts and displacements on both sides."""
+        self._call("alltoallv", False, algorithm, sendbuf, recvbuf)
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Alltoallv`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("alltoallv", True, algorithm, sendbuf, recvbuf)
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+        """Inclusive prefix reduction: rank r receives x0 op ... op xr."""
+        self._call("scan", False, algorithm, sendbuf, recvbuf, op)
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Scan`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("scan", True, algorithm, sendbuf, recvbuf, op)
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+        """Exclusive prefix reduction: rank r receives x0 op ... op x(r-1); rank 0's recvbuf is untouched."""
+        self._call("exscan", False, algorithm, sendbuf, recvbuf, op)
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Exscan`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("exscan", True, algorithm, sendbuf, recvbuf, op)

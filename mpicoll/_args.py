@@ -1,0 +1,444 @@
+"""Argument checking shared by both backends: one function per collective.
+
+Each turns the user's mpi4py-style arguments into a :class:`Call`, raising before any message
+is sent.  The native backend uses it only to check (then hands the original arguments to MPI),
+so both backends refuse the same inputs with the same errors; the p2p backend also uses the
+``prepare`` step, which makes the schedule's arguments (in-place copies done through the
+context, so the simulator can account for them).
+
+Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
+defined for the datatype, send and receive types that differ); ``ValueError`` for a wrong
+value (root outside [0, p), sizes that do not fit, ``MPI.IN_PLACE`` where MPI forbids it,
+non-contiguous or read-only buffers, aliased send and receive buffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ._buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
+from ._ops import check_op
+from .schedule import Context, displacements
+
+__all__ = ["Call", "PARSERS"]
+
+
+@dataclass
+class Call:
+    """A checked collective call.
+
+    Attributes:
+        collective: registry name (``allreduce``, ...).
+        datatype / dtype: the MPI and numpy element type every message of the call uses.
+        prepare: ``prepare(ctx) -> args`` for the schedule (does in-place copies via ctx).
+        nbytes: the message size the ``auto`` choice uses; identical on every rank.
+        count: element count for the ``count_ge_p`` restriction (None if not meaningful).
+        commutative / in_place / uniform: what the restrictions are checked against.
+    """
+
+    collective: str
+    datatype: MPI.Datatype
+    dtype: np.dtype
+    prepare: Callable[[Context], tuple[Any, ...]]
+    nbytes: int = 0
+    count: int | None = None
+    commutative: bool = True
+    in_place: bool = False
+    uniform: bool = True
+    op: MPI.Op | None = field(default=None, repr=False)
+    #: the chosen algorithm's schedule, set by the p2p backend before the call starts
+    schedule: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
+
+
+def _root(root: Any, size: int) -> int:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        raise TypeError(f"root: expected an int rank, got {root!r}")
+    if not 0 <= root < size:
+        raise ValueError(f"root: {root} is outside [0, {size}) for a communicator of {size} ranks")
+    return int(root)
+
+
+def _no_in_place(spec: Any, what: str, coll: str, where: str = "") -> None:
+    if is_in_place(spec):
+        raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here in {coll}{where}")
+
+
+def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
+    if a.array.size and b.array.size and np.shares_memory(a.array, b.array):
+        raise ValueError(
+            f"{coll}: sendbuf and recvbuf overlap; MPI forbids aliased buffers "
+            "(pass MPI.IN_PLACE as sendbuf instead)"
+        )
+
+
+def _op(op: Any, buf: Buf | VBuf) -> MPI.Op:
+    return check_op(op, buf.datatype, buf.array.dtype)
+
+
+def _copy_of(arr: np.ndarray) -> Callable[[Context], np.ndarray]:
+    def make(ctx: Context) -> np.ndarray:
+        out = ctx.scratch(arr.size)
+        ctx.copy(arr, out)
+        return out
+
+    return make
+
+
+def _regular(n: int, p: int) -> tuple[list[int], list[int]]:
+    counts = [n] * p
+    return counts, displacements(counts)
+
+
+def _per_rank(buf: Buf, p: int, what: str, coll: str) -> int:
+    if buf.count % p:
+        raise ValueError(
+            f"{what}: {buf.count} elements do not split into {p} equal blocks for {coll}"
+        )
+    return buf.count // p
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def barrier(size: int, rank: int) -> Call:
+    return Call("barrier", MPI.BYTE, np.dtype(np.uint8), lambda ctx: ())
+
+
+def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
+    root = _root(root, size)
+    _no_in_place(buf, "buf", "Bcast")
+    b = parse(buf, "buf", writable=rank != root)
+    arr = b.array
+    return Call("bcast", b.datatype, arr.dtype, lambda ctx: (arr, root),
+                nbytes=arr.nbytes, count=b.count)
+
+
+def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
+    root = _root(root, size)
+    sarr: np.ndarray | None = None
+    if rank == root:
+        s = parse(sendbuf, "sendbuf")
+        if is_in_place(recvbuf):
+            n = _per_rank(s, size, "sendbuf", "Scatter")
+            rarr, ref = s.array[rank * n : (rank + 1) * n], s
+        else:
+            rb = parse(recvbuf, "recvbuf", writable=True)
+            same_type(s, rb, "Scatter")
+            n = rb.count
+            check_counts("sendbuf", s.count, n * size, f"Scatter of {n} per rank to {size} ranks")
+            _no_alias(s, rb, "Scatter")
+            rarr, ref = rb.array, rb
+        sarr = s.array
+    else:
+        _no_in_place(recvbuf, "recvbuf", "Scatter", " at a non-root rank")
+        rb = parse(recvbuf, "recvbuf", writable=True)
+        n, rarr, ref = rb.count, rb.array, rb
+    counts, displs = _regular(n, size)
+    return Call("scatter", ref.datatype, rarr.dtype,
+                lambda ctx: (sarr, counts, displs, rarr, root),
+                nbytes=n * size * rarr.dtype.itemsize, count=n,
+                in_place=rank == root and is_in_place(recvbuf))
+
+
+def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
+    root = _root(root, size)
+    counts: list[int] | None = None
+    displs: list[int] | None = None
+    sarr: np.ndarray | None = None
+    if rank == root:
+        s = parse_v(sendbuf, "sendbuf", size)
+        counts, displs, sarr = s.counts, s.displs, s.array
+        if is_in_place(recvbuf):
+            rarr, ref = s.block(rank), s
+        else:
+            rb = parse(recvbuf, "recvbuf", writable=True)
+            same_type(s, rb, "Scatterv")
+            check_counts("recvbuf", rb.count, s.counts[rank], "Scatterv at the root")
+            _no_alias(s, rb, "Scatterv")
+            rarr, ref = rb.array, rb
+    else:
+        _no_in_place(recvbuf, "recvbuf", "Scatterv", " at a non-root rank")
+        rb = parse(recvbuf, "recvbuf", writable=True)
+        rarr, ref = rb.array, rb
+    return Call("scatterv", ref.datatype, rarr.dtype,
+                lambda ctx: (sarr, counts, displs, rarr, root),
+                count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf))
+
+
+def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
+    root = _root(root, size)
+    rarr: np.ndarray | None = None
+    if rank == root:
+        rb = parse(recvbuf, "recvbuf", writable=True)
+        if is_in_place(sendbuf):
+            n = _per_rank(rb, size, "recvbuf", "Gather")
+            sarr = rb.array[rank * n : (rank + 1) * n]
+        else:
+            s = parse(sendbuf, "sendbuf")
+            same_type(s, rb, "Gather")
+            n = s.count
+            check_counts("recvbuf", rb.count, n * size, f"Gather of {n} per rank from {size} ranks")
+            _no_alias(s, rb, "Gather")
+            sarr = s.array
+        rarr, ref = rb.array, rb
+    else:
+        _no_in_place(sendbuf, "sendbuf", "Gather", " at a non-root rank")
+        s = parse(sendbuf, "sendbuf")
+        n, sarr, ref = s.count, s.array, s
+    counts, displs = _regular(n, size)
+    return Call("gather", ref.datatype, sarr.dtype,
+                lambda ctx: (sarr, rarr, counts, displs, root),
+                nbytes=n * size * sarr.dtype.itemsize, count=n,
+                in_place=rank == root and is_in_place(sendbuf))
+
+
+def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
+    root = _root(root, size)
+    counts: list[int] | None = None
+    displs: list[int] | None = None
+    rarr: np.ndarray | None = None
+    if rank == root:
+        rv = parse_v(recvbuf, "recvbuf", size, writable=True)
+        counts, displs, rarr = rv.counts, rv.displs, rv.array
+        if is_in_place(sendbuf):
+            sarr, ref = rv.block(rank), rv
+        else:
+            s = parse(sendbuf, "sendbuf")
+            same_type(s, rv, "Gatherv")
+            check_counts("sendbuf", s.count, rv.counts[rank], "Gatherv at the root")
+            _no_alias(s, rv, "Gatherv")
+            sarr, ref = s.array, s
+    else:
+        _no_in_place(sendbuf, "sendbuf", "Gatherv", " at a non-root rank")
+        s = parse(sendbuf, "sendbuf")
+        sarr, ref = s.array, s
+    return Call("gatherv", ref.datatype, sarr.dtype,
+                lambda ctx: (sarr, rarr, counts, displs, root),
+                uniform=False, in_place=rank == root and is_in_place(sendbuf))
+
+
+def _input_output(coll: str, sendbuf: Any, recvbuf: Any, allow_in_place: bool = True
+                  ) -> tuple[Buf, Buf | None, bool]:
+    """(output, input or None for in-place, in_place) for the reduction collectives."""
+    rb = parse(recvbuf, "recvbuf", writable=True)
+    if is_in_place(sendbuf):
+        if not allow_in_place:
+            raise ValueError(f"sendbuf: MPI.IN_PLACE is not allowed here in {coll}")
+        return rb, None, True
+    s = parse(sendbuf, "sendbuf")
+    same_type(s, rb, coll)
+    _no_alias(s, rb, coll)
+    return rb, s, False
+
+
+def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
+           root: Any = 0) -> Call:
+    root = _root(root, size)
+    rarr: np.ndarray | None = None
+    if rank == root:
+        rb, s, in_place = _input_output("Reduce", sendbuf, recvbuf)
+        if s is not None:
+            check_counts("recvbuf", rb.count, s.count, "Reduce (sendbuf's count)")
+        ref: Buf = rb
+        rarr = rb.array
+        src = rb.array if s is None else s.array
+        make_send = _copy_of(src) if in_place else (lambda ctx, a=src: a)
+    else:
+        _no_in_place(sendbuf, "sendbuf", "Reduce", " at a non-root rank")
+        ref = parse(sendbuf, "sendbuf")
+        in_place = False
+        src = ref.array
+        make_send = lambda ctx, a=src: a  # noqa: E731
+    mop = _op(op, ref)
+    return Call("reduce", ref.datatype, src.dtype,
+                lambda ctx: (make_send(ctx), rarr, mop, root),
+                nbytes=src.nbytes, count=src.size, commutative=bool(mop.Is_commutative()),
+                in_place=in_place, op=mop)
+
+
+def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
+    rb, s, in_place = _input_output("Allreduce", sendbuf, recvbuf)
+    if s is not None:
+        check_counts("recvbuf", rb.count, s.count, "Allreduce (sendbuf's count)")
+    mop = _op(op, rb)
+    out = rb.array
+    src = None if s is None else s.array
+
+    def prepare(ctx: Context) -> tuple[Any, ...]:
+        if src is not None:
+            ctx.copy(src, out)
+        return (out, mop)
+
+    return Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=out.nbytes,
+                count=out.size, commutative=bool(mop.Is_commutative()), in_place=in_place,
+                op=mop)
+
+
+def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, recvbuf: Any,
+                    counts: list[int] | None, op: Any) -> Call:
+    rb, s, in_place = _input_output(name, sendbuf, recvbuf)
+    total_known = None if counts is None else sum(counts)
+    if counts is None:  # equal blocks
+        if in_place:
+            n = _per_rank(rb, size, "recvbuf", name)
+        else:
+            n = rb.count
+        counts = [n] * size
+        total_known = n * size
+    if in_place:
+        if rb.count < total_known:  # type: ignore[operator]
+            raise ValueError(
+                f"recvbuf: has {rb.count} elements, {name} with MPI.IN_PLACE needs the whole "
+                f"input ({total_known})"
+            )
+        src = rb.array[:total_known]
+    else:
+        assert s is not None
+        check_counts("sendbuf", s.count, int(total_known),  # type: ignore[arg-type]
+                     f"{name} (sum of the counts)")
+        if rb.count < counts[rank]:
+            raise ValueError(
+                f"recvbuf: has {rb.count} elements, {name} gives this rank {counts[rank]}"
+            )
+        src = s.array
+    out = rb.array[: counts[rank]]
+    mop = _op(op, rb)
+    make_send = _copy_of(src) if in_place else (lambda ctx, a=src: a)
+    cts = list(counts)
+    return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, cts, mop),
+                nbytes=int(total_known) * out.dtype.itemsize,  # type: ignore[arg-type]
+                count=min(cts) if cts else 0, commutative=bool(mop.Is_commutative()),
+                in_place=in_place, uniform=len(set(cts)) <= 1, op=mop)
+
+
+def reduce_scatter_block(size: int, rank: int, sendbuf: Any, recvbuf: Any,
+                         op: Any = MPI.SUM) -> Call:
+    return _reduce_scatter("reduce_scatter_block", "Reduce_scatter_block", size, rank, sendbuf,
+                           recvbuf, None, op)
+
+
+def reduce_scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any,
+                   recvcounts: Sequence[int] | None = None, op: Any = MPI.SUM) -> Call:
+    counts = None
+    if recvcounts is not None:
+        counts = int_list(recvcounts, "recvcounts", "recvcounts", size)
+    return _reduce_scatter("reduce_scatter", "Reduce_scatter", size, rank, sendbuf, recvbuf,
+                           counts, op)
+
+
+def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
+    rb = parse(recvbuf, "recvbuf", writable=True)
+    if is_in_place(sendbuf):
+        n = _per_rank(rb, size, "recvbuf", "Allgather")
+        src = None
+    else:
+        s = parse(sendbuf, "sendbuf")
+        same_type(s, rb, "Allgather")
+        n = s.count
+        check_counts("recvbuf", rb.count, n * size, f"Allgather of {n} per rank from {size} ranks")
+        _no_alias(s, rb, "Allgather")
+        src = s.array
+    counts, displs = _regular(n, size)
+    out = rb.array
+
+    def prepare(ctx: Context) -> tuple[Any, ...]:
+        if src is not None:
+            ctx.copy(src, out[displs[rank] : displs[rank] + n])
+        return (out, counts, displs)
+
+    return Call("allgather", rb.datatype, out.dtype, prepare, nbytes=out.nbytes, count=n,
+                in_place=src is None)
+
+
+def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
+    rv = parse_v(recvbuf, "recvbuf", size, writable=True)
+    if is_in_place(sendbuf):
+        src = None
+    else:
+        s = parse(sendbuf, "sendbuf")
+        same_type(s, rv, "Allgatherv")
+        check_counts("sendbuf", s.count, rv.counts[rank], "Allgatherv (recvcounts[rank])")
+        _no_alias(s, rv, "Allgatherv")
+        src = s.array
+    counts, displs, out = rv.counts, rv.displs, rv.array
+
+    def prepare(ctx: Context) -> tuple[Any, ...]:
+        if src is not None:
+            ctx.copy(src, out[displs[rank] : displs[rank] + counts[rank]])
+        return (out, counts, displs)
+
+    return Call("allgatherv", rv.datatype, out.dtype, prepare,
+                nbytes=sum(counts) * out.dtype.itemsize, count=min(counts) if counts else 0,
+                in_place=src is None, uniform=len(set(counts)) <= 1)
+
+
+def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
+    rb = parse(recvbuf, "recvbuf", writable=True)
+    n = _per_rank(rb, size, "recvbuf", "Alltoall")
+    in_place = is_in_place(sendbuf)
+    if in_place:
+        make_send = _copy_of(rb.array)
+    else:
+        s = parse(sendbuf, "sendbuf")
+        same_type(s, rb, "Alltoall")
+        check_counts("sendbuf", s.count, rb.count, "Alltoall (recvbuf's count)")
+        _no_alias(s, rb, "Alltoall")
+        make_send = lambda ctx, a=s.array: a  # noqa: E731
+    counts, displs = _regular(n, size)
+    out = rb.array
+    return Call("alltoall", rb.datatype, out.dtype,
+                lambda ctx: (make_send(ctx), counts, displs, out, counts, displs),
+                nbytes=out.nbytes, count=n, in_place=in_place)
+
+
+def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
+    rv = parse_v(recvbuf, "recvbuf", size, writable=True)
+    in_place = is_in_place(sendbuf)
+    if in_place:
+        sc, sd = rv.counts, rv.displs
+        make_send = _copy_of(rv.array)
+    else:
+        sv = parse_v(sendbuf, "sendbuf", size)
+        same_type(sv, rv, "Alltoallv")
+        _no_alias(sv, rv, "Alltoallv")
+        sc, sd = sv.counts, sv.displs
+        make_send = lambda ctx, a=sv.array: a  # noqa: E731
+    rc, rd, out = rv.counts, rv.displs, rv.array
+    return Call("alltoallv", rv.datatype, out.dtype,
+                lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
+                nbytes=0, count=None, in_place=in_place, uniform=False)
+
+
+def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
+    rb, s, in_place = _input_output(name, sendbuf, recvbuf)
+    if s is not None:
+        check_counts("recvbuf", rb.count, s.count, f"{name} (sendbuf's count)")
+    mop = _op(op, rb)
+    out = rb.array
+    make_send = _copy_of(out) if s is None else (lambda ctx, a=s.array: a)
+    return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, mop),
+                nbytes=out.nbytes, count=out.size, commutative=bool(mop.Is_commutative()),
+                in_place=in_place, op=mop)
+
+
+def scan(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
+    return _scan("scan", "Scan", sendbuf, recvbuf, op)
+
+
+def exscan(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
+    return _scan("exscan", "Exscan", sendbuf, recvbuf, op)
+
+
+#: collective name -> checker(size, rank, *args)
+PARSERS: dict[str, Callable[..., Call]] = {
+    "barrier": barrier, "bcast": bcast, "scatter": scatter, "scatterv": scatterv,
+    "gather": gather, "gatherv": gatherv, "reduce": reduce, "allreduce": allreduce,
+    "reduce_scatter_block": reduce_scatter_block, "reduce_scatter": reduce_scatter,
+    "allgather": allgather, "allgatherv": allgatherv, "alltoall": alltoall,
+    "alltoallv": alltoallv, "scan": scan, "exscan": exscan,
+}

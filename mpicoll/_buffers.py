@@ -1,0 +1,271 @@
+"""Turn mpi4py buffer specs into numpy views, once, before any message is sent.
+
+Accepted specs are mpi4py's (see ``mpi4py.MPI.Comm`` docs):
+
+* ``arr``: any contiguous object exposing the buffer protocol (numpy array, bytearray, ...);
+  the MPI datatype is inferred from its format, as mpi4py does;
+* ``[arr, datatype]``, ``[arr, count]``, ``[arr, count, datatype]``,
+  ``[arr, (count, displ), datatype]``;
+* vector specs (the ``v`` collectives): ``[arr, counts]``, ``[arr, counts, datatype]``,
+  ``[arr, (counts, displs)]``, ``[arr, (counts, displs), datatype]``,
+  ``[arr, counts, displs, datatype]``; displacements default to the running sum of counts;
+* ``MPI.IN_PLACE`` where the collective allows it.
+
+Datatypes are predefined MPI types, including the pair types of MAXLOC/MINLOC; the numpy
+dtype of each comes from :func:`mpi4py.util.dtlib.to_numpy_dtype`, and the MPI type of a plain
+array from mpi4py's own type table.  Non-contiguous arrays raise ``ValueError`` (decision: no
+silent copy, because a copy of a receive buffer would silently drop the result); read-only
+arrays raise ``ValueError`` where the buffer is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import dtlib
+
+__all__ = [
+    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "parse", "parse_v", "same_type",
+]
+
+
+def is_in_place(spec: Any) -> bool:
+    """True if ``spec`` is ``MPI.IN_PLACE``."""
+    return spec is MPI.IN_PLACE or isinstance(spec, MPI.InPlaceType)
+
+
+@dataclass
+class Buf:
+    """A parsed buffer: ``array`` is a 1-D numpy view of exactly ``count`` elements."""
+
+    array: np.ndarray
+    datatype: MPI.Datatype
+
+    @property
+    def count(self) -> int:
+        return int(self.array.size)
+
+
+@dataclass
+class VBuf:
+    """A parsed vector buffer: the whole 1-D view plus one (count, displacement) per rank."""
+
+    array: np.ndarray
+    datatype: MPI.Datatype
+    counts: list[int]
+    displs: list[int]
+
+    def block(self, i: int) -> np.ndarray:
+        """Rank ``i``'s block, a view of ``counts[i]`` elements at ``displs[i]``."""
+        return self.array[self.displs[i] : self.displs[i] + self.counts[i]]
+
+
+def datatype_of(dtype: np.dtype) -> MPI.Datatype:
+    """The predefined MPI datatype mpi4py itself uses for a numpy dtype (TypeError if none)."""
+    dt = MPI._typedict.get(dtype.char) if not dtype.fields else None
+    if dt is None:
+        raise TypeError(
+            f"no predefined MPI datatype for numpy dtype {dtype}; pass [array, datatype]"
+        )
+    return dt
+
+
+def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
+    if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
+        raise TypeError(f"expected an mpi4py MPI.Datatype, got {datatype!r}")
+    try:
+        return np.dtype(dtlib.to_numpy_dtype(datatype))
+    except Exception as exc:  # dtlib raises ValueError/TypeError for types it cannot map
+        raise TypeError(f"MPI datatype {datatype.Get_name() or datatype!r} has no numpy "
+                        f"equivalent: {exc}") from exc
+
+
+def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
+    if isinstance(obj, np.ndarray):
+        arr = obj
+    else:
+        try:
+            arr = np.asarray(memoryview(obj))
+        except TypeError:
+            raise TypeError(
+                f"{what}: expected a buffer (numpy array, bytearray, ...), got {type(obj).__name__}"
+            ) from None
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise ValueError(
+            f"{what}: array is not contiguous; MPI needs a contiguous buffer "
+            "(pass np.ascontiguousarray(a) for input, or a contiguous output array)"
+        )
+    if writable and not arr.flags.writeable:
+        raise ValueError(f"{what}: array is read-only but this buffer is written")
+    return arr
+
+
+def _flat(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """1-D view of ``arr``'s memory as ``dtype`` elements (no copy)."""
+    if arr.dtype == dtype:
+        return arr.reshape(-1, order="A")
+    raw = arr.reshape(-1, order="A").view(np.uint8)
+    if dtype.itemsize == 0 or raw.size % dtype.itemsize:
+        raise ValueError(
+            f"{what}: {raw.size} bytes is not a whole number of {dtype} elements "
+            f"({dtype.itemsize} bytes each)"
+        )
+    return raw.view(dtype)
+
+
+def _split_spec(spec: Any) -> tuple[Any, list[Any]]:
+    if isinstance(spec, (list, tuple)) and spec and not isinstance(spec[0], (int, np.integer)):
+        return spec[0], list(spec[1:])
+    return spec, []
+
+
+def _count(x: Any, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{what}: count must be an int, got {x!r}")
+    if x < 0:
+        raise ValueError(f"{what}: count must be >= 0, got {x}")
+    return int(x)
+
+
+def parse(spec: Any, what: str, *, writable: bool = False) -> Buf:
+    """Parse a single-block spec into a :class:`Buf`.
+
+    Args:
+        spec: the mpi4py buffer spec (not ``MPI.IN_PLACE``: callers handle that).
+        what: the argument's name, for error messages (``"sendbuf"``, ``"recvbuf"``).
+        writable: the buffer is written by the call.
+
+    Raises:
+        TypeError: not a buffer, an unknown datatype, a count that is not an int.
+        ValueError: non-contiguous, read-only where written, a count beyond the buffer.
+    """
+    if spec is None:
+        raise TypeError(f"{what}: a buffer is required here, got None")
+    obj, rest = _split_spec(spec)
+    arr = _as_array(obj, what, writable)
+    datatype: MPI.Datatype | None = None
+    count: int | None = None
+    displ = 0
+    if rest and isinstance(rest[-1], MPI.Datatype):
+        datatype = rest.pop()
+    if len(rest) > 1:
+        raise TypeError(f"{what}: unrecognised buffer spec {spec!r}")
+    if rest:
+        c = rest[0]
+        if isinstance(c, (list, tuple)):
+            if len(c) != 2:
+                raise TypeError(f"{what}: expected (count, displacement), got {c!r}")
+            count, displ = _count(c[0], what), _count(c[1], what)
+        elif c is not None:
+            count = _count(c, what)
+    if datatype is None:
+        datatype = datatype_of(arr.dtype)
+        dtype = arr.dtype
+    else:
+        dtype = _np_dtype(datatype)
+    flat = _flat(arr, dtype, what)
+    if count is None:
+        count = flat.size - displ
+    if displ + count > flat.size:
+        raise ValueError(
+            f"{what}: count {count} at displacement {displ} needs {displ + count} elements, "
+            f"buffer has {flat.size}"
+        )
+    return Buf(flat[displ : displ + count], datatype)
+
+
+def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
+    try:
+        vals = list(x)
+    except TypeError:
+        raise TypeError(f"{what}: {name} must be a sequence of {size} ints, got {x!r}") from None
+    if len(vals) != size:
+        raise ValueError(f"{what}: {name} has {len(vals)} entries, expected one per rank ({size})")
+    out = []
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{what}: {name} must hold ints, got {v!r}")
+        if v < 0:
+            raise ValueError(f"{what}: {name} must be >= 0, got {list(vals)}")
+        out.append(int(v))
+    return out
+
+
+def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
+    """Parse a vector spec (``[arr, (counts, displs), datatype]`` and its short forms).
+
+    Args:
+        spec: the mpi4py vector buffer spec.
+        what: the argument's name, for error messages.
+        size: the number of ranks (length of counts and displacements).
+        writable: the buffer is written by the call.
+
+    Raises:
+        TypeError / ValueError: as :func:`parse`, and counts or displacements whose length is not
+        ``size``, negative, or pointing outside the buffer.
+    """
+    if spec is None:
+        raise TypeError(f"{what}: a buffer is required here, got None")
+    obj, rest = _split_spec(spec)
+    arr = _as_array(obj, what, writable)
+    datatype: MPI.Datatype | None = None
+    if rest and isinstance(rest[-1], MPI.Datatype):
+        datatype = rest.pop()
+    counts_spec: Any = None
+    displs_spec: Any = None
+    if len(rest) == 1:
+        c = rest[0]
+        if isinstance(c, tuple) and len(c) == 2 and not isinstance(c[0], (int, np.integer)):
+            counts_spec, displs_spec = c
+        else:
+            counts_spec = c
+    elif len(rest) == 2:
+        counts_spec, displs_spec = rest
+    elif rest:
+        raise TypeError(f"{what}: unrecognised vector buffer spec")
+    dtype = arr.dtype if datatype is None else _np_dtype(datatype)
+    if datatype is None:
+        datatype = datatype_of(arr.dtype)
+    flat = _flat(arr, dtype, what)
+    if counts_spec is None:
+        if flat.size % size:
+            raise ValueError(
+                f"{what}: no counts given and {flat.size} elements do not split evenly over "
+                f"{size} ranks"
+            )
+        counts = [flat.size // size] * size
+    elif isinstance(counts_spec, (int, np.integer)) and not isinstance(counts_spec, bool):
+        counts = [_count(counts_spec, what)] * size
+    else:
+        counts = int_list(counts_spec, what, "counts", size)
+    if displs_spec is None:
+        displs = np.concatenate(([0], np.cumsum(counts[:-1], dtype=np.int64))).tolist()
+        displs = [int(d) for d in displs[:size]]
+    else:
+        displs = int_list(displs_spec, what, "displacements", size)
+    for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
+        if d + c > flat.size:
+            raise ValueError(
+                f"{what}: block {i} (count {c} at displacement {d}) ends past the buffer's "
+                f"{flat.size} elements"
+            )
+    return VBuf(flat, datatype, counts, displs)
+
+
+def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:
+    """Raise TypeError when send and receive element types differ (MPI needs them to match)."""
+    if a.array.dtype != b.array.dtype:
+        raise TypeError(
+            f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
+            f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
+        )
+
+
+def check_counts(name: str, got: int, want: int, what: str) -> None:
+    """Raise ValueError when a buffer holds a different number of elements than the call needs."""
+    if got != want:
+        raise ValueError(f"{name}: has {got} elements, {what} needs {want}")

@@ -1,0 +1,114 @@
+"""All-to-all(v): block j of rank i's send buffer lands in block i of rank j's receive buffer.
+
+Schedules take ``(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)``, all indexed by
+peer rank.  With ``MPI.IN_PLACE`` the backend passes a copy of the receive buffer as
+``sendbuf``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..registry import algorithm, clg, default_rule
+from ..schedule import Context, Schedule, is_pof2
+
+
+def _blk(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
+    return buf[displs[i] : displs[i] + counts[i]]
+
+
+@algorithm(
+    ("alltoall", "alltoallv"), "pairwise",
+    formula="(p-1) alpha + n beta",
+    cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
+    source="MPICH alltoall_intra_pairwise / alltoallv_intra_pairwise_sendrecv_replace",
+)
+def pairwise(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+             sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+             rdispls: Sequence[int]) -> Schedule:
+    """Pairwise exchange: p-1 steps; in step i exchange with rank XOR i (p = 2^k) or send to
+    rank + i and receive from rank - i (otherwise).  One message in and out per step, so no
+    link or receiver is oversubscribed.  Cost: (p-1) alpha + n beta (n = bytes sent in all).
+    """
+    p, r = ctx.size, ctx.rank
+    ctx.copy(_blk(sendbuf, scounts, sdispls, r), _blk(recvbuf, rcounts, rdispls, r))
+    pof2 = is_pof2(p)
+    for i in range(1, p):
+        dst, src = (r ^ i, r ^ i) if pof2 else ((r + i) % p, (r - i) % p)
+        yield ctx.sendrecv(_blk(sendbuf, scounts, sdispls, dst), dst,
+                           _blk(recvbuf, rcounts, rdispls, src), src)
+
+
+@algorithm(
+    ("alltoall", "alltoallv"), "scattered",
+    formula="(p-1) alpha + n beta  (all messages in flight at once)",
+    cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
+    source="MPICH alltoall_intra_scattered / alltoallv_intra_scattered",
+)
+def scattered(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+              sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+              rdispls: Sequence[int]) -> Schedule:
+    """Post every receive and every send at once (destinations staggered from rank + 1) and
+    wait for them all: the network schedules the traffic.  Cost: (p-1) alpha + n beta.
+    """
+    p, r = ctx.size, ctx.rank
+    ctx.copy(_blk(sendbuf, scounts, sdispls, r), _blk(recvbuf, rcounts, rdispls, r))
+    peers = [(r + i) % p for i in range(1, p)]
+    ops = tuple(ctx.recv(_blk(recvbuf, rcounts, rdispls, (r - i) % p), (r - i) % p)
+                for i in range(1, p))
+    ops += tuple(ctx.send(_blk(sendbuf, scounts, sdispls, d), d) for d in peers)
+    if ops:
+        yield ops
+
+
+@algorithm(
+    "alltoall", "bruck",
+    formula="ceil(lg p) alpha + (n/2) ceil(lg p) beta",
+    cost=lambda p, n, a, b, g: clg(p) * (a + n / 2 * b),
+    source="Bruck et al., IEEE TPDS 8(11) 1997; MPICH alltoall_intra_brucks",
+)
+def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+          sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+          rdispls: Sequence[int]) -> Schedule:
+    """Bruck all-to-all: ceil(lg p) steps for any p, trading bandwidth for latency.
+
+    1. Rotate: ``tmp[i]`` = the block for rank + i.
+    2. For k = 1, 2, 4, ...: send every block whose index has bit k set to rank + k (packed
+       into one message), receive the same slots from rank - k.  A block for distance i
+       hops through the set bits of i.
+    3. Un-rotate: the block in slot i came from rank - i.
+
+    About n/2 bytes move per step.  Cost: ceil(lg p) alpha + (n/2) ceil(lg p) beta.
+    """
+    p, r = ctx.size, ctx.rank
+    n = scounts[0] if scounts else 0
+    tmp = ctx.scratch(p * n)
+    for i in range(p):
+        ctx.copy(_blk(sendbuf, scounts, sdispls, (r + i) % p), tmp[i * n : (i + 1) * n])
+    k = 1
+    while k < p:
+        slots = [i for i in range(p) if i & k]
+        parts = [tmp[i * n : (i + 1) * n] for i in slots]
+        out = ctx.pack(parts)
+        inc = ctx.scratch(out.size)
+        yield ctx.sendrecv(out, (r + k) % p, inc, (r - k) % p)
+        ctx.unpack(inc, parts)
+        k <<= 1
+    for i in range(p):
+        ctx.copy(tmp[i * n : (i + 1) * n], _blk(recvbuf, rcounts, rdispls, (r - i) % p))
+
+
+@default_rule("alltoall", "alltoallv")
+def _auto(p: int, nbytes: int, commutative: bool) -> str:
+    # MPICH: Bruck for short blocks (<= 256 B each) on 8+ ranks, scattered for medium, pairwise
+    # for long.  alltoallv passes nbytes = 0 (its counts differ between ranks).
+    if nbytes == 0:
+        return "scattered"
+    block = nbytes // max(p, 1)
+    if block <= 256 and p >= 8:
+        return "bruck"
+    if block <= 32768:
+        return "scattered"
+    return "pairwise"

@@ -1,0 +1,229 @@
+"""The MPI engines: run a schedule with real point-to-point messages.
+
+One :class:`Engine` per p2p backend object.  It owns the private communicator, the tag counter
+and the list of schedules in flight.  A blocking collective and a non-blocking one are the same
+thing here: a :class:`ScheduleRequest` that posts a round (``Irecv`` first, then ``Isend``),
+and, once every request of that round has completed, resumes the generator for the next one.
+A blocking call waits on its request at once; a non-blocking call returns it.
+
+Progress is made only inside ``Test``/``Wait`` (the libNBC model; MPI itself makes no progress
+on a Python generator).  Any wait progresses *every* schedule in flight on the engine, so
+requests can be completed in any order without deadlock, and a blocking collective issued while
+non-blocking ones are outstanding does not starve them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ._args import Call
+from .schedule import Context, Recv, Round, Schedule
+
+__all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall"]
+
+
+class Traffic:
+    """Messages and bytes this rank sent and received (cumulative; :meth:`reset` to zero)."""
+
+    __slots__ = ("bytes_recv", "bytes_sent", "messages_recv", "messages_sent", "rounds")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages_sent = 0
+        self.messages_recv = 0
+        self.bytes_sent = 0
+        self.bytes_recv = 0
+        self.rounds = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self) -> str:
+        return f"Traffic({self.as_dict()})"
+
+
+class MPIContext(Context):
+    """A schedule context bound to a communicator and the tag of one collective call."""
+
+    def __init__(self, comm: MPI.Comm, tag: int, datatype: MPI.Datatype, dtype: np.dtype,
+                 traffic: Traffic) -> None:
+        super().__init__(comm.Get_rank(), comm.Get_size(), datatype, dtype)
+        self.comm = comm
+        self.tag = tag
+        self.traffic = traffic
+
+    def post(self, rnd: Round) -> list[MPI.Request]:
+        """Start every operation of a round: receives first, then sends."""
+        comm, tag, dt, t = self.comm, self.tag, self.datatype, self.traffic
+        reqs = []
+        for o in rnd:
+            if type(o) is Recv:
+                reqs.append(comm.Irecv([o.buf, dt], o.peer, tag))
+                t.messages_recv += 1
+                t.bytes_recv += o.buf.nbytes
+        for o in rnd:
+            if type(o) is not Recv:
+                reqs.append(comm.Isend([o.buf, dt], o.peer, tag))
+                t.messages_sent += 1
+                t.bytes_sent += o.buf.nbytes
+        t.rounds += 1
+        return reqs
+
+
+class ScheduleRequest:
+    """The request of a p2p collective: ``Wait()``, ``Test()``, like an ``MPI.Request``.
+
+    Created started: the schedule has already run up to its first round, and that round is
+    posted.  Completing it with ``Wait``/``Test`` (or :func:`Waitall`/:func:`Testall`) finishes the
+    collective; until then the call's buffers belong to the library, as in MPI.
+    """
+
+    def __init__(self, engine: Engine, gen: Schedule, ctx: MPIContext) -> None:
+        self._engine = engine
+        self._gen = gen
+        self._ctx = ctx
+        self._reqs: list[MPI.Request] = []
+        self.done = False
+        self._advance()
+        if not self.done:
+            engine.active.append(self)
+
+    def _advance(self) -> None:
+        """Resume the schedule until it posts a non-empty round or ends."""
+        while True:
+            try:
+                rnd = next(self._gen)
+            except StopIteration:
+                self._reqs = []
+                self.done = True
+                return
+            self._reqs = self._ctx.post(rnd)
+            if self._reqs:
+                return
+
+    def _poll(self) -> bool:
+        """Advance as far as completed messages allow; True if the schedule moved."""
+        moved = False
+        while not self.done and MPI.Request.Testall(self._reqs):
+            self._advance()
+            moved = True
+        if self.done and self in self._engine.active:
+            self._engine.active.remove(self)
+        return moved
+
+    def Test(self) -> bool:
+        """Make progress on every outstanding p2p collective; True once this one is complete."""
+        self._engine.progress()
+        return self.done
+
+    def Wait(self, status: MPI.Status | None = None) -> None:
+        """Block until this collective is complete, progressing all others meanwhile."""
+        self._engine.wait_for(lambda: self.done)
+
+    def Free(self) -> None:
+        """Complete the request (MPI forbids freeing an active collective request)."""
+        self.Wait()
+
+    def Get_status(self) -> bool:
+        return self.done
+
+
+class Engine:
+    """The blocking and non-blocking MPI engines of one p2p backend.
+
+    Args:
+        comm: the private communicator (a ``Dup`` of the user's, owned by the backend).
+        tag_ub: tags used are 1..tag_ub, one per collective call, wrapping; at most MPI's
+            ``TAG_UB`` attribute.
+    """
+
+    def __init__(self, comm: MPI.Comm, tag_ub: int) -> None:
+        self.comm = comm
+        self.tag_ub = tag_ub
+        self.tag = 0
+        self.active: list[ScheduleRequest] = []
+        self.traffic = Traffic()
+
+    def next_tag(self) -> int:
+        self.tag = self.tag % self.tag_ub + 1
+        return self.tag
+
+    def _context(self, call: Call) -> tuple[MPIContext, Schedule]:
+        ctx = MPIContext(self.comm, self.next_tag(), call.datatype, call.dtype, self.traffic)
+        return ctx, call.schedule(ctx, *call.prepare(ctx))
+
+    def start(self, call: Call) -> ScheduleRequest:
+        """Start ``call`` (its algorithm already chosen) and return its request."""
+        ctx, gen = self._context(call)
+        return ScheduleRequest(self, gen, ctx)
+
+    def run(self, call: Call) -> None:
+        """Blocking: run ``call`` to completion (progressing any outstanding others)."""
+        if self.active:
+            self.start(call).Wait()
+            return
+        ctx, gen = self._context(call)  # the common case: Waitall each round, no polling
+        for rnd in gen:
+            reqs = ctx.post(rnd)
+            if reqs:
+                MPI.Request.Waitall(reqs)
+
+    def progress(self) -> bool:
+        """One pass over every schedule in flight; True if any advanced."""
+        moved = False
+        for r in list(self.active):
+            moved = r._poll() or moved
+        return moved
+
+    def wait_for(self, cond: Callable[[], bool]) -> None:
+        """Progress until ``cond()``; sleeps in ``Waitany`` rather than spinning."""
+        while not cond():
+            if self.progress() or cond():
+                continue
+            pending = [q for r in self.active for q in r._reqs]
+            if not pending:  # nothing in flight yet cond is false: a bug, never a hang
+                raise RuntimeError("mpicoll: waiting on a request that cannot progress")
+            MPI.Request.Waitany(pending)
+
+
+def _is_done(r: Any) -> bool:
+    if isinstance(r, ScheduleRequest):
+        return r.done
+    return bool(r == MPI.REQUEST_NULL)
+
+
+def Waitall(requests: Iterable[Any]) -> None:
+    """Complete every request of a list mixing ``MPI.Request`` and p2p requests, in any order."""
+    reqs = list(requests)
+    mpi_reqs = [r for r in reqs if not isinstance(r, ScheduleRequest)]
+    ours = [r for r in reqs if isinstance(r, ScheduleRequest)]
+    engines = {id(r._engine): r._engine for r in ours}
+    while not all(r.done for r in ours):
+        moved = False
+        for e in engines.values():
+            moved = e.progress() or moved
+        if not moved and not all(r.done for r in ours):
+            pending = [q for e in engines.values() for a in e.active for q in a._reqs]
+            pending += [q for q in mpi_reqs if q != MPI.REQUEST_NULL]
+            if pending:
+                MPI.Request.Waitany(pending)
+    if mpi_reqs:
+        MPI.Request.Waitall(mpi_reqs)
+
+
+def Testall(requests: Iterable[Any]) -> bool:
+    """Progress every request once; True when all are complete (MPI ones are completed too)."""
+    reqs = list(requests)
+    mpi_reqs = [r for r in reqs if not isinstance(r, ScheduleRequest)]
+    engines = {id(r._engine): r._engine for r in reqs if isinstance(r, ScheduleRequest)}
+    for e in engines.values():
+        e.progress()
+    ours_done = all(r.done for r in reqs if isinstance(r, ScheduleRequest))
+    mpi_done = MPI.Request.Testall(mpi_reqs) if mpi_reqs else True
+    return ours_done and bool(mpi_done)

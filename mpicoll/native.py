@@ -1,0 +1,51 @@
+"""The native backend: every collective delegated to the MPI library through mpi4py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpi4py import MPI
+
+from ._api import Collectives
+from ._args import Call
+
+__all__ = ["Native", "native"]
+
+_METHOD = {
+    "barrier": "Barrier", "bcast": "Bcast", "scatter": "Scatter", "scatterv": "Scatterv",
+    "gather": "Gather", "gatherv": "Gatherv", "reduce": "Reduce", "allreduce": "Allreduce",
+    "reduce_scatter_block": "Reduce_scatter_block", "reduce_scatter": "Reduce_scatter",
+    "allgather": "Allgather", "allgatherv": "Allgatherv", "alltoall": "Alltoall",
+    "alltoallv": "Alltoallv", "scan": "Scan", "exscan": "Exscan",
+}
+
+
+class Native(Collectives):
+    """MPI's own collectives (``MPI_Allreduce``, ``MPI_Iallgather``, ...) behind mpicoll's
+    argument checks.  Non-blocking methods return the ``MPI.Request`` itself.
+
+    Args:
+        comm: any intracommunicator (``COMM_WORLD``, ``Split`` results, ``COMM_SELF``).
+    """
+
+    name = "native"
+
+    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
+             args: tuple[Any, ...]) -> Any:
+        if algorithm not in (None, "native"):
+            raise ValueError(
+                f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
+                "(use mpicoll.p2p to choose one)"
+            )
+        name = _METHOD[call.collective]
+        if nonblocking:
+            name = "I" + name[0].lower() + name[1:]
+        return getattr(self.comm, name)(*args)
+
+    def Free(self) -> None:
+        """Nothing to free (the native backend owns no communicator)."""
+
+
+def native(comm: MPI.Comm | None = None) -> Native:
+    """The native backend on ``comm`` (default ``MPI.COMM_WORLD``); local, not collective."""
+    return Native(MPI.COMM_WORLD if comm is None else comm)

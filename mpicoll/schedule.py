@@ -1,0 +1,202 @@
+"""The schedule language every hand-rolled algorithm is written in.
+
+An algorithm is a generator function ``fn(ctx, *args)``.  It yields *rounds*: tuples of
+:class:`Send` and :class:`Recv` operations (numpy views and peer ranks) that may all be in flight
+at once; between rounds it does its local work through the context: :meth:`Context.copy`,
+:meth:`Context.reduce` and :meth:`Context.scratch`.  It never touches MPI itself, so the same
+source runs on every engine:
+
+* the blocking MPI engine posts a round's ``Irecv``/``Isend`` and ``Waitall``\\s it;
+* the non-blocking MPI engine does the same one round per progress step, driven by
+  ``Test``/``Wait`` on the returned request (the libNBC / MPICH ``sched`` model);
+* the simulator matches all ranks' rounds in memory and advances a clock per rank.
+
+Rules a schedule keeps, so that every engine can run it:
+
+1. All data movement between a rank's own buffers goes through ``ctx.copy``/``ctx.reduce``
+   (the cost-only simulator replaces them with clock arithmetic).
+2. Sends and receives between one pair of ranks are matched in the order they are yielded
+   (MPI's non-overtaking rule); both sides yield the same number of messages per round.
+3. A buffer yielded for sending is not written, and one yielded for receiving is not read,
+   until the round has completed (the engine resumes the generator only then).
+4. Zero-length messages are still sent: both sides then agree without looking at counts.
+5. Operations are made with ``ctx.send``/``ctx.recv``/``ctx.sendrecv`` (never ``Send(...)``
+   directly), so :meth:`Context.relative` can renumber ranks for rooted trees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = [
+    "Context",
+    "Recv",
+    "Round",
+    "Schedule",
+    "Send",
+    "block_counts",
+    "displacements",
+    "is_pof2",
+    "pof2_floor",
+]
+
+
+class Send(NamedTuple):
+    """Send ``buf`` (a 1-D numpy view) to rank ``peer``."""
+
+    buf: np.ndarray
+    peer: int
+
+
+class Recv(NamedTuple):
+    """Receive into ``buf`` (a 1-D numpy view) from rank ``peer``."""
+
+    buf: np.ndarray
+    peer: int
+
+
+Round = tuple[Send | Recv, ...]
+Schedule = Generator[Round, None, None]
+
+
+class Context:
+    """What a schedule sees of its engine: rank, size and local data operations.
+
+    Attributes:
+        rank: this rank in the (private) communicator, 0 <= rank < size.
+        size: number of ranks p.
+        datatype: the MPI datatype of every element this call moves.
+        dtype: the numpy dtype of those elements.
+    """
+
+    def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype) -> None:
+        self.rank = rank
+        self.size = size
+        self.datatype = datatype
+        self.dtype = dtype
+
+    # --- communication (yielded, never executed here) ---
+    def send(self, buf: np.ndarray, dest: int) -> Send:
+        return Send(buf, dest)
+
+    def recv(self, buf: np.ndarray, source: int) -> Recv:
+        return Recv(buf, source)
+
+    def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
+        """A round of one send and one receive (``MPI_Sendrecv``)."""
+        return (Recv(rbuf, source), Send(sbuf, dest))
+
+    def relative(self, root: int) -> Context:
+        """This context seen from ``root``: ranks renumbered ``(rank - root) % size``.
+
+        A schedule written for root 0 runs for any root through it (tree algorithms), and a
+        sub-schedule can be run on blocks indexed by relative rank.
+        """
+        return _Relative(self, root) if root % self.size else self
+
+    # --- local work between rounds ---
+    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """``dst[:] = src`` (same length)."""
+        if src.size:
+            np.copyto(dst, src)
+
+    def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
+        """``inoutbuf = inbuf op inoutbuf`` with MPI's semantics (``inbuf`` on the left)."""
+        if inbuf.size:
+            op.Reduce_local([inbuf, self.datatype], [inoutbuf, self.datatype])
+
+    def scratch(self, count: int) -> np.ndarray:
+        """A new, uninitialised 1-D buffer of ``count`` elements of this call's dtype."""
+        return np.empty(count, self.dtype)
+
+    def pack(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        """Copy several views into one new contiguous buffer (for a single message)."""
+        out = self.scratch(sum(int(p.size) for p in parts))
+        off = 0
+        for p in parts:
+            self.copy(p, out[off : off + p.size])
+            off += p.size
+        return out
+
+    def unpack(self, buf: np.ndarray, parts: Sequence[np.ndarray]) -> None:
+        """Inverse of :meth:`pack`: scatter ``buf`` back into the views ``parts``."""
+        off = 0
+        for p in parts:
+            self.copy(buf[off : off + p.size], p)
+            off += p.size
+
+
+class _Relative(Context):
+    """A renumbering view of another context (see :meth:`Context.relative`)."""
+
+    def __init__(self, base: Context, root: int) -> None:
+        super().__init__((base.rank - root) % base.size, base.size, base.datatype, base.dtype)
+        self._base = base
+        self._root = root
+
+    def send(self, buf: np.ndarray, dest: int) -> Send:
+        return self._base.send(buf, (dest + self._root) % self.size)
+
+    def recv(self, buf: np.ndarray, source: int) -> Recv:
+        return self._base.recv(buf, (source + self._root) % self.size)
+
+    def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
+        return (self.recv(rbuf, source), self.send(sbuf, dest))
+
+    def relative(self, root: int) -> Context:
+        return self._base.relative((root + self._root) % self.size)
+
+    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        self._base.copy(src, dst)
+
+    def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
+        self._base.reduce(inbuf, inoutbuf, op)
+
+    def scratch(self, count: int) -> np.ndarray:
+        return self._base.scratch(count)
+
+
+def block_counts(n: int, p: int) -> list[int]:
+    """Split ``n`` elements into ``p`` blocks of ``n//p`` or ``n//p + 1`` (the first ``n%p``)."""
+    q, r = divmod(n, p)
+    return [q + (i < r) for i in range(p)]
+
+
+def displacements(counts: Sequence[int]) -> list[int]:
+    """Running sum of ``counts``, starting at 0 (contiguous blocks in rank order)."""
+    out, off = [], 0
+    for c in counts:
+        out.append(off)
+        off += c
+    return out
+
+
+def is_pof2(p: int) -> bool:
+    return p > 0 and p & (p - 1) == 0
+
+
+def pof2_floor(p: int) -> int:
+    """Largest power of two <= p."""
+    return 1 << (p.bit_length() - 1)
+
+
+def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: int) -> Any:
+    """(start, stop) if blocks lo..hi-1 are laid out back to back, else None."""
+    for i in range(lo, hi - 1):
+        if displs[i] + counts[i] != displs[i + 1]:
+            return None
+    if lo >= hi:
+        return (0, 0)
+    return (displs[lo], displs[hi - 1] + counts[hi - 1])
+
+
+def segment_count(ctx: Context, default_bytes: int = 65536) -> int:
+    """Elements per pipeline segment: ``MPICOLL_SEGMENT_SIZE`` bytes (default 64 KiB), >= 1."""
+    import os
+
+    nbytes = int(os.environ.get("MPICOLL_SEGMENT_SIZE", default_bytes))
+    return max(1, nbytes // max(1, ctx.dtype.itemsize))
