@@ -10,6 +10,7 @@ point-to-point (``p2p``), with the same mpi4py API, cross-checked and benchmarke
 from __future__ import annotations
 
 from . import registry
+from ._api import MismatchError
 from .engine import ScheduleRequest, Testall, Traffic, Waitall
 from .native import Native, native
 from .p2p import P2P, p2p
@@ -18,6 +19,7 @@ from .registry import RestrictionError
 __version__ = "0.1.0"
 
 __all__ = [
+    "MismatchError",
     "P2P",
     "Native",
     "RestrictionError",

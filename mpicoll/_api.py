@@ -10,14 +10,43 @@ algorithm on the p2p backend (see :mod:`mpicoll.registry`); the native backend a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from ._args import PARSERS, Call
+from .registry import COLLECTIVES
 
-__all__ = ["Collectives"]
+__all__ = ["Collectives", "MismatchError"]
+
+
+class MismatchError(ValueError):
+    """Checked mode: ranks called a collective with arguments that do not agree.
+
+    Raised on every rank at once, naming the field and the ranks that differ.
+    """
+
+
+_PREDEFINED_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
+                   "MAXLOC", "MINLOC")
+_FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error")
+
+
+def _op_code(op: MPI.Op | None) -> int:
+    if op is None:
+        return -1
+    for i, name in enumerate(_PREDEFINED_OPS):
+        if op == getattr(MPI, name):
+            return i
+    return 100  # any user op: handles cannot be compared across processes
+
+
+def env_check() -> bool:
+    """``$MPICOLL_CHECK`` set to 1/true/yes turns checked mode on by default."""
+    return os.environ.get("MPICOLL_CHECK", "").lower() in ("1", "true", "yes", "on")
 
 
 class Collectives:
@@ -31,7 +60,7 @@ class Collectives:
 
     name = "base"
 
-    def __init__(self, comm: MPI.Comm) -> None:
+    def __init__(self, comm: MPI.Comm, *, check: bool | None = None) -> None:
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise TypeError(f"comm: expected an mpi4py intracommunicator, got {comm!r}")
         if comm.Is_inter():
@@ -39,14 +68,58 @@ class Collectives:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.check = env_check() if check is None else bool(check)
+        self._check_comm = comm
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
 
     def _call(self, collective: str, nonblocking: bool, algorithm: str | None,
               *args: Any) -> Any:
-        call = PARSERS[collective](self.size, self.rank, *args)
+        if not self.check:
+            call = PARSERS[collective](self.size, self.rank, *args)
+            return self._run(call, nonblocking, algorithm, args)
+        try:
+            call = PARSERS[collective](self.size, self.rank, *args)
+        except (TypeError, ValueError) as exc:
+            self._agree(collective, None, exc)
+            raise
+        self._agree(collective, call, None)
         return self._run(call, nonblocking, algorithm, args)
+
+    def _agree(self, collective: str, call: Call | None, error: Exception | None) -> None:
+        """Checked mode: all ranks compare (collective, root, count, dtype, op) and raise the
+        same :class:`MismatchError` if they differ, or if any rank's arguments were refused.
+        Costs one ``MPI_Allgather`` of 7 integers per call."""
+        sig = np.full(len(_FIELDS), -1, dtype=np.int64)
+        sig[0] = COLLECTIVES.index(collective)
+        if call is not None:
+            sig[1] = call.root
+            sig[2] = -1 if call.count is None else call.count
+            sig[3] = call.dtype.num
+            sig[4] = call.dtype.itemsize
+            sig[5] = _op_code(call.op)
+            sig[6] = 0
+        else:
+            sig[6] = 1
+        table = np.empty((self.size, len(_FIELDS)), dtype=np.int64)
+        self._check_comm.Allgather(sig, table)
+        bad = [int(i) for i in np.flatnonzero(table[:, 6])]
+        if bad:
+            if error is not None:
+                return  # this rank re-raises its own error
+            raise MismatchError(
+                f"{collective}: the arguments were refused on rank(s) {bad}; every rank stops"
+            )
+        for f, name in enumerate(_FIELDS[:6]):
+            col = table[:, f]
+            if collective in ("scatterv", "gatherv", "alltoallv") and f == 2:
+                continue
+            if (col != col[0]).any():
+                vals = {int(r): int(v) for r, v in enumerate(col)}
+                raise MismatchError(
+                    f"{collective}: ranks disagree on {name}: {vals} (rank: value)"
+                )
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:

@@ -51,6 +51,7 @@ class Call:
     in_place: bool = False
     uniform: bool = True
     op: MPI.Op | None = field(default=None, repr=False)
+    root: int = -1
     #: the chosen algorithm's schedule, set by the p2p backend before the call starts
     schedule: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
 
@@ -115,7 +116,7 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
     b = parse(buf, "buf", writable=rank != root)
     arr = b.array
     return Call("bcast", b.datatype, arr.dtype, lambda ctx: (arr, root),
-                nbytes=arr.nbytes, count=b.count)
+                nbytes=arr.nbytes, count=b.count, root=root)
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -142,7 +143,7 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     return Call("scatter", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
                 nbytes=n * size * rarr.dtype.itemsize, count=n,
-                in_place=rank == root and is_in_place(recvbuf))
+                in_place=rank == root and is_in_place(recvbuf), root=root)
 
 
 def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -167,7 +168,8 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
         rarr, ref = rb.array, rb
     return Call("scatterv", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
-                count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf))
+                count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf),
+                root=root)
 
 
 def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -194,7 +196,7 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
     return Call("gather", ref.datatype, sarr.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
                 nbytes=n * size * sarr.dtype.itemsize, count=n,
-                in_place=rank == root and is_in_place(sendbuf))
+                in_place=rank == root and is_in_place(sendbuf), root=root)
 
 
 def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -219,7 +221,7 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
         sarr, ref = s.array, s
     return Call("gatherv", ref.datatype, sarr.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
-                uniform=False, in_place=rank == root and is_in_place(sendbuf))
+                uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root)
 
 
 def _input_output(coll: str, sendbuf: Any, recvbuf: Any, allow_in_place: bool = True
@@ -258,7 +260,7 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
     return Call("reduce", ref.datatype, src.dtype,
                 lambda ctx: (make_send(ctx), rarr, mop, root),
                 nbytes=src.nbytes, count=src.size, commutative=bool(mop.Is_commutative()),
-                in_place=in_place, op=mop)
+                in_place=in_place, op=mop, root=root)
 
 
 def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:

@@ -46,6 +46,8 @@ class Native(Collectives):
         """Nothing to free (the native backend owns no communicator)."""
 
 
-def native(comm: MPI.Comm | None = None) -> Native:
-    """The native backend on ``comm`` (default ``MPI.COMM_WORLD``); local, not collective."""
-    return Native(MPI.COMM_WORLD if comm is None else comm)
+def native(comm: MPI.Comm | None = None, *, check: bool | None = None) -> Native:
+    """The native backend on ``comm`` (default ``MPI.COMM_WORLD``); local, not collective.
+
+    ``check=True`` (or ``$MPICOLL_CHECK=1``) turns on checked mode (see :class:`P2P`)."""
+    return Native(MPI.COMM_WORLD if comm is None else comm, check=check)

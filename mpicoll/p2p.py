@@ -41,6 +41,10 @@ class P2P(Collectives):
     Args:
         comm: any intracommunicator.  Constructing the backend is collective over it (``Dup``).
         tag_ub: largest tag used before wrapping to 1 (default min(32767, MPI's TAG_UB)).
+        check: checked mode (default ``$MPICOLL_CHECK``): before each collective the ranks
+            compare (collective, root, count, dtype, op) with one small ``MPI_Allgather`` and
+            all raise :class:`~mpicoll.MismatchError` if they differ, instead of truncating or
+            hanging.
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
@@ -48,13 +52,15 @@ class P2P(Collectives):
 
     name = "p2p"
 
-    def __init__(self, comm: MPI.Comm, *, tag_ub: int | None = None) -> None:
-        super().__init__(comm)
+    def __init__(self, comm: MPI.Comm, *, tag_ub: int | None = None,
+                 check: bool | None = None) -> None:
+        super().__init__(comm, check=check)
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
         if not 1 <= tag_ub <= limit:
             raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
         self._comm = comm.Dup()
+        self._check_comm = self._comm
         self._engine = Engine(self._comm, tag_ub)
 
     @property

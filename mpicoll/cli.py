@@ -1,0 +1,367 @@
+"""The ``mpicoll`` command: ``python -m mpicoll {bench,verify,algorithms,info}``.
+
+Run the MPI subcommands under the launcher, e.g. ``mpiexec -n 4 python -m mpicoll bench``.
+Every rank parses the same command line; only rank 0 prints.  A usage error is reported once,
+argparse-style (usage line + ``error:`` on stderr), and every rank returns 2 without any
+communication, so nothing hangs.  An uncaught exception on any rank prints its traceback and
+calls ``MPI.COMM_WORLD.Abort(1)``, so one failing rank never strands the others.
+
+Subcommands live in :data:`SUBCOMMANDS`; a later module adds its own with :func:`register`
+(``simulate`` and ``calibrate`` are meant to plug in that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, TextIO
+
+from mpi4py import MPI
+
+__all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "register", "run"]
+
+
+class UsageError(Exception):
+    """A command-line error: ``parser`` is the (sub)parser whose usage line to show."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Exit(Exception):
+    """argparse wanted to exit (``--help``): the status to return."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+_QUIET = False  # True on ranks other than 0 while parsing: argparse prints nothing there
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of exiting and prints only on rank 0."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self, message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            self._print_message(message, sys.stderr)
+        raise _Exit(status)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not _QUIET and message:
+            (file or sys.stderr).write(message)
+
+
+@dataclass
+class Subcommand:
+    """One subcommand of ``mpicoll``.
+
+    Attributes:
+        name: the word on the command line.
+        help: one line for ``mpicoll --help``.
+        configure: adds the subcommand's options to its parser.
+        run: ``run(args, comm, argv, out) -> exit status``; called on every rank.
+        validate: optional ``validate(args, p, error)``: checks needing P (same on every rank);
+            calls ``error(message)`` (raises) on a bad argument; may set attributes on ``args``.
+        rank0_check: optional ``check(args) -> message | None``, made on rank 0 only (files,
+            optional packages) and broadcast; a message is a usage error on every rank.
+        description: longer text for ``mpicoll NAME --help``.
+    """
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Any, Sequence[str], TextIO], int]
+    validate: Callable[[argparse.Namespace, int, Callable[[str], NoReturn]], None] | None = None
+    rank0_check: Callable[[argparse.Namespace], str | None] | None = None
+    description: str | None = None
+
+
+#: Every subcommand, by name, in the order ``--help`` lists them.
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def register(sub: Subcommand) -> Subcommand:
+    """Add (or replace) a subcommand; returns it."""
+    SUBCOMMANDS[sub.name] = sub
+    return sub
+
+
+# --------------------------------------------------------------------------------------------
+# bench
+
+
+def _bench_configure(p: argparse.ArgumentParser) -> None:
+    from . import bench
+
+    bench.add_arguments(p)
+
+
+def _bench_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+    from . import bench
+
+    args.plan = bench.make_plan(args, size, error)
+
+
+def _bench_check(args: argparse.Namespace) -> str | None:
+    from . import bench
+
+    return bench.environment_problem(args)
+
+
+def _bench_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    from . import bench
+
+    return bench.run(args, comm, argv, out)
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+
+
+def _verify_configure(p: argparse.ArgumentParser) -> None:
+    from . import verify
+
+    verify.add_arguments(p)
+
+
+def _verify_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+    from . import verify
+
+    args.plan = verify.make_plan(args, size, error)
+
+
+def _verify_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    from . import verify
+
+    return verify.run(args, comm, argv, out)
+
+
+# --------------------------------------------------------------------------------------------
+# algorithms
+
+
+_RESTRICTION_LABELS = {
+    "pof2": "P power of two",
+    "commutative": "commutative op",
+    "count_ge_p": "count >= P",
+    "no_in_place": "no in-place",
+    "uniform": "equal counts",
+}
+
+
+def _algorithms_configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--collective", nargs="+", metavar="NAME",
+                   help="only these collectives (default: all)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print a Markdown table (the README's algorithm table)")
+
+
+def _algorithms_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+    from .registry import COLLECTIVES
+
+    names = [x for v in args.collective or [] for x in v.replace(",", " ").split()]
+    for c in names:
+        if c not in COLLECTIVES:
+            error(f"argument -c/--collective: unknown collective {c!r} "
+                  f"(choose from {', '.join(COLLECTIVES)})")
+    args.collective = names or list(COLLECTIVES)
+
+
+def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
+    """Rows ``[collective, algorithm, restrictions, cost formula, n, source]`` of the registry."""
+    from . import registry
+
+    rows = []
+    for coll in collectives or registry.COLLECTIVES:
+        for a in registry.algorithms(coll):
+            restr = ", ".join(_RESTRICTION_LABELS.get(r, r) for r in a.restrictions) or "-"
+            rows.append([coll, a.name, restr, a.formula, registry.SIZE_MEANING.get(coll, ""),
+                         a.source or "-"])
+    return rows
+
+
+def algorithms_table(collectives: Sequence[str] | None = None, markdown: bool = False) -> str:
+    """The registry as a text table, or as a Markdown table (``markdown=True``)."""
+    head = ["collective", "algorithm", "restrictions", "cost (alpha-beta-gamma)", "n (bytes)",
+            "source"]
+    rows = algorithm_rows(collectives)
+    if markdown:
+        def esc(s: str) -> str:
+            return s.replace("|", "\\|")
+
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _algorithms_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    if comm.Get_rank() == 0:
+        out.write(algorithms_table(args.collective, args.markdown))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# info
+
+
+def _info_configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
+
+def _info_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    import json
+
+    from .bench import provenance
+
+    info = provenance(comm, ["info", *argv])
+    info.pop("argv", None)
+    if comm.Get_rank() == 0:
+        if args.json:
+            out.write(json.dumps(info, indent=1) + "\n")
+        else:
+            full = info.pop("mpi_library_full")
+            hosts = ", ".join(f"{h['name']} ({h['ranks']} ranks)" for h in info.pop("hosts"))
+            rows = [
+                ("MPI library", info["mpi_library"]),
+                ("MPI vendor", info["mpi_vendor"]),
+                ("MPI standard", info["mpi_standard"]),
+                ("thread level", info["thread_level"]),
+                ("P (ranks)", str(info["P"])),
+                ("hosts", hosts),
+                ("mpi4py", info["mpi4py"]),
+                ("numpy", info["numpy"]),
+                ("python", info["python"]),
+                ("mpicoll", str(info["mpicoll"])),
+                ("date", info["date"]),
+            ]
+            w = max(len(k) for k, _ in rows)
+            out.write("".join(f"{k:<{w}}  {v}\n" for k, v in rows))
+            out.write("\n" + full + "\n")
+    return 0
+
+
+register(Subcommand(
+    "bench", "time native against hand-rolled collectives (run under mpiexec)",
+    _bench_configure, _bench_run, _bench_validate, _bench_check,
+    description="Check, then time, every implementation at every message size. "
+    "Run it under mpiexec -n P. Exit status 1 if any result is WRONG.",
+))
+register(Subcommand(
+    "verify", "check every p2p algorithm against native (run under mpiexec)",
+    _verify_configure, _verify_run, _verify_validate,
+    description="Every collective x applicable p2p algorithm x dtype x op x root x in-place x "
+    "count, compared with native. Exit status 1 on any mismatch.",
+))
+register(Subcommand(
+    "algorithms", "list the hand-rolled algorithms (the registry)",
+    _algorithms_configure, _algorithms_run, _algorithms_validate,
+))
+register(Subcommand(
+    "info", "MPI library, version, thread level, ranks, hosts, package versions",
+    _info_configure, _info_run,
+))
+
+
+# --------------------------------------------------------------------------------------------
+# entry points
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mpicoll`` parser with one subparser per :data:`SUBCOMMANDS` entry."""
+    parser = _Parser(
+        prog="mpicoll",
+        description="MPI collectives, native and hand-rolled from point-to-point: "
+        "benchmark, verify, list. Run bench/verify under mpiexec -n P.",
+    )
+    try:
+        from . import __version__ as version
+    except ImportError:  # pragma: no cover - before the package exports it
+        version = "unknown"
+    parser.add_argument("--version", action="version", version=f"mpicoll {version}")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for sub in SUBCOMMANDS.values():
+        sp = subs.add_parser(sub.name, help=sub.help, description=sub.description or sub.help)
+        sub.configure(sp)
+        sp.set_defaults(_subcommand=sub, _subparser=sp)
+    return parser
+
+
+def _usage_error(err: UsageError, rank: int, stream: TextIO) -> int:
+    if rank == 0:
+        stream.write(err.parser.format_usage())
+        stream.write(f"{err.parser.prog}: error: {err.message}\n")
+        stream.flush()
+    return 2
+
+
+def run(argv: Sequence[str] | None = None, comm: Any = None, out: TextIO | None = None) -> int:
+    """Parse ``argv`` and run the subcommand on ``comm`` (default COMM_WORLD); no Abort wrapper.
+
+    Returns:
+        the exit status, the same on every rank: 0 success, 1 a check failed, 2 usage error.
+    """
+    global _QUIET
+    comm = MPI.COMM_WORLD if comm is None else comm
+    out = sys.stdout if out is None else out
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    parser = build_parser()
+    _QUIET = rank != 0
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except _Exit as ex:
+            return ex.status
+        sub: Subcommand = args._subcommand
+        subparser: argparse.ArgumentParser = args._subparser
+
+        def error(message: str) -> NoReturn:
+            raise UsageError(subparser, message)
+
+        if sub.validate is not None:
+            sub.validate(args, size, error)
+    except UsageError as err:
+        return _usage_error(err, rank, sys.stderr)
+    finally:
+        _QUIET = False
+    if sub.rank0_check is not None:
+        problem = comm.bcast(sub.rank0_check(args) if rank == 0 else None, root=0)
+        if problem:
+            return _usage_error(UsageError(subparser, problem), rank, sys.stderr)
+    status = sub.run(args, comm, argv[1:] if argv and argv[0] == sub.name else argv, out)
+    # every rank returns rank 0's verdict
+    return int(comm.bcast(status, root=0))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``mpicoll`` and ``python -m mpicoll``; returns the exit status.
+
+    An uncaught exception on this rank prints its traceback and aborts the whole MPI job
+    (``MPI.COMM_WORLD.Abort(1)``), so the other ranks are never left waiting.
+    """
+    try:
+        return run(argv)
+    except SystemExit:
+        raise
+    except BaseException:
+        rank = MPI.COMM_WORLD.Get_rank() if MPI.Is_initialized() else 0
+        sys.stderr.write(f"mpicoll: uncaught exception on rank {rank}:\n")
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        MPI.COMM_WORLD.Abort(1)
+        return 1  # pragma: no cover - Abort does not return
