@@ -51,6 +51,7 @@ __all__ = [
     "PAIR_DTYPES",
     "REDUCTIONS",
     "ROOTED",
+    "V_COLLECTIVES",
     "Case",
     "compare",
     "dtype_op_problem",
@@ -469,21 +470,31 @@ class Case:
         return item * self.count
 
     def restriction_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :meth:`mpicoll.registry.Algorithm.why_not` (besides ``p``)."""
+        """Keyword arguments for :meth:`mpicoll.registry.Algorithm.why_not` (besides ``p``).
+
+        The same on every rank (unlike the backend's own per-rank view, where in-place holds
+        only at the root of rooted collectives), so an n/a verdict never splits the ranks.
+        ``count`` is the collective's count argument (the smallest block for the v-variants
+        with counts; None for scatterv/gatherv/alltoallv, whose counts only the root or each
+        pair knows); ``uniform`` is whether every block count is equal.
+        """
+        coll = self.collective
         commutative = True
         if self.is_reduction:
             commutative = bool(mpi_op(self.op).Is_commutative())
-        if self.collective in ("reduce_scatter_block",):
-            count = self.count * self.size
-        elif self.collective == "reduce_scatter":
-            count = sum(self.counts())
-        else:
-            count = self.count
+        count: int | None = self.count
+        uniform = True
+        if coll in ("scatterv", "gatherv", "alltoallv"):
+            count, uniform = None, False
+        elif coll in ("allgatherv", "reduce_scatter"):
+            counts = self.counts()
+            count = min(counts) if counts else 0
+            uniform = len(set(counts)) <= 1
         return {
             "commutative": commutative,
             "count": count,
-            "in_place": bool(self.in_place and self.collective in IN_PLACE_COLLECTIVES),
-            "uniform": self.uniform or self.collective not in V_COLLECTIVES,
+            "in_place": bool(self.in_place and coll in IN_PLACE_COLLECTIVES),
+            "uniform": uniform,
         }
 
     def problem(self) -> str | None:

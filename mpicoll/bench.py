@@ -202,7 +202,7 @@ def _versions() -> dict[str, Any]:
         version = None
     vendor = MPI.get_vendor()
     return {
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        "mpi_library": " ".join(MPI.Get_library_version().strip().splitlines()[0].split()),
         "mpi_library_full": MPI.Get_library_version().strip(),
         "mpi_vendor": f"{vendor[0]} {'.'.join(map(str, vendor[1]))}",
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
@@ -694,15 +694,17 @@ def _algorithms_for(coll: str, requested: Sequence[str]) -> list[str]:
     return out
 
 
-def _auto_choice(case: Case) -> str | None:
-    """Name of the algorithm ``auto`` runs for ``case`` (None if the registry cannot say)."""
-    from . import registry
-
-    choose = getattr(registry, "choose", None)
-    if choose is None:
+def _auto_choice(case: Case, p2p: Any) -> str | None:
+    """Name of the algorithm ``auto`` runs for ``case`` on this rank (None if unknown)."""
+    select = getattr(p2p, "select", None)
+    if select is None:
         return None
     try:
-        return str(choose(case.collective, case.size, case.nbytes(), **case.restriction_kwargs()).name)
+        from ._args import PARSERS
+
+        args, kw = case.arguments()
+        call = PARSERS[case.collective](case.size, case.rank, *args, **kw)
+        return str(select(call, "auto").name)
     except Exception:
         return None
 
@@ -714,7 +716,7 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
         "implementation": impl.label,
         "backend": impl.kind,
         "algorithm": impl.algorithm,
-        "auto_choice": _auto_choice(case) if impl.algorithm == "auto" else None,
+        "auto_choice": _auto_choice(case, impl.backend) if impl.algorithm == "auto" else None,
         "size_bytes": case.nbytes(),
         "count": case.count,
         "dtype": case.dtype,
@@ -873,8 +875,26 @@ def _cell(rec: dict[str, Any], key: str = "time_us") -> str:
     return {"wrong": "WRONG", "error": "ERROR", "n/a": "n/a"}[st]
 
 
+def _table(heads: list[str], units: list[str], rows: list[list[str]], notes: list[str]) -> list[str]:
+    """Right-aligned columns, two spaces apart; header and unit lines start with ``#``."""
+    widths = [max(len(h), len(u), *(len(r[k]) for r in rows)) for k, (h, u) in
+              enumerate(zip(heads, units))]
+
+    def line(cells: list[str], lead: str) -> str:
+        return lead + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+
+    return [line(heads, "# "), line(units, "# "), *(line(r, "  ") for r in rows), *notes]
+
+
 def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -> str:
-    """The table of one collective (blocking: one row per size, one column per implementation)."""
+    """The table of one collective, nccl-tests style.
+
+    Blocking: one row per size; columns size, count, check, the median time (us) of native and
+    of each p2p algorithm (``WRONG``/``ERROR``/``n/a`` instead of a time), the fastest, the
+    speed-up of the best p2p over native, algbw and busbw (GB/s) of the fastest, ``#wrong``.
+    Non-blocking: one row per size and implementation with pure / compute / total times and the
+    OSU and IMB-NBC overlap percentages.  Notes under the table explain n/a and WRONG cells.
+    """
     if not records:
         return ""
     labels: list[str] = []
@@ -887,31 +907,32 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
         by_size.setdefault(r["size_bytes"], {})[r["implementation"]] = r
     factor = busbw_factor(coll, p)
     ftext = _FACTOR_TEXT.get(coll, "(P-1)/P")
-    head = (
-        f"# {coll}: S = {_size_meaning(coll)}; busbw = algbw x {ftext}"
-        + (f" = {factor:.3g}" if factor is not None else "")
+    head = f"# {coll}: S = {_size_meaning(coll)}" + (
+        f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
     )
-    lines = [head]
-    if plan.nonblocking:
-        return "\n".join(lines + _nonblocking_rows(records, labels, by_size)) + "\n"
-    w = max(9, *(len(lab) + 1 for lab in labels))
-    cols = ["size", "count", "check"] + labels + ["fastest", "speedup", "algbw", "busbw", "#wrong"]
-    widths = [12, 10, 6] + [w] * len(labels) + [max(9, w), 8, 8, 8, 7]
-    units = ["(B)", "(elements)", ""] + ["(us)"] * len(labels) + ["", "(x)", "(GB/s)", "(GB/s)", ""]
-    lines.append("#" + "".join(f"{c:>{wd}}" for c, wd in zip(cols, widths))[1:])
-    lines.append("#" + "".join(f"{u:>{wd}}" for u, wd in zip(units, widths))[1:])
     notes: list[str] = []
+    for r in records:
+        if r["status"] in ("wrong", "error"):
+            where = f" on rank {r['wrong_rank']}" if r["wrong_rank"] is not None else ""
+            notes.append(f"#   {r['implementation']} at {r['size_bytes']} B: "
+                         f"{r['status'].upper()}{where}: {r['reason']}")
+    na: dict[str, str] = {}
+    for r in records:
+        if r["status"] == "n/a" and r["reason"]:
+            na.setdefault(r["implementation"], r["reason"])
+    notes = [f"#   {lab}: n/a: {why}" for lab, why in na.items()] + notes
+    autos = sorted({str(r["auto_choice"]) for r in records if r.get("auto_choice")})
+    if autos:
+        notes.insert(0, f"#   auto ran: {', '.join(autos)} (per size in the JSON)")
+    if plan.nonblocking:
+        return "\n".join([head, *_nonblocking_rows(records, labels, by_size), *notes]) + "\n"
+    heads = ["size", "count", "check", *labels, "fastest", "speedup", "algbw", "busbw", "#wrong"]
+    units = ["(B)", "(elements)", "", *(["(us)"] * len(labels)), "", "(x)", "(GB/s)", "(GB/s)", ""]
+    rows = []
     for size, row in by_size.items():
         s = summary[size]
         cells = [str(size), str(s["count"]), "ok" if s["wrong"] == 0 else "FAIL"]
-        for lab in labels:
-            rec = row.get(lab)
-            cells.append(_cell(rec) if rec else "")
-            if rec and rec["status"] in ("wrong", "error"):
-                notes.append(
-                    f"#   {lab} at {size} B: {rec['status'].upper()} on rank {rec['wrong_rank']}: "
-                    f"{rec['reason']}"
-                )
+        cells += [_cell(row[lab]) if lab in row else "" for lab in labels]
         cells += [
             s["fastest"] or "-",
             _fmt_opt(s["speedup_best_p2p_vs_native"]),
@@ -919,36 +940,24 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
             _fmt_opt(s["busbw_gbps"]),
             str(s["wrong"]),
         ]
-        lines.append("".join(f"{c:>{wd}}" for c, wd in zip(cells, widths)))
-    na = {}
-    for r in records:
-        if r["status"] == "n/a" and r["reason"]:
-            na.setdefault(r["implementation"], r["reason"])
-    lines += [f"#   {lab}: n/a: {why}" for lab, why in na.items()]
-    lines += notes
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return "\n".join([head, *_table(heads, units, rows, notes)]) + "\n"
 
 
 def _nonblocking_rows(
     records: list[dict[str, Any]], labels: list[str], by_size: dict[int, dict[str, dict[str, Any]]]
 ) -> list[str]:
-    w = max(12, *(len(lab) + 1 for lab in labels))
-    cols = ["size", "count", "impl", "check", "pure", "compute", "total", "ovl_osu", "ovl_imb"]
-    widths = [12, 10, w, 7, 10, 10, 10, 9, 9]
-    units = ["(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "(%)", "(%)"]
-    lines = [
-        "#   overlap: OSU max(0, 100(1 - (total - compute)/pure)); "
-        "IMB-NBC 100 max(0, min(1, (pure + compute - total)/min(pure, compute)))",
-        "#" + "".join(f"{c:>{wd}}" for c, wd in zip(cols, widths))[1:],
-        "#" + "".join(f"{u:>{wd}}" for u, wd in zip(units, widths))[1:],
-    ]
+    heads = ["size", "count", "implementation", "check", "pure", "compute", "total", "overlap",
+             "overlap"]
+    units = ["(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "OSU(%)", "IMB(%)"]
+    rows = []
     for size, row in by_size.items():
         for lab in labels:
             rec = row.get(lab)
             if rec is None:
                 continue
-            ok = rec["status"] == "ok" and rec.get("pure_us")
-            cells = [
+            ok = rec["status"] == "ok" and bool(rec.get("pure_us"))
+            rows.append([
                 str(size), str(rec["count"]), lab,
                 "ok" if rec["status"] == "ok" else rec["status"].upper(),
                 _cell(rec, "pure_us") if ok else "-",
@@ -956,11 +965,10 @@ def _nonblocking_rows(
                 _cell(rec, "total_us") if ok else "-",
                 _fmt_opt(rec.get("overlap_osu_pct"), ".1f") if ok else "-",
                 _fmt_opt(rec.get("overlap_imb_pct"), ".1f") if ok else "-",
-            ]
-            lines.append("".join(f"{c:>{wd}}" for c, wd in zip(cells, widths)))
-            if rec["status"] in ("wrong", "error", "n/a") and rec["reason"]:
-                lines.append(f"#   {lab} at {size} B: {rec['reason']}")
-    return lines
+            ])
+    legend = ("#   overlap OSU = max(0, 100 (1 - (total - compute) / pure)); IMB-NBC = "
+              "100 max(0, min(1, (pure + compute - total) / min(pure, compute)))")
+    return [legend, *_table(heads, units, rows, [])]
 
 
 def _size_meaning(coll: str) -> str:

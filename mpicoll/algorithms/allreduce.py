@@ -21,9 +21,11 @@ from .reduce_scatter import ring_core as _reduce_scatter_ring
 
 @algorithm(
     "allreduce", "recursive_doubling",
-    formula="lg p (alpha + n beta + n gamma)  (+2 (alpha + n beta) + n gamma if p != 2^k)",
+    formula="lg p' (alpha + n beta + n gamma), p' = 2^floor(lg p)"
+            "  (+ 2 (alpha + n beta) + n gamma to fold if p != p')",
     cost=lambda p, n, a, b, g: (
-        clg(p) * (a + n * b + n * g) + (0 if p & (p - 1) == 0 else 2 * (a + n * b) + n * g)
+        lg(pof2_floor(p)) * (a + n * b + n * g)
+        + (0 if p & (p - 1) == 0 else 2 * (a + n * b) + n * g)
     ) if p > 1 else 0.0,
     source="MPICH allreduce_intra_recursive_doubling; Thakur, Rabenseifner & Gropp 2005",
 )

@@ -63,10 +63,19 @@ def scattered(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
         yield ops
 
 
+def _bruck_blocks(p: int) -> int:
+    """Blocks a rank sends over all steps of Bruck's all-to-all: sum over k of #{i < p: i & k}."""
+    total, k = 0, 1
+    while k < p:
+        total += sum(1 for i in range(p) if i & k)
+        k <<= 1
+    return total
+
+
 @algorithm(
     "alltoall", "bruck",
-    formula="ceil(lg p) alpha + (n/2) ceil(lg p) beta",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n / 2 * b),
+    formula="ceil(lg p) alpha + (n/2) ceil(lg p) beta  (exactly: n/p sum_k #{i < p: i & 2^k})",
+    cost=lambda p, n, a, b, g: clg(p) * a + n / p * _bruck_blocks(p) * b,
     source="Bruck et al., IEEE TPDS 8(11) 1997; MPICH alltoall_intra_brucks",
 )
 def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],

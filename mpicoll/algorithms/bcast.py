@@ -91,14 +91,14 @@ def scatter_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
 
 @algorithm(
     "bcast", "scatter_ring_allgather",
-    formula="(lg p + p - 1) alpha + 2 (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: (lg(p) + p - 1) * a + 2 * (p - 1) / p * n * b,
+    formula="(ceil(lg p) + p - 1) alpha + 2 (p-1)/p n beta",
+    cost=lambda p, n, a, b, g: (clg(p) + p - 1) * a + 2 * (p - 1) / p * n * b,
     source="MPICH bcast_intra_scatter_ring_allgather; Thakur, Rabenseifner & Gropp 2005",
 )
 def scatter_ring_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     """Binomial scatter of p blocks, then a ring allgather of them (any p).
 
-    Cost: (lg p + p - 1) alpha + 2 (p-1)/p n beta; the long-message broadcast of MPICH.
+    Cost: (ceil(lg p) + p - 1) alpha + 2 (p-1)/p n beta; the long-message broadcast of MPICH.
     """
     c = ctx.relative(root)
     counts = block_counts(buf.size, c.size)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..registry import algorithm, default_rule, lg
+from ..registry import algorithm, clg, default_rule
 from ..schedule import Context, Schedule
 
 
@@ -43,8 +43,8 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
 
 @algorithm(
     "gather", "binomial",
-    formula="lg p alpha + (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: lg(p) * a + (p - 1) / p * n * b,
+    formula="ceil(lg p) alpha + (p-1)/p n beta",
+    cost=lambda p, n, a, b, g: clg(p) * a + (p - 1) / p * n * b,
     source="MPICH gather_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
@@ -54,7 +54,7 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
 
     Relative rank vr collects its children's subtrees (blocks [vr, vr + lowbit(vr))) into one
     buffer, then sends it to its parent in a single message; the root finally puts the blocks
-    from relative into rank order.  Cost: lg p alpha + (p-1)/p n beta.
+    from relative into rank order.  Cost: ceil(lg p) alpha + (p-1)/p n beta.
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size

@@ -100,10 +100,11 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MP
 
 @algorithm(
     "reduce", "rabenseifner",
-    formula="2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma  (+ fold if p != 2^k)",
+    formula="2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma, p' = 2^floor(lg p)"
+            "  (+ 2 (alpha + n beta) + n gamma to fold and forward if p != p')",
     cost=lambda p, n, a, b, g: (
         2 * lg(pof2_floor(p)) * a + (pof2_floor(p) - 1) / pof2_floor(p) * n * (2 * b + g)
-        + (0 if p & (p - 1) == 0 else (a + n * b) + n * g) + (a + n * b)
+        + (0 if p & (p - 1) == 0 else 2 * (a + n * b) + n * g)
     ) if p > 1 else 0.0,
     restrictions=("commutative",),
     source="Rabenseifner 2004; MPICH reduce_intra_reduce_scatter_gather",

@@ -105,14 +105,14 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op) -
 
 @algorithm(
     "exscan", "linear",
-    formula="(p-1) (alpha + n beta + n gamma)",
-    cost=lambda p, n, a, b, g: (p - 1) * (a + n * b + n * g),
+    formula="(p-1) (alpha + n beta) + (p-2) n gamma",
+    cost=lambda p, n, a, b, g: (p - 1) * (a + n * b) + max(0, p - 2) * n * g,
     source="MPI-1 reference implementation: a chain from rank 0 to rank p-1",
 )
 def exscan_linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
                   op: MPI.Op) -> Schedule:
     """Chain: rank r receives the prefix of ranks 0..r-1 straight into its result, then passes
-    ``prefix op x_r`` on.  Cost: (p-1) (alpha + n beta + n gamma).
+    ``prefix op x_r`` on.  Cost: (p-1) (alpha + n beta) + (p-2) n gamma.
     """
     yield from _linear(ctx, sendbuf, recvbuf, op, inclusive=False)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..registry import algorithm, default_rule, lg
+from ..registry import algorithm, clg, default_rule
 from ..schedule import Context, Schedule
 
 
@@ -43,8 +43,8 @@ def linear(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | Non
 
 @algorithm(
     "scatter", "binomial",
-    formula="lg p alpha + (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: lg(p) * a + (p - 1) / p * n * b,
+    formula="ceil(lg p) alpha + (p-1)/p n beta",
+    cost=lambda p, n, a, b, g: clg(p) * a + (p - 1) / p * n * b,
     source="MPICH scatter_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | None,
@@ -54,7 +54,7 @@ def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | N
     Relative rank vr receives the blocks of its whole subtree [vr, vr + lowbit(vr)) from its
     parent, keeps its own and forwards each child's subtree.  The root first lays its blocks
     out in relative order (rank root, root+1, ...) unless root = 0.
-    Cost: lg p alpha + (p-1)/p n beta.
+    Cost: ceil(lg p) alpha + (p-1)/p n beta.
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size

@@ -1,0 +1,387 @@
+"""``mpicoll verify``: every p2p algorithm against native, exactly, on every rank.
+
+The matrix: every collective x every p2p algorithm (``auto`` included) x dtypes x ops x roots x
+in-place x equal / varying counts (v-variants) x a set of counts (0, 1, P-1, P+1 and a larger
+one).  Each case runs native first; native is checked against the exact NumPy answer, then each
+algorithm against native's output (against the NumPy answer where native itself failed).  Cases
+an algorithm's registry restrictions forbid (:meth:`mpicoll.registry.Algorithm.why_not`) are
+``n/a``.  Rank 0 prints a compact pass/fail matrix (rows: collective x implementation, columns:
+counts) and then one line per failure naming collective, algorithm, P, dtype, op, root, count
+and the first differing index on which rank.  Exit status 1 on any failure.
+
+Inputs are small integers in every dtype, so results are exact whatever the reduction order;
+a difference is a bug, never rounding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TextIO
+
+from . import _cases
+from ._cases import Case, compare
+from .bench import WATCHDOG, Progress, make_backends, provenance, run_checked
+
+__all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "main", "make_plan",
+           "run"]
+
+#: Default dtypes of each op (reductions): one or two per op, covering every type class.
+DEFAULT_REDUCTION_DTYPES: dict[str, list[str]] = {
+    "sum": ["int32", "float64", "complex128"],
+    "prod": ["int64", "float32"],
+    "max": ["int16", "float64"],
+    "min": ["uint8", "float32"],
+    "land": ["bool", "int32"],
+    "lor": ["bool"],
+    "lxor": ["int64"],
+    "band": ["uint8"],
+    "bor": ["int32"],
+    "bxor": ["uint64"],
+    "maxloc": ["double_int", "2int"],
+    "minloc": ["float_int", "long_int"],
+    "user": ["float64"],
+    "noncomm": ["int64"],
+}
+#: Default dtypes of the data-movement collectives (8-byte and 1-byte elements).
+DEFAULT_DATA_DTYPES: list[str] = ["float64", "int8"]
+#: The larger count of the default set.
+LARGE_COUNT = 1000
+
+_QUICK_REDUCTION_DTYPES = {"sum": ["float64"], "max": ["int32"], "noncomm": ["int64"]}
+
+
+@dataclass
+class Plan:
+    """What a verify run covers."""
+
+    collectives: list[str]
+    algorithms: list[str]
+    counts: list[int]
+    reduction_pairs: list[tuple[str, str]]  # (dtype, op)
+    data_dtypes: list[str]
+    roots: list[int] | None  # None: every root
+    in_place: list[bool]
+    uniform: list[bool]
+    nonblocking: bool
+    timeout: float
+    max_failures: int
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """One (case, implementation, form) verdict, as rank 0 records it."""
+
+    collective: str
+    implementation: str
+    count: int
+    status: str  # ok | wrong | error | n/a
+    describe: str
+    detail: str | None = None
+    rank: int | None = None
+    form: str = "blocking"
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    return [x for v in values or [] for x in v.replace(",", " ").split() if x]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``verify`` options."""
+    parser.add_argument("-c", "--collective", nargs="+", metavar="NAME",
+                        help="collectives to verify (default: all)")
+    parser.add_argument("-a", "--algorithm", nargs="+", metavar="NAME",
+                        help="p2p algorithms: 'all' (default: every registered one and auto), "
+                        "'auto', or names")
+    parser.add_argument("--counts", metavar="N,N,...",
+                        help=f"element counts (default: 0,1,P-1,P+1,{LARGE_COUNT})")
+    parser.add_argument("--dtypes", metavar="T,T,...",
+                        help="dtypes, or 'all' (default: one or two per op / type class)")
+    parser.add_argument("--ops", metavar="OP,OP,...",
+                        help=f"reduction ops, or 'all' (default all: {','.join(_cases.OPS)})")
+    parser.add_argument("--roots", metavar="R,R,...",
+                        help="roots of rooted collectives, or 'all' (default: 0, P/2, P-1)")
+    parser.add_argument("--in-place", choices=["no", "yes", "both"], default="both",
+                        help="out-of-place, in-place or both (default both)")
+    parser.add_argument("--nonblocking", action="store_true",
+                        help="also verify the I-forms (start + Wait)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small matrix: counts 0,1,P+1; ops sum,max,noncomm; one dtype each")
+    parser.add_argument("--max-failures", type=int, default=20, metavar="N",
+                        help="failures listed in detail (default 20; all are counted)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="abort the job if one case takes longer (a hang; default 60)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
+
+
+def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]) -> Plan:
+    """Validate ``verify`` arguments (the same verdict on every rank)."""
+    from . import registry
+
+    colls = _split(args.collective) or list(registry.COLLECTIVES)
+    if colls == ["all"]:
+        colls = list(registry.COLLECTIVES)
+    for c in colls:
+        if c not in registry.COLLECTIVES:
+            error(f"argument -c/--collective: unknown collective {c!r} "
+                  f"(choose from {', '.join(registry.COLLECTIVES)})")
+    algs = _split(args.algorithm) or ["all", "auto"]
+    known = {a.name for c in colls for a in registry.algorithms(c)}
+    for a in algs:
+        if a not in ("all", "auto", "none") and a not in known:
+            error(f"argument -a/--algorithm: unknown algorithm {a!r} for {', '.join(colls)} "
+                  f"(choose from all, auto, none, {', '.join(sorted(known)) or '-'})")
+    if args.counts:
+        try:
+            counts = [int(x) for x in _split([args.counts])]
+        except ValueError:
+            error(f"argument --counts: expected integers, got {args.counts!r}")
+        if any(c < 0 for c in counts):
+            error("argument --counts: counts must be >= 0")
+    elif args.quick:
+        counts = [0, 1, p + 1]
+    else:
+        counts = [0, 1, p - 1, p + 1, LARGE_COUNT]
+    counts = sorted(set(counts))
+    # ops and dtypes
+    ops = _split([args.ops]) if args.ops else None
+    if ops == ["all"]:
+        ops = list(_cases.OPS)
+    for o in ops or []:
+        if o not in _cases.OPS:
+            error(f"argument --ops: unknown op {o!r} (choose from {', '.join(_cases.OPS)})")
+    dtypes = _split([args.dtypes]) if args.dtypes else None
+    if dtypes == ["all"]:
+        dtypes = list(_cases.DTYPES)
+    for d in dtypes or []:
+        if d not in _cases.DTYPES:
+            error(f"argument --dtypes: unknown dtype {d!r} (choose from {', '.join(_cases.DTYPES)})")
+    table = _QUICK_REDUCTION_DTYPES if args.quick else DEFAULT_REDUCTION_DTYPES
+    if ops is None:
+        ops = list(table) if dtypes is None else list(_cases.OPS)
+    pairs: list[tuple[str, str]] = []
+    for o in ops:
+        for d in dtypes if dtypes is not None else table.get(o, DEFAULT_REDUCTION_DTYPES[o]):
+            if _cases.dtype_op_problem(d, o, 1) is None:
+                pairs.append((d, o))
+    if any(c in _cases.REDUCTIONS for c in colls) and not pairs:
+        error("arguments --ops/--dtypes: no valid (dtype, op) pair among them")
+    data_dtypes = dtypes if dtypes is not None else (["float64"] if args.quick else DEFAULT_DATA_DTYPES)
+    roots: list[int] | None
+    if args.roots == "all":
+        roots = None
+    elif args.roots:
+        try:
+            roots = sorted({int(x) for x in _split([args.roots])})
+        except ValueError:
+            error(f"argument --roots: expected integers or 'all', got {args.roots!r}")
+        bad = [r for r in roots if not 0 <= r < p]
+        if bad:
+            error(f"argument --roots: {bad[0]} is not a rank (P = {p})")
+    else:
+        roots = sorted({0, p // 2, p - 1}) if not args.quick else sorted({0, p - 1})
+    in_place = {"no": [False], "yes": [True], "both": [False, True]}[args.in_place]
+    if args.max_failures < 0:
+        error("argument --max-failures: must be >= 0")
+    return Plan(colls, algs, counts, pairs, data_dtypes, roots, in_place, [True, False],
+                args.nonblocking, args.timeout, args.max_failures)
+
+
+def _impl_names(coll: str, requested: Sequence[str]) -> list[str]:
+    from . import registry
+
+    names = [a.name for a in registry.algorithms(coll)]
+    out: list[str] = []
+    for tok in requested:
+        picks = names if tok == "all" else [] if tok == "none" else [tok]
+        for a in picks:
+            if (a == "auto" or a in names) and a not in out:
+                out.append(a)
+    return out
+
+
+def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
+    """Every case of ``coll`` in ``plan`` (the same list, in the same order, on every rank)."""
+    out = []
+    combos: list[tuple[str, str]]
+    if coll in _cases.REDUCTIONS:
+        combos = plan.reduction_pairs
+    else:
+        combos = [(d, "sum") for d in plan.data_dtypes]
+    roots = (plan.roots if plan.roots is not None else list(range(p))) if coll in _cases.ROOTED else [0]
+    in_places = plan.in_place if coll in _cases.IN_PLACE_COLLECTIVES else [False]
+    uniforms = plan.uniform if coll in _cases.V_COLLECTIVES else [True]
+    counts = [0] if coll == "barrier" else plan.counts
+    for count in counts:
+        for dtype, op in combos:
+            for root in roots:
+                for ip in in_places:
+                    for uni in uniforms:
+                        case = Case(coll, count, dtype, op, root, ip, p, rank, uni)
+                        out.append(case)
+                if coll == "barrier":
+                    return out
+    return out
+
+
+def _check_case(
+    comm: Any, case: Case, impls: list[str], native: Any, p2p: Any, forms: list[bool],
+    timeout: float,
+) -> list[tuple[str, str, str, str | None]]:
+    """Run one case on every implementation and form; local ``(impl, form, status, detail)``."""
+    from . import registry
+
+    out: list[tuple[str, str, str, str | None]] = []
+    problem = case.problem()
+    if problem is not None:
+        return [(impl, "", "n/a", problem) for impl in ["native", *impls]]
+    case.build()
+    expected = case.expected()
+    for nb in forms:
+        form = "nonblocking" if nb else "blocking"
+        WATCHDOG.arm(timeout, f"verify {case.describe()} native {form}")
+        case.reset()
+        status, detail = run_checked(comm, case.call(native, None, nb), nb)
+        WATCHDOG.disarm()
+        reference = expected
+        if status == "ok":
+            got = case.result()
+            m = compare(got, expected)
+            if m is not None:
+                status, detail = "wrong", str(m)
+            else:
+                reference = got
+        out.append(("native", form, status, detail))
+        for name in impls:
+            if name != "auto":
+                why = registry.get(case.collective, name).why_not(case.size, **case.restriction_kwargs())
+                if why is not None:
+                    out.append((name, form, "n/a", why))
+                    continue
+            WATCHDOG.arm(timeout, f"verify {case.describe()} {name} {form}")
+            case.reset()
+            st, det = run_checked(comm, case.call(p2p, name, nb), nb)
+            WATCHDOG.disarm()
+            if st == "ok":
+                m = compare(case.result(), reference)
+                if m is not None:
+                    st, det = "wrong", str(m)
+            out.append((name, form, st, det))
+    return out
+
+
+_ORDER = {"ok": 0, "n/a": 1, "wrong": 2, "error": 3}
+
+
+def _merge(per_rank: list[list[tuple[str, str, str, str | None]]]) -> list[tuple[str, str, str, str | None, int | None]]:
+    """Worst verdict over ranks for each (impl, form), with the first rank that had it."""
+    merged = []
+    for k in range(len(per_rank[0])):
+        worst_rank = max(range(len(per_rank)), key=lambda r: (_ORDER[per_rank[r][k][2]], -r))
+        impl, form, st, det = per_rank[worst_rank][k]
+        merged.append((impl, form, st, det, worst_rank if st in ("wrong", "error") else None))
+    return merged
+
+
+def _cell(stats: dict[str, int]) -> str:
+    fail = stats.get("wrong", 0) + stats.get("error", 0)
+    ok = stats.get("ok", 0)
+    if fail:
+        return f"F{fail}/{fail + ok}"
+    if ok:
+        return "ok"
+    return "n/a" if stats.get("n/a") else ""
+
+
+def format_matrix(plan: Plan, outcomes: list[Outcome], p: int) -> str:
+    """The pass/fail matrix: rows collective x implementation, columns counts, then totals."""
+    rows: dict[tuple[str, str], dict[int, dict[str, int]]] = {}
+    for o in outcomes:
+        cell = rows.setdefault((o.collective, o.implementation), {}).setdefault(o.count, {})
+        cell[o.status] = cell.get(o.status, 0) + 1
+    counts = plan.counts
+    w_coll = max([10] + [len(c) for c, _ in rows])
+    w_impl = max([14] + [len(i) for _, i in rows])
+    w_cell = max(9, *(len(str(c)) + 2 for c in counts))
+    head = f"{'collective':<{w_coll}}  {'implementation':<{w_impl}}" + "".join(
+        f"{'count=' + str(c) if k == 0 else str(c):>{w_cell}}" for k, c in enumerate(counts)
+    ) + f"{'passed':>8}{'failed':>8}{'n/a':>6}"
+    lines = [head, "-" * len(head)]
+    for (coll, impl), cells in rows.items():
+        tot = {"ok": 0, "fail": 0, "n/a": 0}
+        text = []
+        for c in counts:
+            st = cells.get(c, {})
+            text.append(f"{_cell(st):>{w_cell}}")
+            tot["ok"] += st.get("ok", 0)
+            tot["fail"] += st.get("wrong", 0) + st.get("error", 0)
+            tot["n/a"] += st.get("n/a", 0)
+        if coll == "barrier":  # one count only
+            st = cells.get(0, {})
+            text = [f"{_cell(st):>{w_cell}}"] + [f"{'':>{w_cell}}"] * (len(counts) - 1)
+        lines.append(f"{coll:<{w_coll}}  {impl:<{w_impl}}" + "".join(text)
+                     + f"{tot['ok']:>8}{tot['fail']:>8}{tot['n/a']:>6}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: TextIO | None = None) -> int:
+    """Run ``verify``; exit status 0 if everything applicable matched, 1 otherwise (all ranks)."""
+    out = out or sys.stdout
+    plan: Plan = args.plan
+    plan.argv = list(argv)
+    rank, p = comm.Get_rank(), comm.Get_size()
+    impls_of = {c: _impl_names(c, plan.algorithms) for c in plan.collectives}
+    native, p2p = make_backends(comm, any(impls_of.values()))
+    prov = provenance(comm, ["verify", *argv])
+    forms = [False, True] if plan.nonblocking else [False]
+    progress = Progress(rank == 0 and not args.quiet)
+    if rank == 0:
+        out.write(
+            f"# mpicoll verify  P={p}  {prov['mpi_library']}  mpi4py {prov['mpi4py']}  "
+            f"numpy {prov['numpy']}\n"
+            f"# counts {' '.join(map(str, plan.counts))}; roots "
+            f"{'all' if plan.roots is None else ' '.join(map(str, plan.roots))}; in-place "
+            f"{'/'.join('yes' if x else 'no' for x in plan.in_place)}; "
+            f"{'blocking + non-blocking' if plan.nonblocking else 'blocking'} forms\n"
+            "# cell: ok = every applicable case matched; Fk/n = k of n failed; n/a = the "
+            "algorithm's restrictions rule every case out\n\n"
+        )
+        out.flush()
+    outcomes: list[Outcome] = []
+    for coll in plan.collectives:
+        impls = impls_of[coll] if p2p is not None else []
+        for case in cases_of(plan, coll, p, rank):
+            progress.show(f"[mpicoll verify] {case.describe()}")
+            local = _check_case(comm, case, impls, native, p2p, forms, plan.timeout)
+            per_rank = comm.gather(local, root=0)
+            if rank == 0:
+                assert per_rank is not None
+                for impl, form, st, det, bad in _merge(per_rank):
+                    outcomes.append(Outcome(coll, impl, case.count, st, case.describe(), det, bad,
+                                            form))
+    progress.clear()
+    failed = [o for o in outcomes if o.status in ("wrong", "error")]
+    if rank == 0:
+        out.write(format_matrix(plan, outcomes, p))
+        for o in failed[: plan.max_failures]:
+            form = " (non-blocking)" if o.form == "nonblocking" else ""
+            where = f"rank {o.rank}: " if o.rank is not None else ""
+            out.write(f"FAIL {o.collective}/{o.implementation}{form}: {o.describe}: {where}{o.detail}\n")
+        if len(failed) > plan.max_failures:
+            out.write(f"... and {len(failed) - plan.max_failures} more failures\n")
+        n_ok = sum(o.status == "ok" for o in outcomes)
+        n_na = sum(o.status == "n/a" for o in outcomes)
+        out.write(f"\nverify: {len(outcomes)} checks: {n_ok} passed, {len(failed)} failed, "
+                  f"{n_na} n/a\n")
+        out.flush()
+    return 1 if rank == 0 and failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mpicoll verify ARGS``: same as ``mpicoll.cli.main(["verify", *ARGS])``."""
+    from .cli import main as cli_main
+
+    return cli_main(["verify", *(sys.argv[1:] if argv is None else argv)])
