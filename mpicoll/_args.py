@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from ._buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
 from ._ops import check_op
-from .schedule import Context, displacements
+from .schedule import Context, block_counts, displacements
 
 __all__ = ["Call", "PARSERS"]
 
@@ -90,8 +90,8 @@ def _copy_of(arr: np.ndarray) -> Callable[[Context], np.ndarray]:
     return make
 
 
-def _regular(n: int, p: int) -> tuple[list[int], list[int]]:
-    counts = [n] * p
+def _regular(n: int, p: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    counts = block_counts(n * p, p)  # p blocks of n (cached: shared by every simulated rank)
     return counts, displacements(counts)
 
 

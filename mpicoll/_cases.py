@@ -210,7 +210,7 @@ def dtype_op_problem(dtype: str, op: str, size: int = 1) -> str | None:
 
 
 def method_name(collective: str, nonblocking: bool = False) -> str:
-    """Backend method of a registry collective name: ``reduce_scatter_block`` -> ``Reduce_scatter_block``."""
+    """Backend method of a collective: ``reduce_scatter_block`` -> ``Reduce_scatter_block``."""
     name = collective[0].upper() + collective[1:]
     return "I" + collective if nonblocking else name
 
@@ -220,7 +220,7 @@ def method_name(collective: str, nonblocking: bool = False) -> str:
 
 
 def _data_pattern(rank: int, n: int, dt: np.dtype[Any]) -> np.ndarray[Any, Any]:
-    """Non-reduction input of ``rank``: element i depends on (rank, i), distinct over small ranges."""
+    """Non-reduction input of ``rank``: element i depends on (rank, i)."""
     i = np.arange(n, dtype=np.int64)
     raw = rank * 37 + i * 11 + 1
     out = np.empty(n, dtype=dt)
@@ -242,7 +242,9 @@ def _data_pattern(rank: int, n: int, dt: np.dtype[Any]) -> np.ndarray[Any, Any]:
     return out
 
 
-def _reduce_pattern(op: str, rank: int, n: int, dt: np.dtype[Any], size: int) -> np.ndarray[Any, Any]:
+def _reduce_pattern(
+    op: str, rank: int, n: int, dt: np.dtype[Any], size: int
+) -> np.ndarray[Any, Any]:
     """Reduction input of ``rank`` for ``op``: small integers whose reduction is exact."""
     i = np.arange(n, dtype=np.int64)
     out = np.empty(n, dtype=dt)
@@ -301,11 +303,11 @@ def _reduce_stack(op: str, stack: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if op == "min":
         return np.asarray(stack.min(axis=0))
     if op in ("land", "lor", "lxor"):
-        ufunc = {"land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}[op]
+        ufunc: Any = {"land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}[op]
         return np.asarray(ufunc.reduce(stack != 0, axis=0).astype(dt))
     if op in ("band", "bor", "bxor"):
-        ufunc = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
-        return np.asarray(ufunc.reduce(stack, axis=0))
+        bitwise: Any = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+        return np.asarray(bitwise.reduce(stack, axis=0))
     if op == "noncomm":
         acc = stack[0].copy()
         for row in stack[1:]:
@@ -356,7 +358,8 @@ def compare(got: np.ndarray[Any, Any] | None, want: np.ndarray[Any, Any] | None)
     if got is None or want is None:
         if got is None and want is None:
             return None
-        return Mismatch(-1, "no output" if got is None else "output", "none" if want is None else "output")
+        return Mismatch(-1, "no output" if got is None else "an output",
+                        "none" if want is None else "an output")
     if got.shape != want.shape:
         return Mismatch(-1, f"{got.size} elements", f"{want.size}")
     if got.dtype != want.dtype:
@@ -445,7 +448,8 @@ class Case:
         return max(0, self.count + (src + dst) % 3 - 1)
 
     def _layout(self, counts: Sequence[int]) -> tuple[list[int], list[int], int]:
-        """(counts, displacements, extent) with a one-element gap between blocks (v, non-uniform)."""
+        """(counts, displacements, extent); v-variants with varying counts leave a one-element
+        gap between blocks (reduce_scatter excepted: its blocks are contiguous)."""
         gap = 0 if self.uniform or self.collective == "reduce_scatter" else 1
         displs, pos = [], 0
         for c in counts:
@@ -552,9 +556,7 @@ class Case:
         b["send"] = np.empty(self._send_len(), dtype=self.np_dtype)
         if coll == "bcast":
             pass
-        elif coll in ("reduce", "allreduce", "scan", "exscan"):
-            b["recv"] = np.empty(c, dtype=self.np_dtype)
-        elif coll in ("scatter",):
+        elif coll in ("reduce", "allreduce", "scan", "exscan", "scatter"):
             b["recv"] = np.empty(c, dtype=self.np_dtype)
         elif coll == "scatterv":
             b["recv"] = np.empty(self.counts()[r], dtype=self.np_dtype)
@@ -587,7 +589,9 @@ class Case:
             return
         send = b["send"]
         if coll == "bcast":
-            send[...] = self._input(self.root, send.size) if r == self.root else self._sentinel(send.size)
+            send[...] = (
+                self._input(self.root, send.size) if r == self.root else self._sentinel(send.size)
+            )
             return
         send[...] = self._input(r, send.size)
         recv = b["recv"]
@@ -597,7 +601,7 @@ class Case:
         # MPI.IN_PLACE: the input lives in the receive buffer (or stays in the send buffer).
         if coll == "alltoallv":  # blocks only: the gaps keep their sentinel
             counts, displs, _ = self._layout([self.pair_count(r, j) for j in range(p)])
-            for d, n in zip(displs, counts):
+            for d, n in zip(displs, counts, strict=True):
                 recv[d : d + n] = send[d : d + n]
         elif coll in ("reduce", "allreduce", "scan", "exscan", "alltoall",
                       "reduce_scatter_block", "reduce_scatter"):
@@ -627,7 +631,8 @@ class Case:
         if coll == "barrier":
             return (), {}
         IN_PLACE = MPI.IN_PLACE
-        send, recv = b["send"], b.get("recv")
+        send: Any = b["send"]
+        recv: Any = b.get("recv")
         sp = self._spec
         kw: dict[str, Any] = {}
         if self.is_reduction:
@@ -714,9 +719,10 @@ class Case:
         if coll in ("reduce", "gather", "gatherv") and r != self.root:
             return None
         if coll in ("scatter", "scatterv") and r == self.root and self.uses_in_place:
-            counts, displs, _ = (
-                self._layout(self.counts()) if coll == "scatterv" else ([c] * p, [i * c for i in range(p)], 0)
-            )
+            if coll == "scatterv":
+                counts, displs, _ = self._layout(self.counts())
+            else:
+                counts, displs = [c] * p, [i * c for i in range(p)]
             return np.array(b["send"][displs[r] : displs[r] + counts[r]])
         if coll == "reduce_scatter_block":
             return np.array(recv[:c])
@@ -743,7 +749,10 @@ class Case:
                     ranks = range(r + 1)
                 elif coll == "exscan":
                     ranks = range(r)
-                stack = np.stack([self._input(k, n) for k in ranks]) if n else np.empty((len(ranks), 0), dt)
+                stack = (
+                    np.stack([self._input(k, n) for k in ranks])
+                    if n else np.empty((len(ranks), 0), dt)
+                )
                 return _reduce_stack(self.op, stack)
             if coll == "reduce_scatter_block":
                 stack = np.stack([self._input(k, p * c)[r * c : (r + 1) * c] for k in range(p)])

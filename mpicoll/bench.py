@@ -240,7 +240,7 @@ def provenance(comm: Any, argv: Sequence[str] | None = None) -> dict[str, Any]:
             "hosts": [{"name": h, "ranks": n} for h, n in hosts.items()],
             "hostname": socket.gethostname(),
             "date": comm.bcast(
-                _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), root=0
+                _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), root=0
             ),
             "command_line": "mpicoll " + shlex.join(list(argv)) if argv is not None else None,
             "argv": list(sys.argv),
@@ -279,7 +279,9 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _validate(doc: Any, sch: dict[str, Any], root: dict[str, Any], path: str, errors: list[str]) -> None:
+def _validate(
+    doc: Any, sch: dict[str, Any], root: dict[str, Any], path: str, errors: list[str]
+) -> None:
     if "$ref" in sch:
         ref = sch["$ref"]
         if not ref.startswith("#/"):
@@ -523,7 +525,9 @@ class Settings:
         return max(lo, min(hi, n))
 
 
-def _timed_loop(comm: Any, fn: Callable[[], Any], n: int, nonblocking: bool) -> np.ndarray[Any, Any]:
+def _timed_loop(
+    comm: Any, fn: Callable[[], Any], n: int, nonblocking: bool
+) -> np.ndarray[Any, Any]:
     """Local times (s) of ``n`` barrier-separated calls."""
     times = np.empty(n)
     barrier = comm.Barrier
@@ -560,7 +564,9 @@ def _stats_us(samples: np.ndarray[Any, Any]) -> dict[str, float]:
     }
 
 
-def _iterations(comm: Any, fn: Callable[[], Any], settings: Settings, nonblocking: bool) -> tuple[int, int]:
+def _iterations(
+    comm: Any, fn: Callable[[], Any], settings: Settings, nonblocking: bool
+) -> tuple[int, int]:
     """Run the warm-up; return (warm-up count, timed iteration count) agreed by all ranks."""
     w = settings.warmup_count()
     t_est = 0.0
@@ -574,7 +580,7 @@ def _iterations(comm: Any, fn: Callable[[], Any], settings: Settings, nonblockin
 
 
 def measure_blocking(comm: Any, fn: Callable[[], Any], settings: Settings) -> dict[str, Any]:
-    """Warm up, then time barrier-separated calls; stats (us) of the per-iteration max over ranks."""
+    """Warm up, then time barrier-separated calls; stats (us) of each iteration's max over ranks."""
     w, n = _iterations(comm, fn, settings, nonblocking=False)
     t = _max_over_ranks(comm, _timed_loop(comm, fn, n, nonblocking=False))
     return {"iterations": n, "warmup": w, "time_us": _stats_us(t)}
@@ -875,13 +881,17 @@ def _cell(rec: dict[str, Any], key: str = "time_us") -> str:
     return {"wrong": "WRONG", "error": "ERROR", "n/a": "n/a"}[st]
 
 
-def _table(heads: list[str], units: list[str], rows: list[list[str]], notes: list[str]) -> list[str]:
+def _table(
+    heads: list[str], units: list[str], rows: list[list[str]], notes: list[str]
+) -> list[str]:
     """Right-aligned columns, two spaces apart; header and unit lines start with ``#``."""
-    widths = [max(len(h), len(u), *(len(r[k]) for r in rows)) for k, (h, u) in
-              enumerate(zip(heads, units))]
+    widths = [
+        max(len(h), len(u), *(len(r[k]) for r in rows))
+        for k, (h, u) in enumerate(zip(heads, units, strict=True))
+    ]
 
     def line(cells: list[str], lead: str) -> str:
-        return lead + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths))
+        return lead + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
 
     return [line(heads, "# "), line(units, "# "), *(line(r, "  ") for r in rows), *notes]
 
@@ -911,11 +921,16 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
         f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
     )
     notes: list[str] = []
+    bad: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r["status"] in ("wrong", "error"):
-            where = f" on rank {r['wrong_rank']}" if r["wrong_rank"] is not None else ""
-            notes.append(f"#   {r['implementation']} at {r['size_bytes']} B: "
-                         f"{r['status'].upper()}{where}: {r['reason']}")
+            bad.setdefault(r["implementation"], []).append(r)
+    for lab, recs in bad.items():
+        first = recs[0]
+        where = f" on rank {first['wrong_rank']}" if first["wrong_rank"] is not None else ""
+        sizes = ", ".join(str(r["size_bytes"]) for r in recs)
+        notes.append(f"#   {lab}: {first['status'].upper()} at {len(recs)} size(s) ({sizes} B); "
+                     f"at {first['size_bytes']} B{where}: {first['reason']}")
     na: dict[str, str] = {}
     for r in records:
         if r["status"] == "n/a" and r["reason"]:
@@ -992,7 +1007,8 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
     hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
     st = plan.settings
     if st.time_budget is not None:
-        iters = f"time budget {st.time_budget:g} s per size (iterations {MIN_ITERATIONS}..{st.iterations or MAX_ITERATIONS})"
+        hi = st.iterations or MAX_ITERATIONS
+        iters = f"time budget {st.time_budget:g} s per size (iterations {MIN_ITERATIONS}..{hi})"
     else:
         iters = f"{st.iterations} iterations"
     mode = "non-blocking (overlap)" if plan.nonblocking else "blocking"
@@ -1087,7 +1103,8 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
                 pts.append((r["size_bytes"], r[key]["median"]))
         for label, pts in lines.items():
             if pts:
-                xs, ys = zip(*pts)
+                xs = [x for x, _ in pts]
+                ys = [y for _, y in pts]
                 style = "-o" if label == "native" else "--."
                 ax.plot(xs, ys, style, label=label, markersize=4)
         ax.set_xscale("log", base=2)
@@ -1145,14 +1162,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("-i", "--iterations", type=int, default=None,
                    help="timed iterations per size (default: from --time-budget)")
     t.add_argument("-x", "--warmup", type=int, default=None,
-                   help=f"warm-up iterations per size (default {DEFAULT_WARMUP}, or iterations/10 with -i)")
+                   help=f"warm-up iterations per size (default {DEFAULT_WARMUP}; "
+                   "iterations/10 with -i)")
     t.add_argument(
         "--time-budget", type=float, default=None, metavar="SECONDS",
         help=f"seconds of timed iterations per size and implementation (default "
         f"{DEFAULT_TIME_BUDGET} unless -i is given; with -i, -i is the cap)",
     )
     t.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="abort the job if one size of one implementation takes longer (default 300)")
+                   help="abort the job if one size of one implementation takes longer "
+                   "(default 300)")
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write every statistic and provenance as JSON")
     o.add_argument("--csv", metavar="FILE", help="write every statistic as CSV")
@@ -1173,7 +1192,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
 
     colls = _split(args.collective) or list(DEFAULT_COLLECTIVES)
     if colls == ["all"]:
-        colls = [c for c in registry.COLLECTIVES]
+        colls = list(registry.COLLECTIVES)
     for c in colls:
         if c not in registry.COLLECTIVES:
             error(f"argument -c/--collective: unknown collective {c!r} "
@@ -1189,7 +1208,8 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     except ValueError as exc:
         error(f"argument -m/--message-size: {exc}")
     if args.dtype not in _cases.DTYPES:
-        error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from {', '.join(_cases.DTYPES)})")
+        error(f"argument --dtype: unknown dtype {args.dtype!r} "
+              f"(choose from {', '.join(_cases.DTYPES)})")
     if args.op not in _cases.OPS:
         error(f"argument --op: unknown op {args.op!r} (choose from {', '.join(_cases.OPS)})")
     if any(c in _cases.REDUCTIONS for c in colls):
@@ -1231,8 +1251,10 @@ def environment_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: TextIO | None = None) -> int:
-    """Run ``bench`` with parsed, validated ``args`` on ``comm``; the exit status (same on all ranks).
+def run(
+    args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: TextIO | None = None
+) -> int:
+    """Run ``bench`` with validated ``args`` on ``comm``; the exit status (same on all ranks).
 
     Returns:
         0 if every checked result was right, 1 if any implementation was WRONG or raised.

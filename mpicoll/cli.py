@@ -33,7 +33,7 @@ class UsageError(Exception):
         self.message = message
 
 
-class _Exit(Exception):
+class _ExitRequest(Exception):  # noqa: N818 (not an error: --help)
     """argparse wanted to exit (``--help``): the status to return."""
 
     def __init__(self, status: int) -> None:
@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
             self._print_message(message, sys.stderr)
-        raise _Exit(status)
+        raise _ExitRequest(status)
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if not _QUIET and message:
@@ -165,7 +165,9 @@ def _algorithms_configure(p: argparse.ArgumentParser) -> None:
                    help="print a Markdown table (the README's algorithm table)")
 
 
-def _algorithms_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+def _algorithms_validate(
+    args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
+) -> None:
     from .registry import COLLECTIVES
 
     names = [x for v in args.collective or [] for x in v.replace(",", " ").split()]
@@ -324,7 +326,7 @@ def run(argv: Sequence[str] | None = None, comm: Any = None, out: TextIO | None 
     try:
         try:
             args = parser.parse_args(argv)
-        except _Exit as ex:
+        except _ExitRequest as ex:
             return ex.status
         sub: Subcommand = args._subcommand
         subparser: argparse.ArgumentParser = args._subparser

@@ -27,6 +27,7 @@ Rules a schedule keeps, so that every engine can run it:
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -160,19 +161,29 @@ class _Relative(Context):
         return self._base.scratch(count)
 
 
-def block_counts(n: int, p: int) -> list[int]:
-    """Split ``n`` elements into ``p`` blocks of ``n//p`` or ``n//p + 1`` (the first ``n%p``)."""
+@lru_cache(maxsize=64)
+def block_counts(n: int, p: int) -> tuple[int, ...]:
+    """Split ``n`` elements into ``p`` blocks of ``n//p`` or ``n//p + 1`` (the first ``n%p``).
+
+    Cached: every rank of a simulated call asks for the same split."""
     q, r = divmod(n, p)
-    return [q + (i < r) for i in range(p)]
+    return tuple(q + (i < r) for i in range(p))
 
 
-def displacements(counts: Sequence[int]) -> list[int]:
+def displacements(counts: Sequence[int]) -> tuple[int, ...]:
     """Running sum of ``counts``, starting at 0 (contiguous blocks in rank order)."""
+    if isinstance(counts, tuple):
+        return _displacements(counts)
+    return _displacements.__wrapped__(tuple(counts))
+
+
+@lru_cache(maxsize=64)
+def _displacements(counts: tuple[int, ...]) -> tuple[int, ...]:
     out, off = [], 0
     for c in counts:
         out.append(off)
         off += c
-    return out
+    return tuple(out)
 
 
 def is_pof2(p: int) -> bool:

@@ -158,7 +158,8 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
         dtypes = list(_cases.DTYPES)
     for d in dtypes or []:
         if d not in _cases.DTYPES:
-            error(f"argument --dtypes: unknown dtype {d!r} (choose from {', '.join(_cases.DTYPES)})")
+            error(f"argument --dtypes: unknown dtype {d!r} "
+                  f"(choose from {', '.join(_cases.DTYPES)})")
     table = _QUICK_REDUCTION_DTYPES if args.quick else DEFAULT_REDUCTION_DTYPES
     if ops is None:
         ops = list(table) if dtypes is None else list(_cases.OPS)
@@ -169,7 +170,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
                 pairs.append((d, o))
     if any(c in _cases.REDUCTIONS for c in colls) and not pairs:
         error("arguments --ops/--dtypes: no valid (dtype, op) pair among them")
-    data_dtypes = dtypes if dtypes is not None else (["float64"] if args.quick else DEFAULT_DATA_DTYPES)
+    data_dtypes = dtypes if dtypes is not None else (
+        ["float64"] if args.quick else DEFAULT_DATA_DTYPES
+    )
     roots: list[int] | None
     if args.roots == "all":
         roots = None
@@ -211,7 +214,9 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
         combos = plan.reduction_pairs
     else:
         combos = [(d, "sum") for d in plan.data_dtypes]
-    roots = (plan.roots if plan.roots is not None else list(range(p))) if coll in _cases.ROOTED else [0]
+    roots = [0]
+    if coll in _cases.ROOTED:
+        roots = plan.roots if plan.roots is not None else list(range(p))
     in_places = plan.in_place if coll in _cases.IN_PLACE_COLLECTIVES else [False]
     uniforms = plan.uniform if coll in _cases.V_COLLECTIVES else [True]
     counts = [0] if coll == "barrier" else plan.counts
@@ -257,7 +262,8 @@ def _check_case(
         out.append(("native", form, status, detail))
         for name in impls:
             if name != "auto":
-                why = registry.get(case.collective, name).why_not(case.size, **case.restriction_kwargs())
+                alg = registry.get(case.collective, name)
+                why = alg.why_not(case.size, **case.restriction_kwargs())
                 if why is not None:
                     out.append((name, form, "n/a", why))
                     continue
@@ -276,7 +282,10 @@ def _check_case(
 _ORDER = {"ok": 0, "n/a": 1, "wrong": 2, "error": 3}
 
 
-def _merge(per_rank: list[list[tuple[str, str, str, str | None]]]) -> list[tuple[str, str, str, str | None, int | None]]:
+Verdict = tuple[str, str, str, str | None]  # (implementation, form, status, detail)
+
+
+def _merge(per_rank: list[list[Verdict]]) -> list[tuple[str, str, str, str | None, int | None]]:
     """Worst verdict over ranks for each (impl, form), with the first rank that had it."""
     merged = []
     for k in range(len(per_rank[0])):
@@ -327,7 +336,9 @@ def format_matrix(plan: Plan, outcomes: list[Outcome], p: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: TextIO | None = None) -> int:
+def run(
+    args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: TextIO | None = None
+) -> int:
     """Run ``verify``; exit status 0 if everything applicable matched, 1 otherwise (all ranks)."""
     out = out or sys.stdout
     plan: Plan = args.plan
@@ -369,7 +380,8 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: Text
         for o in failed[: plan.max_failures]:
             form = " (non-blocking)" if o.form == "nonblocking" else ""
             where = f"rank {o.rank}: " if o.rank is not None else ""
-            out.write(f"FAIL {o.collective}/{o.implementation}{form}: {o.describe}: {where}{o.detail}\n")
+            out.write(f"FAIL {o.collective}/{o.implementation}{form}: {o.describe}: "
+                      f"{where}{o.detail}\n")
         if len(failed) > plan.max_failures:
             out.write(f"... and {len(failed) - plan.max_failures} more failures\n")
         n_ok = sum(o.status == "ok" for o in outcomes)

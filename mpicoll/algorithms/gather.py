@@ -67,7 +67,7 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
         yield (c.send(sendbuf, vr - (vr & -vr)),)
         return
     direct = (vr == 0 and root == 0 and recvbuf is not None and displs is not None
-              and (displs == list(range(0, p * n, n)) if n else True))
+              and (tuple(displs) == tuple(range(0, p * n, n)) if n else True))
     tmp = recvbuf if direct else c.scratch(sub * n)
     assert tmp is not None
     c.copy(sendbuf, tmp[:n])

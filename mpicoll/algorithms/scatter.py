@@ -61,7 +61,7 @@ def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | N
     n = recvbuf.size  # equal blocks: every rank's count is its own recvbuf's
     if vr == 0:
         assert sendbuf is not None and displs is not None
-        if root == 0 and (displs == list(range(0, p * n, n)) if n else True):
+        if root == 0 and (tuple(displs) == tuple(range(0, p * n, n)) if n else True):
             tmp = sendbuf
         else:
             tmp = c.scratch(p * n)
