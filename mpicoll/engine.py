@@ -52,8 +52,8 @@ class MPIContext(Context):
     """A schedule context bound to a communicator and the tag of one collective call."""
 
     def __init__(self, comm: MPI.Comm, tag: int, datatype: MPI.Datatype, dtype: np.dtype,
-                 traffic: Traffic) -> None:
-        super().__init__(comm.Get_rank(), comm.Get_size(), datatype, dtype)
+                 traffic: Traffic, nodes: tuple[int, ...] | None = None) -> None:
+        super().__init__(comm.Get_rank(), comm.Get_size(), datatype, dtype, nodes)
         self.comm = comm
         self.tag = tag
         self.traffic = traffic
@@ -143,8 +143,10 @@ class Engine:
             ``TAG_UB`` attribute.
     """
 
-    def __init__(self, comm: MPI.Comm, tag_ub: int) -> None:
+    def __init__(self, comm: MPI.Comm, tag_ub: int,
+                 nodes: tuple[int, ...] | None = None) -> None:
         self.comm = comm
+        self.nodes = nodes
         self.tag_ub = tag_ub
         self.tag = 0
         self.active: list[ScheduleRequest] = []
@@ -155,7 +157,8 @@ class Engine:
         return self.tag
 
     def _context(self, call: Call) -> tuple[MPIContext, Schedule]:
-        ctx = MPIContext(self.comm, self.next_tag(), call.datatype, call.dtype, self.traffic)
+        ctx = MPIContext(self.comm, self.next_tag(), call.datatype, call.dtype, self.traffic,
+                         self.nodes)
         return ctx, call.schedule(ctx, *call.prepare(ctx))
 
     def start(self, call: Call) -> ScheduleRequest:

@@ -30,6 +30,26 @@ __all__ = ["P2P", "p2p"]
 TAG_WINDOW = 32767
 
 
+def node_map(comm: MPI.Comm) -> tuple[int, ...]:
+    """Node id of every rank of ``comm`` (collective; computed once per backend).
+
+    ``$MPICOLL_RANKS_PER_NODE=k`` emulates nodes of k consecutive ranks (for testing on one
+    machine); otherwise ranks sharing memory (``Split_type(COMM_TYPE_SHARED)``) form a node,
+    numbered by their lowest rank.
+    """
+    from .sim import node_size_env
+
+    k = node_size_env()
+    if k is not None:
+        return tuple(r // k for r in range(comm.Get_size()))
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        lowest = shared.allreduce(comm.Get_rank(), op=MPI.MIN)
+    finally:
+        shared.Free()
+    return tuple(comm.allgather(lowest))
+
+
 def env_algorithm(collective: str) -> str | None:
     """``$MPICOLL_<COLLECTIVE>_ALGORITHM`` (e.g. ``MPICOLL_ALLREDUCE_ALGORITHM=ring``)."""
     return os.environ.get(f"MPICOLL_{collective.upper()}_ALGORITHM") or None
@@ -61,7 +81,8 @@ class P2P(Collectives):
             raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
         self._comm = comm.Dup()
         self._check_comm = self._comm
-        self._engine = Engine(self._comm, tag_ub)
+        self.nodes = node_map(self._comm)
+        self._engine = Engine(self._comm, tag_ub, self.nodes)
 
     @property
     def traffic(self) -> Traffic:

@@ -118,6 +118,8 @@ class Algorithm:
     restrictions: tuple[str, ...] = ()
     source: str = ""
     doc: str = field(default="", compare=False)
+    #: considered by ``auto`` (node-aware algorithms run only when forced)
+    auto: bool = True
 
     def why_not(
         self,
@@ -167,6 +169,7 @@ def algorithm(
     cost: CostFn,
     restrictions: tuple[str, ...] = (),
     source: str = "",
+    auto: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering a schedule as algorithm ``name`` of one or more collectives."""
     if isinstance(collectives, str):
@@ -183,7 +186,7 @@ def algorithm(
                     raise KeyError(f"unknown restriction {r!r}")
             _REGISTRY[coll][name] = Algorithm(
                 coll, name, fn, formula, cost, tuple(restrictions), source,
-                (fn.__doc__ or "").strip().split("\n")[0],
+                (fn.__doc__ or "").strip().split("\n")[0], auto,
             )
         return fn
 
@@ -250,7 +253,7 @@ def choose(
     _load()
     kw: dict[str, Any] = dict(commutative=commutative, count=count, in_place=in_place,
                               uniform=uniform)
-    ok = [a for a in _REGISTRY[collective].values() if a.why_not(p, **kw) is None]
+    ok = [a for a in _REGISTRY[collective].values() if a.auto and a.why_not(p, **kw) is None]
     if not ok:
         raise RestrictionError(f"no {collective} algorithm applies to this call")
     from . import model

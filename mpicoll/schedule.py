@@ -74,11 +74,14 @@ class Context:
         dtype: the numpy dtype of those elements.
     """
 
-    def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype) -> None:
+    def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype,
+                 nodes: tuple[int, ...] | None = None) -> None:
         self.rank = rank
         self.size = size
         self.datatype = datatype
         self.dtype = dtype
+        #: node id of every rank (node-aware algorithms); None: one rank per node
+        self.nodes = nodes
 
     # --- communication (yielded, never executed here) ---
     def send(self, buf: np.ndarray, dest: int) -> Send:
@@ -98,6 +101,26 @@ class Context:
         sub-schedule can be run on blocks indexed by relative rank.
         """
         return _Relative(self, root) if root % self.size else self
+
+    def group(self, members: Sequence[int]) -> Context:
+        """This context restricted to ``members`` (ranks of this context, in the new order):
+        rank i of the group is ``members[i]``.  This rank must be a member.  Node-aware
+        algorithms run flat sub-schedules on the node groups and the leaders' group this way."""
+        return _Group(self, tuple(members))
+
+    def node_groups(self) -> tuple[list[list[int]], list[int]]:
+        """(members of each node in rank order, node index of each rank), from ``nodes``."""
+        nodes = self.nodes if self.nodes is not None else tuple(range(self.size))
+        order: dict[int, int] = {}
+        groups: list[list[int]] = []
+        index = []
+        for r, nd in enumerate(nodes):
+            if nd not in order:
+                order[nd] = len(groups)
+                groups.append([])
+            groups[order[nd]].append(r)
+            index.append(order[nd])
+        return groups, index
 
     # --- local work between rounds ---
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
@@ -129,6 +152,33 @@ class Context:
         for p in parts:
             self.copy(buf[off : off + p.size], p)
             off += p.size
+
+
+class _Group(Context):
+    """A sub-group view of another context (see :meth:`Context.group`)."""
+
+    def __init__(self, base: Context, members: tuple[int, ...]) -> None:
+        super().__init__(members.index(base.rank), len(members), base.datatype, base.dtype)
+        self._base = base
+        self._members = members
+
+    def send(self, buf: np.ndarray, dest: int) -> Send:
+        return self._base.send(buf, self._members[dest])
+
+    def recv(self, buf: np.ndarray, source: int) -> Recv:
+        return self._base.recv(buf, self._members[source])
+
+    def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
+        return (self.recv(rbuf, source), self.send(sbuf, dest))
+
+    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        self._base.copy(src, dst)
+
+    def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
+        self._base.reduce(inbuf, inoutbuf, op)
+
+    def scratch(self, count: int) -> np.ndarray:
+        return self._base.scratch(count)
 
 
 class _Relative(Context):

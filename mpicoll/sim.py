@@ -35,6 +35,19 @@ from .schedule import Context, Recv, Schedule
 __all__ = ["DeadlockError", "SimResult", "Simulator", "TwoLevel", "simulate"]
 
 
+def node_size_env() -> int | None:
+    """``$MPICOLL_RANKS_PER_NODE``: emulate nodes of k consecutive ranks (None if unset)."""
+    import os
+
+    v = os.environ.get("MPICOLL_RANKS_PER_NODE")
+    if not v:
+        return None
+    k = int(v)
+    if k < 1:
+        raise ValueError(f"MPICOLL_RANKS_PER_NODE must be >= 1, got {v!r}")
+    return k
+
+
 class DeadlockError(RuntimeError):
     """A simulated schedule can make no progress (a send or receive is never matched)."""
 
@@ -96,7 +109,7 @@ class SimContext(Context):
 
     def __init__(self, sim: Simulator, rank: int, datatype: MPI.Datatype,
                  dtype: np.dtype) -> None:
-        super().__init__(rank, sim.p, datatype, dtype)
+        super().__init__(rank, sim.p, datatype, dtype, sim.nodes)
         self.sim = sim
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
@@ -132,6 +145,8 @@ class Simulator:
         self.gamma = (self.model.intra.gamma if isinstance(self.model, TwoLevel)
                       else self.model.gamma)
         self.clock = [0.0] * p
+        k = self.model.ranks_per_node if isinstance(self.model, TwoLevel) else node_size_env()
+        self.nodes = tuple(r // k for r in range(p)) if k else None
 
     def context(self, rank: int, datatype: MPI.Datatype, dtype: np.dtype) -> SimContext:
         return SimContext(self, rank, datatype, dtype)

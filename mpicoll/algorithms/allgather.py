@@ -114,6 +114,62 @@ def bruck(ctx: Context, buf: np.ndarray, counts: Sequence[int],
         ctx.copy(tmp[offs[i] : offs[i + 1]], buf[displs[src] : displs[src] + counts[src]])
 
 
+def _unit(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
+          members: Sequence[int]) -> tuple[np.ndarray | None, list[np.ndarray]]:
+    """One node's blocks: a single view if they are back to back, else the list to pack."""
+    parts = _views(buf, counts, displs, members)
+    ordered = list(members) == list(range(members[0], members[-1] + 1))
+    span = contiguous_span(counts, displs, members[0], members[-1] + 1) if ordered else None
+    return (buf[span[0] : span[1]] if span else None), parts
+
+
+@algorithm(
+    "allgather", "smp",
+    formula="(k-1) alpha_i + (N-1) (alpha_o + k n/p beta_o) + ceil(lg k) (alpha_i + n beta_i); "
+            "k ranks per node, N nodes",
+    cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
+    source="MPICH allgather_intra_smp (gather, leaders' allgather, bcast); Open MPI coll/han",
+    auto=False,
+)
+def smp(ctx: Context, buf: np.ndarray, counts: Sequence[int],
+        displs: Sequence[int]) -> Schedule:
+    """Hierarchical allgather: gather each node's blocks to its leader, a ring allgather of
+    whole node units among the leaders, then a broadcast of the full buffer inside each node.
+    Each node's data crosses the network once per other node, in one message per step.
+    Cost: (k-1) alpha_i + (N-1)(alpha_o + k n/p beta_o) + ceil(lg k)(alpha_i + n beta_i).
+    """
+    from .bcast import binomial as bcast_binomial
+    from .gather import linear as gather_linear
+
+    groups, index = ctx.node_groups()
+    mine = index[ctx.rank]
+    members = groups[mine]
+    local = ctx.group(members)
+    me = buf[displs[ctx.rank] : displs[ctx.rank] + counts[ctx.rank]]
+    yield from gather_linear(local, me, buf if local.rank == 0 else None,
+                             [counts[m] for m in members], [displs[m] for m in members], 0)
+    nn = len(groups)
+    if local.rank == 0 and nn > 1:
+        leaders = ctx.group([g[0] for g in groups])
+        right, left = (mine + 1) % nn, (mine - 1) % nn
+        for s in range(nn - 1):
+            sview, sparts = _unit(ctx, buf, counts, displs, groups[(mine - s) % nn])
+            rview, rparts = _unit(ctx, buf, counts, displs, groups[(mine - s - 1) % nn])
+            out = sview if sview is not None else ctx.pack(sparts)
+            inc = rview if rview is not None else ctx.scratch(sum(int(v.size) for v in rparts))
+            yield leaders.sendrecv(out, right, inc, left)
+            if rview is None:
+                ctx.unpack(inc, rparts)
+    total = contiguous_span(counts, displs, 0, ctx.size)
+    if total is not None:
+        yield from bcast_binomial(local, buf[total[0] : total[1]], 0)
+    else:
+        every = _views(buf, counts, displs, range(ctx.size))
+        whole = ctx.pack(every) if local.rank == 0 else ctx.scratch(sum(counts))
+        yield from bcast_binomial(local, whole, 0)
+        ctx.unpack(whole, every)
+
+
 @default_rule("allgather", "allgatherv")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: recursive doubling for short/medium totals on powers of two, Bruck for short

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .. import registry
 from ..registry import algorithm, clg, default_rule, lg
 from ..schedule import Context, Schedule, block_counts, displacements, pof2_floor
 from . import _pof2
@@ -123,6 +124,42 @@ def reduce_bcast(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     """
     yield from _reduce_binomial(ctx, buf, buf if ctx.rank == 0 else None, op, 0)
     yield from _bcast_binomial(ctx, buf, 0)
+
+
+@algorithm(
+    "allreduce", "smp",
+    formula="2 ceil(lg k) (alpha_i + n beta_i) + ceil(lg k) n gamma + allreduce(N leaders, "
+            "alpha_o, beta_o); k ranks per node, N nodes",
+    cost=lambda p, n, a, b, g: clg(p) * (2 * a + 2 * n * b + n * g),
+    restrictions=("commutative",),
+    source="MPICH allreduce_intra_smp; Open MPI coll/han; Traff, 'SMP-aware message passing'",
+    auto=False,
+)
+def smp(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Hierarchical allreduce: reduce inside each node to its leader (its lowest rank), an
+    allreduce among the leaders (the flat algorithm ``auto`` picks for N leaders), then a
+    broadcast inside each node.  Only the leaders' step crosses the network: one vector's
+    worth per node instead of every rank's share.
+
+    ::
+
+        node 0: r0 <- r1        node 1: r2 <- r3        (reduce to leaders)
+                r0 <=========================> r2       (leaders' allreduce)
+                r0 -> r1                r2 -> r3        (bcast in nodes)
+
+    Needs a commutative op (node groups need not be rank-contiguous).
+    Cost (cost column: all ranks on one node): 2 ceil(lg k) (alpha_i + n beta_i) +
+    ceil(lg k) n gamma + T_allreduce(N, alpha_o, beta_o).
+    """
+    groups, index = ctx.node_groups()
+    members = groups[index[ctx.rank]]
+    local = ctx.group(members)
+    yield from _reduce_binomial(local, buf, buf if local.rank == 0 else None, op, 0)
+    if local.rank == 0 and len(groups) > 1:
+        leaders = ctx.group([g[0] for g in groups])
+        inner = registry.choose("allreduce", leaders.size, buf.nbytes, commutative=True)
+        yield from inner.schedule(leaders, buf, op)
+    yield from _bcast_binomial(local, buf, 0)
 
 
 @default_rule("allreduce")

@@ -153,6 +153,29 @@ def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
             yield tuple(ops)
 
 
+@algorithm(
+    "bcast", "smp",
+    formula="ceil(lg N) (alpha_o + n beta_o) + ceil(lg k) (alpha_i + n beta_i); k ranks per "
+            "node, N nodes",
+    cost=lambda p, n, a, b, g: clg(p) * (a + n * b),
+    source="MPICH bcast_intra_smp; Open MPI coll/han",
+    auto=False,
+)
+def smp(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
+    """Hierarchical broadcast: a binomial broadcast among one representative per node (the
+    root on its own node, the lowest rank elsewhere), then a binomial broadcast inside each
+    node.  The network carries N - 1 messages of n bytes.
+    Cost: ceil(lg N) (alpha_o + n beta_o) + ceil(lg k) (alpha_i + n beta_i).
+    """
+    groups, index = ctx.node_groups()
+    reps = [root if index[root] == i else g[0] for i, g in enumerate(groups)]
+    mine = index[ctx.rank]
+    if ctx.rank == reps[mine] and len(groups) > 1:
+        yield from binomial(ctx.group(reps), buf, index[root])
+    members = groups[mine]
+    yield from binomial(ctx.group(members), buf, members.index(reps[mine]))
+
+
 @default_rule("bcast")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH defaults: binomial below 12 KiB or p < 8; scatter + recursive-doubling allgather

@@ -151,6 +151,34 @@ def rabenseifner(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, 
         yield (ctx.recv(recvbuf, holder),)
 
 
+@algorithm(
+    "reduce", "smp",
+    formula="ceil(lg k) (alpha_i + n beta_i + n gamma) + ceil(lg N) (alpha_o + n beta_o + "
+            "n gamma); k ranks per node, N nodes",
+    cost=lambda p, n, a, b, g: clg(p) * (a + n * b + n * g),
+    restrictions=("commutative",),
+    source="MPICH reduce_intra_smp; Open MPI coll/han",
+    auto=False,
+)
+def smp(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+        root: int) -> Schedule:
+    """Hierarchical reduce: a binomial reduce inside each node to its representative (the root
+    on the root's node, the lowest rank elsewhere), then a binomial reduce of the
+    representatives to the root.  Needs a commutative op.
+    Cost: ceil(lg k) (alpha_i + n beta_i + n gamma) + ceil(lg N) (alpha_o + n beta_o + n gamma).
+    """
+    groups, index = ctx.node_groups()
+    reps = [root if index[root] == i else g[0] for i, g in enumerate(groups)]
+    mine = index[ctx.rank]
+    members = groups[mine]
+    is_rep = ctx.rank == reps[mine]
+    partial = (recvbuf if ctx.rank == root else ctx.scratch(sendbuf.size)) if is_rep else None
+    yield from binomial(ctx.group(members), sendbuf, partial, op, members.index(reps[mine]))
+    if is_rep and len(groups) > 1:
+        assert partial is not None
+        yield from binomial(ctx.group(reps), partial, recvbuf, op, index[root])
+
+
 @default_rule("reduce")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: binomial for short vectors or non-commutative ops, Rabenseifner above 2 KiB.
