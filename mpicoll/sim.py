@@ -446,3 +446,37 @@ def select(call: Call, p: int, algorithm: str | None) -> registry.Algorithm:
     alg = registry.get(call.collective, name)
     alg.check(p, **kw)
     return alg
+
+
+def predict(collective: str, p: int, counts: Sequence[int], *, dtype: Any = np.float64,
+            model: Model | TwoLevel | None = None,
+            algorithms: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Cost-only simulation of every (or the named) algorithm at every count.
+
+    Returns one row per (count, algorithm) that applies: ``count``, ``bytes`` (the registry's
+    n), ``algorithm``, ``time_s``, and max-over-ranks ``messages_sent``, ``bytes_sent``,
+    ``messages_recv``, ``bytes_recv``, ``inter_bytes_sent`` (summed over ranks), plus
+    ``best`` (True on the fastest algorithm of each count).
+    """
+    names = algorithms or [a.name for a in registry.algorithms(collective)]
+    rows: list[dict[str, Any]] = []
+    for count in counts:
+        block: list[dict[str, Any]] = []
+        for name in names:
+            a = registry.get(collective, name)
+            if a.why_not(p) is not None:
+                continue
+            r = simulate(collective, p, count, algorithm=name, dtype=dtype, model=model)
+            block.append({
+                "count": count, "bytes": r.nbytes, "algorithm": name, "time_s": r.time,
+                "messages_sent": int(r.messages_sent.max()),
+                "bytes_sent": int(r.bytes_sent.max()),
+                "messages_recv": int(r.messages_recv.max()),
+                "bytes_recv": int(r.bytes_recv.max()),
+                "inter_bytes_sent": int(r.inter_bytes_sent.sum()),
+                "best": False,
+            })
+        if block:
+            min(block, key=lambda row: row["time_s"])["best"] = True
+        rows += block
+    return rows
