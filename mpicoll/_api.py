@@ -30,8 +30,20 @@ class MismatchError(ValueError):
     """
 
 
-_PREDEFINED_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
-                   "MAXLOC", "MINLOC")
+_PREDEFINED_OPS = (
+    "SUM",
+    "PROD",
+    "MAX",
+    "MIN",
+    "LAND",
+    "LOR",
+    "LXOR",
+    "BAND",
+    "BOR",
+    "BXOR",
+    "MAXLOC",
+    "MINLOC",
+)
 _FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error")
 
 
@@ -51,6 +63,19 @@ def env_check() -> bool:
 
 class Collectives:
     """Base of :class:`mpicoll.native.Native` and :class:`mpicoll.p2p.P2P`.
+
+    Every method takes mpi4py's buffer specs (any contiguous buffer of a predefined MPI
+    datatype, ``[arr, datatype]``, ``[arr, count, datatype]``, vector specs for the v-variants,
+    ``MPI.IN_PLACE`` where MPI allows it) and mpi4py's defaults (``root=0``, ``op=MPI.SUM``).
+    Blocking methods return None; ``I...`` methods return a request with ``Wait()`` and
+    ``Test()`` (``MPI.Request`` on the native backend), usable with :func:`mpicoll.Waitall`.
+
+    Raises (on the calling rank, before any message): ``TypeError`` for a wrong kind of
+    argument (not a buffer, unknown datatype, op undefined for the datatype, differing send
+    and receive types), ``ValueError`` for a wrong value (root outside [0, p), sizes that do not
+    fit, ``MPI.IN_PLACE`` where MPI forbids it, non-contiguous or read-only buffers, aliased
+    buffers), :class:`~mpicoll.registry.RestrictionError` for a forced algorithm that cannot
+    run, and in checked mode :class:`MismatchError` on every rank when their calls disagree.
 
     Attributes:
         comm: the user's communicator (an intracommunicator).
@@ -74,8 +99,7 @@ class Collectives:
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
 
-    def _call(self, collective: str, nonblocking: bool, algorithm: str | None,
-              *args: Any) -> Any:
+    def _call(self, collective: str, nonblocking: bool, algorithm: str | None, *args: Any) -> Any:
         if not self.check:
             call = PARSERS[collective](self.size, self.rank, *args)
             return self._run(call, nonblocking, algorithm, args)
@@ -117,12 +141,11 @@ class Collectives:
                 continue
             if (col != col[0]).any():
                 vals = {int(r): int(v) for r, v in enumerate(col)}
-                raise MismatchError(
-                    f"{collective}: ranks disagree on {name}: {vals} (rank: value)"
-                )
+                raise MismatchError(f"{collective}: ranks disagree on {name}: {vals} (rank: value)")
 
-    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+    def _run(
+        self, call: Call, nonblocking: bool, algorithm: str | None, args: tuple[Any, ...]
+    ) -> Any:
         raise NotImplementedError
 
     def Barrier(self, *, algorithm: str | None = None) -> None:
@@ -141,69 +164,126 @@ class Collectives:
         """Non-blocking :meth:`Bcast`: returns a request with ``Wait()``/``Test()``."""
         return self._call("bcast", True, algorithm, buf, root)
 
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
-        """Send block i of the root's ``sendbuf`` (p * count elements) to rank i's ``recvbuf`` (count)."""
+    def Scatter(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> None:
+        """Send block i of the root's ``sendbuf`` (p * count elements) to rank i's ``recvbuf``
+        (count elements).  ``recvbuf=MPI.IN_PLACE`` at the root keeps its block in place."""
         self._call("scatter", False, algorithm, sendbuf, recvbuf, root)
 
-    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+    def Iscatter(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Scatter`: returns a request with ``Wait()``/``Test()``."""
         return self._call("scatter", True, algorithm, sendbuf, recvbuf, root)
 
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
-        """Scatter with per-rank counts and displacements given at the root: ``[arr, (counts, displs), type]``."""
+    def Scatterv(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> None:
+        """Scatter with per-rank counts and displacements, given at the root as
+        ``[arr, (counts, displs), datatype]``; rank i's ``recvbuf`` gets ``counts[i]``."""
         self._call("scatterv", False, algorithm, sendbuf, recvbuf, root)
 
-    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+    def Iscatterv(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Scatterv`: returns a request with ``Wait()``/``Test()``."""
         return self._call("scatterv", True, algorithm, sendbuf, recvbuf, root)
 
-    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
-        """Collect every rank's ``sendbuf`` (count elements) into block i of the root's ``recvbuf``."""
+    def Gather(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> None:
+        """Collect every rank's ``sendbuf`` (count elements) into block i of the root's
+        ``recvbuf`` (p * count).  ``sendbuf=MPI.IN_PLACE`` at the root: its block is in place."""
         self._call("gather", False, algorithm, sendbuf, recvbuf, root)
 
-    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+    def Igather(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Gather`: returns a request with ``Wait()``/``Test()``."""
         return self._call("gather", True, algorithm, sendbuf, recvbuf, root)
 
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> None:
+    def Gatherv(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> None:
         """Gather with per-rank counts and displacements given at the root."""
         self._call("gatherv", False, algorithm, sendbuf, recvbuf, root)
 
-    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
+    def Igatherv(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Gatherv`: returns a request with ``Wait()``/``Test()``."""
         return self._call("gatherv", True, algorithm, sendbuf, recvbuf, root)
 
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, *, algorithm: str | None = None) -> None:
+    def Reduce(
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        op: MPI.Op = MPI.SUM,
+        root: int = 0,
+        *,
+        algorithm: str | None = None,
+    ) -> None:
         """Reduce every rank's ``sendbuf`` elementwise with ``op`` into the root's ``recvbuf``."""
         self._call("reduce", False, algorithm, sendbuf, recvbuf, op, root)
 
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, *, algorithm: str | None = None) -> Any:
+    def Ireduce(
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        op: MPI.Op = MPI.SUM,
+        root: int = 0,
+        *,
+        algorithm: str | None = None,
+    ) -> Any:
         """Non-blocking :meth:`Reduce`: returns a request with ``Wait()``/``Test()``."""
         return self._call("reduce", True, algorithm, sendbuf, recvbuf, op, root)
 
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+    def Allreduce(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> None:
         """Reduce every rank's ``sendbuf`` elementwise with ``op`` into every rank's ``recvbuf``."""
         self._call("allreduce", False, algorithm, sendbuf, recvbuf, op)
 
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+    def Iallreduce(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Allreduce`: returns a request with ``Wait()``/``Test()``."""
         return self._call("allreduce", True, algorithm, sendbuf, recvbuf, op)
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+    def Reduce_scatter_block(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> None:
         """Reduce p * count elements; rank i receives block i (count elements)."""
         self._call("reduce_scatter_block", False, algorithm, sendbuf, recvbuf, op)
 
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
-        """Non-blocking :meth:`Reduce_scatter_block`: returns a request with ``Wait()``/``Test()``."""
+    def Ireduce_scatter_block(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> Any:
+        """Non-blocking :meth:`Reduce_scatter_block`: returns a request (``Wait``/``Test``)."""
         return self._call("reduce_scatter_block", True, algorithm, sendbuf, recvbuf, op)
 
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None,
-            op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+    def Reduce_scatter(
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        recvcounts: Sequence[int] | None = None,
+        op: MPI.Op = MPI.SUM,
+        *,
+        algorithm: str | None = None,
+    ) -> None:
         """Reduce sum(recvcounts) elements; rank i receives recvcounts[i] of them."""
         self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
 
-    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None,
-            op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+    def Ireduce_scatter(
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        recvcounts: Sequence[int] | None = None,
+        op: MPI.Op = MPI.SUM,
+        *,
+        algorithm: str | None = None,
+    ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
         return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
 
@@ -239,18 +319,27 @@ class Collectives:
         """Non-blocking :meth:`Alltoallv`: returns a request with ``Wait()``/``Test()``."""
         return self._call("alltoallv", True, algorithm, sendbuf, recvbuf)
 
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
+    def Scan(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> None:
         """Inclusive prefix reduction: rank r receives x0 op ... op xr."""
         self._call("scan", False, algorithm, sendbuf, recvbuf, op)
 
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+    def Iscan(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Scan`: returns a request with ``Wait()``/``Test()``."""
         return self._call("scan", True, algorithm, sendbuf, recvbuf, op)
 
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> None:
-        """Exclusive prefix reduction: rank r receives x0 op ... op x(r-1); rank 0's recvbuf is untouched."""
+    def Exscan(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> None:
+        """Exclusive prefix reduction: rank r receives x0 op ... op x(r-1); rank 0's
+        ``recvbuf`` is left untouched (MPI leaves it undefined; MPICH does not write it)."""
         self._call("exscan", False, algorithm, sendbuf, recvbuf, op)
 
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None) -> Any:
+    def Iexscan(
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
+    ) -> Any:
         """Non-blocking :meth:`Exscan`: returns a request with ``Wait()``/``Test()``."""
         return self._call("exscan", True, algorithm, sendbuf, recvbuf, op)

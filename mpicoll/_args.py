@@ -90,6 +90,11 @@ def _copy_of(arr: np.ndarray) -> Callable[[Context], np.ndarray]:
     return make
 
 
+def _given(arr: np.ndarray) -> Callable[[Context], np.ndarray]:
+    """The input buffer itself (no copy needed: it is never written)."""
+    return lambda ctx: arr
+
+
 def _regular(n: int, p: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     counts = block_counts(n * p, p)  # p blocks of n (cached: shared by every simulated rank)
     return counts, displacements(counts)
@@ -151,6 +156,7 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
     counts: list[int] | None = None
     displs: list[int] | None = None
     sarr: np.ndarray | None = None
+    ref: Buf | VBuf
     if rank == root:
         s = parse_v(sendbuf, "sendbuf", size)
         counts, displs, sarr = s.counts, s.displs, s.array
@@ -204,6 +210,7 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     counts: list[int] | None = None
     displs: list[int] | None = None
     rarr: np.ndarray | None = None
+    ref: Buf | VBuf
     if rank == root:
         rv = parse_v(recvbuf, "recvbuf", size, writable=True)
         counts, displs, rarr = rv.counts, rv.displs, rv.array
@@ -249,13 +256,13 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
         ref: Buf = rb
         rarr = rb.array
         src = rb.array if s is None else s.array
-        make_send = _copy_of(src) if in_place else (lambda ctx, a=src: a)
+        make_send = _copy_of(src) if in_place else _given(src)
     else:
         _no_in_place(sendbuf, "sendbuf", "Reduce", " at a non-root rank")
         ref = parse(sendbuf, "sendbuf")
         in_place = False
         src = ref.array
-        make_send = lambda ctx, a=src: a  # noqa: E731
+        make_send = _given(src)
     mop = _op(op, ref)
     return Call("reduce", ref.datatype, src.dtype,
                 lambda ctx: (make_send(ctx), rarr, mop, root),
@@ -286,10 +293,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
     rb, s, in_place = _input_output(name, sendbuf, recvbuf)
     total_known = None if counts is None else sum(counts)
     if counts is None:  # equal blocks
-        if in_place:
-            n = _per_rank(rb, size, "recvbuf", name)
-        else:
-            n = rb.count
+        n = _per_rank(rb, size, "recvbuf", name) if in_place else rb.count
         counts = [n] * size
         total_known = n * size
     if in_place:
@@ -310,7 +314,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         src = s.array
     out = rb.array[: counts[rank]]
     mop = _op(op, rb)
-    make_send = _copy_of(src) if in_place else (lambda ctx, a=src: a)
+    make_send = _copy_of(src) if in_place else _given(src)
     cts = list(counts)
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, cts, mop),
                 nbytes=int(total_known) * out.dtype.itemsize,  # type: ignore[arg-type]
@@ -390,7 +394,7 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         same_type(s, rb, "Alltoall")
         check_counts("sendbuf", s.count, rb.count, "Alltoall (recvbuf's count)")
         _no_alias(s, rb, "Alltoall")
-        make_send = lambda ctx, a=s.array: a  # noqa: E731
+        make_send = _given(s.array)
     counts, displs = _regular(n, size)
     out = rb.array
     return Call("alltoall", rb.datatype, out.dtype,
@@ -409,7 +413,7 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         same_type(sv, rv, "Alltoallv")
         _no_alias(sv, rv, "Alltoallv")
         sc, sd = sv.counts, sv.displs
-        make_send = lambda ctx, a=sv.array: a  # noqa: E731
+        make_send = _given(sv.array)
     rc, rd, out = rv.counts, rv.displs, rv.array
     return Call("alltoallv", rv.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
@@ -422,7 +426,7 @@ def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
         check_counts("recvbuf", rb.count, s.count, f"{name} (sendbuf's count)")
     mop = _op(op, rb)
     out = rb.array
-    make_send = _copy_of(out) if s is None else (lambda ctx, a=s.array: a)
+    make_send = _copy_of(out) if s is None else _given(s.array)
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, mop),
                 nbytes=out.nbytes, count=out.size, commutative=bool(mop.Is_commutative()),
                 in_place=in_place, op=mop)

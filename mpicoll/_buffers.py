@@ -20,7 +20,6 @@ arrays raise ``ValueError`` where the buffer is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,8 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 __all__ = [
-    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "parse", "parse_v", "same_type",
+    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "parse", "parse_v",
+    "same_type",
 ]
 
 

@@ -79,7 +79,7 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 22, iters: 
     comm = MPI.COMM_WORLD if comm is None else comm
     if comm.Get_size() < 2:
         raise ValueError("calibrate needs at least 2 ranks (ping-pong between ranks 0 and 1)")
-    sizes = [0] + [1 << k for k in range(0, max_bytes.bit_length())]
+    sizes = [0] + [1 << k for k in range(max_bytes.bit_length())]
     sizes = [s for s in sizes if s <= max_bytes]
     pts = [_pingpong(comm, s, max(5, iters // (1 + s // 65536)), warmup) for s in sizes]
     gx, gy = [], []

@@ -14,7 +14,7 @@ non-blocking ones are outstanding does not starve them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np

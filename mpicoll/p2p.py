@@ -23,6 +23,7 @@ from . import registry
 from ._api import Collectives
 from ._args import Call
 from .engine import Engine, Traffic
+from .sim import select
 
 __all__ = ["P2P", "p2p"]
 
@@ -89,20 +90,10 @@ class P2P(Collectives):
         return self._engine.traffic
 
     def select(self, call: Call, algorithm: str | None) -> registry.Algorithm:
-        """The algorithm this call runs (forced, from the environment, or ``auto``).
-
-        Raises:
-            ValueError: an unknown algorithm name.
-            mpicoll.registry.RestrictionError: a forced algorithm this call cannot run.
+        """The algorithm this call runs: ``algorithm`` if given, else
+        ``$MPICOLL_<COLLECTIVE>_ALGORITHM``, else ``auto`` (see :func:`mpicoll.registry.select`).
         """
-        name = algorithm or env_algorithm(call.collective) or "auto"
-        kw = dict(commutative=call.commutative, count=call.count, in_place=call.in_place,
-                  uniform=call.uniform)
-        if name == "auto":
-            return registry.choose(call.collective, self.size, call.nbytes, **kw)
-        alg = registry.get(call.collective, name)
-        alg.check(self.size, **kw)
-        return alg
+        return select(call, self.size, algorithm or env_algorithm(call.collective))
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:

@@ -27,6 +27,8 @@ __all__ = [
     "get",
     "lg",
     "clg",
+    "choose",
+    "select",
 ]
 
 #: Every collective of the API, in the order the docs list them.
@@ -268,3 +270,20 @@ def choose(
             if a.name == name:
                 return a
     return ok[0]
+
+
+def select(collective: str, p: int, name: str | None, *, nbytes: int, commutative: bool = True,
+           count: int | None = None, in_place: bool = False, uniform: bool = True) -> Algorithm:
+    """The algorithm a call runs: ``name`` (checked against its restrictions) or, for None or
+    ``"auto"``, :func:`choose`'s pick.
+
+    Raises:
+        ValueError: an unknown name.
+        RestrictionError: a named algorithm this call cannot run (the message names why).
+    """
+    if name in (None, "auto"):
+        return choose(collective, p, nbytes, commutative=commutative, count=count,
+                      in_place=in_place, uniform=uniform)
+    alg = get(collective, name)
+    alg.check(p, commutative=commutative, count=count, in_place=in_place, uniform=uniform)
+    return alg

@@ -318,8 +318,8 @@ def make_args(collective: str, p: int, rank: int, count: int, dtype: np.dtype, *
             out = s
         else:
             rb = out = B("r", counts[rank], dtype, rank, False)
-        sb = [s, counts] if (c == "scatterv" and s is not None) else s
-        return (sb, rb, root), out
+        sspec = [s, counts] if (c == "scatterv" and s is not None) else s
+        return (sspec, rb, root), out
     if c in ("gather", "gatherv"):
         counts = vcounts(n, p) if c == "gatherv" else [n] * p
         rbuf = B("r", sum(counts), dtype, rank, False) if rank == root else None
@@ -437,46 +437,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
 
 
 def select(call: Call, p: int, algorithm: str | None) -> registry.Algorithm:
-    """The algorithm a p2p call runs: forced (checked against its restrictions) or ``auto``."""
-    name = algorithm or "auto"
-    kw = dict(commutative=call.commutative, count=call.count, in_place=call.in_place,
-              uniform=call.uniform)
-    if name == "auto":
-        return registry.choose(call.collective, p, call.nbytes, **kw)
-    alg = registry.get(call.collective, name)
-    alg.check(p, **kw)
-    return alg
-
-
-def predict(collective: str, p: int, counts: Sequence[int], *, dtype: Any = np.float64,
-            model: Model | TwoLevel | None = None,
-            algorithms: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Cost-only simulation of every (or the named) algorithm at every count.
-
-    Returns one row per (count, algorithm) that applies: ``count``, ``bytes`` (the registry's
-    n), ``algorithm``, ``time_s``, and max-over-ranks ``messages_sent``, ``bytes_sent``,
-    ``messages_recv``, ``bytes_recv``, ``inter_bytes_sent`` (summed over ranks), plus
-    ``best`` (True on the fastest algorithm of each count).
-    """
-    names = algorithms or [a.name for a in registry.algorithms(collective)]
-    rows: list[dict[str, Any]] = []
-    for count in counts:
-        block: list[dict[str, Any]] = []
-        for name in names:
-            a = registry.get(collective, name)
-            if a.why_not(p) is not None:
-                continue
-            r = simulate(collective, p, count, algorithm=name, dtype=dtype, model=model)
-            block.append({
-                "count": count, "bytes": r.nbytes, "algorithm": name, "time_s": r.time,
-                "messages_sent": int(r.messages_sent.max()),
-                "bytes_sent": int(r.bytes_sent.max()),
-                "messages_recv": int(r.messages_recv.max()),
-                "bytes_recv": int(r.bytes_recv.max()),
-                "inter_bytes_sent": int(r.inter_bytes_sent.sum()),
-                "best": False,
-            })
-        if block:
-            min(block, key=lambda row: row["time_s"])["best"] = True
-        rows += block
-    return rows
+    """The algorithm a call runs on p ranks (see :func:`mpicoll.registry.select`)."""
+    return registry.select(call.collective, p, algorithm, nbytes=call.nbytes,
+                           commutative=call.commutative, count=call.count,
+                           in_place=call.in_place, uniform=call.uniform)

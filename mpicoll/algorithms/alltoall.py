@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..registry import algorithm, clg, default_rule
-from ..schedule import Context, Schedule, is_pof2
+from ..schedule import Context, Recv, Schedule, Send, is_pof2
 
 
 def _blk(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
@@ -56,8 +56,9 @@ def scattered(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
     p, r = ctx.size, ctx.rank
     ctx.copy(_blk(sendbuf, scounts, sdispls, r), _blk(recvbuf, rcounts, rdispls, r))
     peers = [(r + i) % p for i in range(1, p)]
-    ops = tuple(ctx.recv(_blk(recvbuf, rcounts, rdispls, (r - i) % p), (r - i) % p)
-                for i in range(1, p))
+    ops: tuple[Send | Recv, ...] = tuple(
+        ctx.recv(_blk(recvbuf, rcounts, rdispls, (r - i) % p), (r - i) % p) for i in range(1, p)
+    )
     ops += tuple(ctx.send(_blk(sendbuf, scounts, sdispls, d), d) for d in peers)
     if ops:
         yield ops

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..registry import algorithm, clg, default_rule, lg
-from ..schedule import Context, Schedule, block_counts, displacements, segment_count
+from ..schedule import (
+    Context,
+    Recv,
+    Schedule,
+    Send,
+    block_counts,
+    displacements,
+    segment_count,
+)
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
 
@@ -43,8 +53,8 @@ def binomial(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
         mask >>= 1
 
 
-def scatter_blocks(c: Context, buf: np.ndarray, counts: list[int],
-                   displs: list[int]) -> Schedule:
+def scatter_blocks(c: Context, buf: np.ndarray, counts: Sequence[int],
+                   displs: Sequence[int]) -> Schedule:
     """Binomial scatter of the relative-rank blocks of ``buf`` from relative rank 0.
 
     Blocks are laid out in relative-rank order, so every subtree's blocks are contiguous and
@@ -74,7 +84,8 @@ def scatter_blocks(c: Context, buf: np.ndarray, counts: list[int],
     formula="2 lg p alpha + 2 (p-1)/p n beta",
     cost=lambda p, n, a, b, g: 2 * lg(p) * a + 2 * (p - 1) / p * n * b,
     restrictions=("pof2",),
-    source="van de Geijn (Barnett et al. 1994); MPICH bcast_intra_scatter_recursive_doubling_allgather",
+    source="van de Geijn (Barnett et al. 1994); "
+           "MPICH bcast_intra_scatter_recursive_doubling_allgather",
 )
 def scatter_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     """Binomial scatter of p blocks, then a recursive-doubling allgather of them.
@@ -144,7 +155,7 @@ def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
             yield (c.send(segs[k], nxt),)
         return
     for k in range(nseg + 1):
-        ops = []
+        ops: list[Send | Recv] = []
         if k < nseg:
             ops.append(c.recv(segs[k], prev))
         if k >= 1 and nxt < p:

@@ -33,7 +33,9 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
     if r != root:
         yield (ctx.send(sendbuf, root),)
         return
-    assert recvbuf is not None and counts is not None and displs is not None
+    assert recvbuf is not None
+    assert counts is not None
+    assert displs is not None
     ctx.copy(sendbuf, recvbuf[displs[r] : displs[r] + counts[r]])
     ops = tuple(ctx.recv(recvbuf[displs[i] : displs[i] + counts[i]], i)
                 for i in range(p) if i != r)
@@ -59,10 +61,7 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
     c = ctx.relative(root)
     vr, p = c.rank, c.size
     n = sendbuf.size
-    if vr == 0:
-        sub = p
-    else:
-        sub = min(vr & -vr, p - vr)
+    sub = p if vr == 0 else min(vr & -vr, p - vr)
     if sub == 1 and vr != 0:
         yield (c.send(sendbuf, vr - (vr & -vr)),)
         return
@@ -83,7 +82,8 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
         yield (c.send(tmp, vr - (vr & -vr)),)
         return
     if not direct:
-        assert recvbuf is not None and displs is not None
+        assert recvbuf is not None
+        assert displs is not None
         for i in range(p):
             j = (i + root) % p
             c.copy(tmp[i * n : (i + 1) * n], recvbuf[displs[j] : displs[j] + n])

@@ -33,7 +33,9 @@ def linear(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | Non
     if r != root:
         yield (ctx.recv(recvbuf, root),)
         return
-    assert sendbuf is not None and counts is not None and displs is not None
+    assert sendbuf is not None
+    assert counts is not None
+    assert displs is not None
     ctx.copy(sendbuf[displs[r] : displs[r] + counts[r]], recvbuf)
     ops = tuple(ctx.send(sendbuf[displs[i] : displs[i] + counts[i]], i)
                 for i in range(p) if i != r)
@@ -60,7 +62,8 @@ def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | N
     vr, p = c.rank, c.size
     n = recvbuf.size  # equal blocks: every rank's count is its own recvbuf's
     if vr == 0:
-        assert sendbuf is not None and displs is not None
+        assert sendbuf is not None
+        assert displs is not None
         if root == 0 and (tuple(displs) == tuple(range(0, p * n, n)) if n else True):
             tmp = sendbuf
         else:

@@ -134,7 +134,8 @@ def test_barrier_dissemination_messages() -> None:
     for p in range(1, 18):
         r = simulate("barrier", p, 0, algorithm="dissemination", model=Model(1, 0, 0))
         lgp = (p - 1).bit_length()
-        assert (r.messages_sent == lgp).all() and (r.messages_recv == lgp).all()
+        assert (r.messages_sent == lgp).all()
+        assert (r.messages_recv == lgp).all()
         assert r.time == lgp
 
 
@@ -150,9 +151,11 @@ def test_bandwidth_optimal_traffic_is_exact(p: int) -> None:
     assert (ar.messages_sent == 2 * (p - 1)).all()
     for alg in ("ring", "pairwise"):
         rs = simulate("reduce_scatter_block", p, m, algorithm=alg)
-        assert (rs.bytes_sent == n * (p - 1) // p).all() and (rs.bytes_recv == rs.bytes_sent).all()
+        assert (rs.bytes_sent == n * (p - 1) // p).all()
+        assert (rs.bytes_recv == rs.bytes_sent).all()
     ag = simulate("allgather", p, m, algorithm="ring")
-    assert (ag.bytes_sent == n * (p - 1) // p).all() and (ag.bytes_recv == ag.bytes_sent).all()
+    assert (ag.bytes_sent == n * (p - 1) // p).all()
+    assert (ag.bytes_recv == ag.bytes_sent).all()
 
 
 @pytest.mark.parametrize("p", range(2, 18))
@@ -161,10 +164,12 @@ def test_message_counts(p: int) -> None:
     for root in (0, p - 1):
         b = simulate("bcast", p, 10, algorithm="binomial", root=root)
         assert b.messages_sent[root] == lgp
-        assert b.messages_recv.sum() == p - 1 and b.messages_recv[root] == 0
+        assert b.messages_recv.sum() == p - 1
+        assert b.messages_recv[root] == 0
     if p & (p - 1) == 0:
         ag = simulate("allgather", p, 3, algorithm="recursive_doubling")
-        assert (ag.messages_sent == lgp).all() and (ag.messages_recv == lgp).all()
+        assert (ag.messages_sent == lgp).all()
+        assert (ag.messages_recv == lgp).all()
     br = simulate("allgather", p, 3, algorithm="bruck")
     assert (br.messages_sent == lgp).all()
 
