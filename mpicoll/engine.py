@@ -189,6 +189,9 @@ class Engine:
         while not cond():
             if self.progress() or cond():
                 continue
+            if len(self.active) == 1:  # nothing else to keep moving: block on its round
+                MPI.Request.Waitall(self.active[0]._reqs)
+                continue
             pending = [q for r in self.active for q in r._reqs]
             if not pending:  # nothing in flight yet cond is false: a bug, never a hang
                 raise RuntimeError("mpicoll: waiting on a request that cannot progress")
