@@ -15,6 +15,7 @@ from .engine import ScheduleRequest, Testall, Traffic, Waitall
 from .native import Native, native
 from .p2p import P2P, p2p
 from .registry import RestrictionError
+from .sim import simulate
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,5 @@ __all__ = [
     "native",
     "p2p",
     "registry",
+    "simulate",
 ]

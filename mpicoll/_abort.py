@@ -46,7 +46,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -98,16 +98,12 @@ def report(text: str, rank: int | None = None) -> None:
     lines = text.rstrip("\n").splitlines() or [""]
     block = "".join(tag + line + "\n" for line in lines).encode(errors="replace")
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with suppress(OSError, ValueError, AttributeError):
             stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    try:
+    with suppress(OSError):
         while block:
             written = os.write(2, block)
             block = block[written:]
-    except OSError:
-        pass
 
 
 def _abort(world: Any, errorcode: int) -> NoReturn:

@@ -34,6 +34,12 @@ communication time ``t_pure`` (start + wait), then start + a busy compute of len
 * IMB-NBC: ``overlap = 100 max(0, min(1, (t_pure + t_compute - t_total) / min(t_pure, t_compute)))``
 
 with times per iteration taken from the rank with the largest ``t_total`` (IMB).
+
+Defaults: the main collectives (:data:`DEFAULT_COLLECTIVES`), native and p2p ``auto``, sizes
+8 B to 4 MiB (``make bench``, 4 ranks on 2 cores, stays within a few minutes; ask for more with
+``-m 8:16M``), float64 and MPI.SUM, root 0, out of place, a time budget of 0.1 s per size and
+implementation with 5 to 1000 timed iterations after 2 warm-up ones.  Exit status: 0, or 1 if
+any result was WRONG (or raised), or 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from mpi4py import MPI
 
 from . import _cases
 from ._cases import Case, compare
+from .model import Model
 
 __all__ = [
     "BUSBW_FACTORS",
@@ -67,12 +74,16 @@ __all__ = [
     "SCHEMA_PATH",
     "add_arguments",
     "busbw_factor",
+    "count_for",
+    "describe_model",
     "main",
     "overlap_imb",
     "overlap_osu",
     "parse_size",
     "parse_sizes",
+    "predict_us",
     "provenance",
+    "resolve_model",
     "run",
     "validate",
 ]
@@ -85,11 +96,14 @@ DEFAULT_COLLECTIVES: tuple[str, ...] = (
 #: Default ``-m``: 8 B to 4 MiB, which keeps ``make bench`` (4 ranks, 2 cores) to a few minutes.
 DEFAULT_SIZES = "8:4M"
 #: Default ``--time-budget`` (seconds of timed iterations per size and implementation).
-DEFAULT_TIME_BUDGET = 0.05
+DEFAULT_TIME_BUDGET = 0.1
 MIN_ITERATIONS = 5
 MAX_ITERATIONS = 1000
 #: Default warm-up iterations when none is given.
 DEFAULT_WARMUP = 2
+#: Largest P x (elements of S) for which native is checked against the NumPy reference (above
+#: it native is the reference unchecked, ``check: "none"``; the p2p results are still checked).
+EXPECTED_LIMIT = 1 << 25
 #: The JSON schema the ``--json`` output follows.
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "bench.schema.json"
 SCHEMA_ID = "mpicoll-bench/1"
@@ -670,13 +684,76 @@ class Plan:
     nonblocking: bool
     settings: Settings
     argv: list[str] = field(default_factory=list)
+    #: ``--model FILE`` (None: the calibrated file at :func:`mpicoll.model.default_path` if
+    #: there is one, else :data:`mpicoll.model.DEFAULT`)
+    model_path: str | None = None
+    #: the model the predicted column uses, and where it came from (set by :func:`run`)
+    model: Model | None = None
+    model_source: str = ""
 
 
-def _count_for(coll: str, size: int, p: int, itemsize: int) -> int:
+def count_for(coll: str, size: int, p: int, itemsize: int) -> int:
+    """The count argument for message size S = ``size`` bytes (the S of the module docstring).
+
+    One element of ``itemsize`` bytes per ``itemsize`` bytes of S; block collectives
+    (:data:`mpicoll._cases.BLOCK_COLLECTIVES`) split S into P blocks.  Rounded down to whole
+    elements, at least one (a block); barrier: 0.
+    """
     if coll == "barrier":
         return 0
     blocks = p if coll in _cases.BLOCK_COLLECTIVES else 1
     return max(1, size // (blocks * itemsize))
+
+
+def resolve_model(path: str | None = None) -> tuple[Model, str]:
+    """The cost model in use and a phrase saying where it came from.
+
+    ``path`` given: that file (ValueError if it is missing or not a model file).  Otherwise the
+    calibrated file :func:`mpicoll.model.load` finds (``$MPICOLL_MODEL`` or
+    ``~/.cache/mpicoll/model.json``), else :data:`mpicoll.model.DEFAULT`.
+    """
+    from . import model as _model
+
+    if path is not None:
+        m = _model.load(path)
+        if m is None:
+            raise ValueError(f"{path!r} is not a readable model file (run: mpicoll calibrate)")
+        return m, f"file {path}"
+    m = _model.load()
+    if m is not None:
+        return m, f"calibrated ({_model.default_path()})"
+    return _model.DEFAULT, f"default (nothing calibrated at {_model.default_path()})"
+
+
+def describe_model(m: Model) -> str:
+    """``alpha = 2 us, beta = 0.1 ns/B (10 GB/s), gamma = 0.25 ns/B``."""
+    gbps = f"{1.0 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
+    return (f"alpha = {m.alpha * 1e6:.3g} us, beta = {m.beta * 1e9:.3g} ns/B ({gbps}), "
+            f"gamma = {m.gamma * 1e9:.3g} ns/B")
+
+
+def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
+    """Predicted time (us) of ``case`` run by p2p ``algorithm`` (a registry name or ``auto``):
+    a cost-only simulation (:func:`mpicoll.sim.simulate`) with model ``m``.
+
+    None for the v-variants (the simulator's uneven counts are not bench's), or if the
+    simulator cannot run the call.
+    """
+    if case.collective in _cases.V_COLLECTIVES:
+        return None
+    from .sim import simulate
+
+    try:
+        r = simulate(case.collective, case.size, case.count, algorithm=algorithm,
+                     dtype=case.np_dtype,
+                     op=_cases.mpi_op(case.op) if case.is_reduction else MPI.SUM,
+                     root=case.root,
+                     in_place=bool(case.in_place
+                                   and case.collective in _cases.IN_PLACE_COLLECTIVES),
+                     model=m, data=False)
+    except Exception:  # a call the simulator does not model: no prediction
+        return None
+    return r.time * 1e6
 
 
 def _algorithms_for(coll: str, requested: Sequence[str]) -> list[str]:
@@ -740,7 +817,27 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
         "algbw_gbps": None,
         "busbw_gbps": None,
         "busbw_factor": busbw_factor(coll, case.size),
+        "predicted_us": None,
+        "measured_over_predicted": None,
     }
+
+
+def _predicted(plan: Plan, case: Case, rec: dict[str, Any],
+               cache: dict[tuple[str, int], float | None]) -> None:
+    """Fill ``predicted_us`` and ``measured_over_predicted`` of a timed p2p record."""
+    if plan.model is None or rec["backend"] != "p2p" or rec["status"] != "ok":
+        return
+    t = rec.get("pure_us") if plan.nonblocking else rec.get("time_us")
+    if not t:
+        return
+    alg = rec["auto_choice"] or rec["algorithm"]
+    key = (alg, case.count)
+    if key not in cache:
+        cache[key] = predict_us(case, alg, plan.model)
+    pred = cache[key]
+    rec["predicted_us"] = pred
+    if pred:
+        rec["measured_over_predicted"] = t["median"] / pred
 
 
 def _bandwidths(rec: dict[str, Any]) -> None:
@@ -768,11 +865,12 @@ def bench_collective(
     sizes = [0] if coll == "barrier" else plan.sizes
     counts: list[int] = []
     for s in sizes:
-        c = _count_for(coll, s, p, itemsize)
+        c = count_for(coll, s, p, itemsize)
         if c not in counts:
             counts.append(c)
     records: list[dict[str, Any]] = []
     measure = measure_nonblocking if plan.nonblocking else measure_blocking
+    predictions: dict[tuple[str, int], float | None] = {}
     for count in counts:
         case = Case(coll, count, plan.dtype, plan.op, plan.root, plan.in_place, p, rank).build()
         row: list[dict[str, Any]] = []
@@ -802,7 +900,8 @@ def bench_collective(
                 if status == "ok":
                     if impl.algorithm is None:
                         reference = got
-                        cheap = case.size * max(case.count, 1) <= 1 << 24
+                        # the NumPy reference builds every rank's input: P x S work
+                        cheap = case.size * case.nbytes() // itemsize <= EXPECTED_LIMIT
                         mism = compare(got, case.expected()) if cheap else None
                         rec["check"] = "expected" if cheap else "none"
                     else:
@@ -819,6 +918,7 @@ def bench_collective(
                 # ---- timing ------------------------------------------------------------------
                 rec.update(measure(comm, fn, plan.settings))
                 _bandwidths(rec)
+                _predicted(plan, case, rec, predictions)
             finally:
                 WATCHDOG.disarm()
         records.extend(row)
@@ -863,8 +963,8 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _fmt_us(x: float) -> str:
-    if x >= 1e5:
-        return f"{x:.4g}"
+    if x >= 1e4:
+        return f"{x:.0f}"
     if x >= 100:
         return f"{x:.1f}"
     return f"{x:.2f}"
@@ -939,18 +1039,25 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
     autos = sorted({str(r["auto_choice"]) for r in records if r.get("auto_choice")})
     if autos:
         notes.insert(0, f"#   auto ran: {', '.join(autos)} (per size in the JSON)")
+    ratio_note = _ratio_note(records, labels)
+    if ratio_note:
+        notes.insert(0, ratio_note)
     if plan.nonblocking:
         return "\n".join([head, *_nonblocking_rows(records, labels, by_size), *notes]) + "\n"
-    heads = ["size", "count", "check", *labels, "fastest", "speedup", "algbw", "busbw", "#wrong"]
-    units = ["(B)", "(elements)", "", *(["(us)"] * len(labels)), "", "(x)", "(GB/s)", "(GB/s)", ""]
+    heads = ["size", "count", "check", *labels, "fastest", "speedup", "meas/pred", "algbw",
+             "busbw", "#wrong"]
+    units = ["(B)", "(elements)", "", *(["(us)"] * len(labels)), "", "(x)", "(x)", "(GB/s)",
+             "(GB/s)", ""]
     rows = []
     for size, row in by_size.items():
         s = summary[size]
+        best = row.get(s["best_p2p"]) if s["best_p2p"] else None
         cells = [str(size), str(s["count"]), "ok" if s["wrong"] == 0 else "FAIL"]
         cells += [_cell(row[lab]) if lab in row else "" for lab in labels]
         cells += [
             s["fastest"] or "-",
             _fmt_opt(s["speedup_best_p2p_vs_native"]),
+            _fmt_opt(best["measured_over_predicted"] if best else None),
             _fmt_opt(s["algbw_gbps"]),
             _fmt_opt(s["busbw_gbps"]),
             str(s["wrong"]),
@@ -959,12 +1066,30 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
     return "\n".join([head, *_table(heads, units, rows, notes)]) + "\n"
 
 
+def _ratio_note(records: list[dict[str, Any]], labels: list[str]) -> str | None:
+    """``#   measured/predicted: auto (ring) 1.2..3.4, ring 1.1..2.0`` (min..max over sizes)."""
+    parts = []
+    for lab in labels:
+        recs = [r for r in records if r["implementation"] == lab
+                and r.get("measured_over_predicted") is not None]
+        if not recs:
+            continue
+        xs = [r["measured_over_predicted"] for r in recs]
+        lo, hi = min(xs), max(xs)
+        span = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}..{hi:.2f}"
+        parts.append(f"{lab} {span}")
+    if not parts:
+        return None
+    return "#   measured/predicted per p2p implementation (min..max over sizes): " + \
+        ", ".join(parts)
+
+
 def _nonblocking_rows(
     records: list[dict[str, Any]], labels: list[str], by_size: dict[int, dict[str, dict[str, Any]]]
 ) -> list[str]:
-    heads = ["size", "count", "implementation", "check", "pure", "compute", "total", "overlap",
-             "overlap"]
-    units = ["(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "OSU(%)", "IMB(%)"]
+    heads = ["size", "count", "implementation", "check", "pure", "pred", "compute", "total",
+             "overlap", "overlap"]
+    units = ["(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "(us)", "OSU(%)", "IMB(%)"]
     rows = []
     for size, row in by_size.items():
         for lab in labels:
@@ -976,6 +1101,7 @@ def _nonblocking_rows(
                 str(size), str(rec["count"]), lab,
                 "ok" if rec["status"] == "ok" else rec["status"].upper(),
                 _cell(rec, "pure_us") if ok else "-",
+                _fmt_us(rec["predicted_us"]) if rec.get("predicted_us") is not None else "-",
                 _cell(rec, "compute_us") if ok else "-",
                 _cell(rec, "total_us") if ok else "-",
                 _fmt_opt(rec.get("overlap_osu_pct"), ".1f") if ok else "-",
@@ -1026,9 +1152,20 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
             "WRONG results are never timed",
             "# speedup = native / best p2p (> 1: hand-rolled faster); algbw = S/t, "
             "busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md), GB/s = 1e9 B/s",
+            *_model_lines(plan),
             "",
         ]
     )
+
+
+def _model_lines(plan: Plan) -> list[str]:
+    if plan.model is None:
+        return []
+    return [
+        "# meas/pred = measured / predicted time of the best p2p (predicted: cost-only "
+        f"simulation of the algorithm run); model {plan.model_source}: "
+        f"{describe_model(plan.model)}"
+    ]
 
 
 CSV_COLUMNS = [
@@ -1037,6 +1174,7 @@ CSV_COLUMNS = [
     "iterations", "warmup", "time_us.min", "time_us.median", "time_us.mean", "time_us.max",
     "time_us.std", "algbw_gbps", "busbw_gbps", "busbw_factor", "pure_us.median",
     "compute_us.median", "total_us.median", "overlap_osu_pct", "overlap_imb_pct", "test_calls",
+    "predicted_us", "measured_over_predicted",
 ]
 
 
@@ -1116,7 +1254,10 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
         ax.legend(fontsize="small")
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    fig.suptitle(f"mpicoll bench: P={prov['P']}, {prov['mpi_library']}, {doc['settings']['dtype']}")
+    fig.suptitle(
+        f"mpicoll bench: P={prov['P']}, {prov['mpi_vendor']}, {doc['settings']['dtype']}, "
+        f"{'non-blocking (pure communication)' if doc['settings']['nonblocking'] else 'blocking'}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -1172,6 +1313,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="abort the job if one size of one implementation takes longer "
                    "(default 300)")
+    t.add_argument("--model", metavar="FILE", default=None,
+                   help="cost model for the predicted time of each p2p result (a file written "
+                   "by mpicoll calibrate; default: the calibrated model if there is one, else "
+                   "the built-in defaults)")
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write every statistic and provenance as JSON")
     o.add_argument("--csv", metavar="FILE", help="write every statistic as CSV")
@@ -1233,7 +1378,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         budget = DEFAULT_TIME_BUDGET
     settings = Settings(args.iterations, args.warmup, budget, args.test_calls, args.timeout)
     return Plan(colls, algs, sizes, args.dtype, args.op, args.root, args.in_place,
-                args.nonblocking, settings)
+                args.nonblocking, settings, model_path=getattr(args, "model", None))
 
 
 def environment_problem(args: argparse.Namespace) -> str | None:
@@ -1242,6 +1387,11 @@ def environment_problem(args: argparse.Namespace) -> str | None:
         why = plot_available()
         if why:
             return why
+    if getattr(args, "model", None):
+        try:
+            resolve_model(args.model)
+        except ValueError as exc:
+            return f"argument --model: {exc}"
     for opt in ("json", "csv", "plot"):
         path = getattr(args, opt)
         if path:
@@ -1263,6 +1413,9 @@ def run(
     rank, p = comm.Get_rank(), comm.Get_size()
     plan: Plan = args.plan
     plan.argv = list(argv)
+    plan.model, plan.model_source = comm.bcast(
+        resolve_model(plan.model_path) if rank == 0 else None, root=0
+    )
     need_p2p = any(_algorithms_for(c, plan.algorithms) for c in plan.collectives)
     native, p2p = make_backends(comm, need_p2p)
     prov = provenance(comm, ["bench", *argv])
@@ -1316,6 +1469,8 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) ->
             "max_iterations": st.iterations or MAX_ITERATIONS,
             "test_calls": st.test_calls,
             "timing": "median over iterations of the max over ranks; barrier before each",
+            "model": (None if plan.model is None
+                      else {**plan.model.as_dict(), "source": plan.model_source}),
         },
         "results": records,
         "summary": summarize(records),

@@ -36,9 +36,10 @@ class Fit:
 
 
 def fit_line(x: np.ndarray, y: np.ndarray) -> Fit:
-    """Least-squares fit of ``y = a + b x`` (``numpy.polyfit``), with R^2 and the largest
-    relative residual."""
-    b, a = np.polyfit(x, y, 1)
+    """Least-squares fit of ``y = a + b x`` (``numpy.polyfit``, weighted by 1/y so that the
+    relative error counts), with R^2 and the largest relative residual."""
+    # weights 1/y minimise relative residuals, so the large messages do not swamp alpha
+    b, a = np.polyfit(x, y, 1, w=1.0 / np.maximum(np.abs(y), 1e-300))
     pred = a + b * x
     ss_res = float(((y - pred) ** 2).sum())
     ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0

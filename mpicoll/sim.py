@@ -57,7 +57,9 @@ class TwoLevel:
     """A two-level model: ranks ``rank // ranks_per_node`` share a node.
 
     Messages inside a node cost ``intra.alpha + n intra.beta``, across nodes
-    ``inter.alpha + n inter.beta``; reductions cost ``intra.gamma`` per byte.
+    ``inter.alpha + n inter.beta``; reductions cost ``intra.gamma`` per byte.  Each node has
+    one network port (one inter-node send and one receive at a time, shared by its ranks), so
+    k ranks of a node sending across nodes at once queue behind each other, as on a real NIC.
     """
 
     ranks_per_node: int
@@ -177,6 +179,8 @@ class Simulator:
         mrecv = [0] * p
         brecv = [0] * p
         inter = [0] * p
+        nic_send = [0.0] * (p // k + 1)
+        nic_recv = [0.0] * (p // k + 1)
         sendq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
         recvq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
         ready: deque[int] = deque(range(p))
@@ -192,8 +196,13 @@ class Simulator:
             if data and sbuf.size:
                 rbuf[: sbuf.size] = sbuf
             start = max(ts, tr, send_free[s], recv_free[d])
+            crossing = two and s // k != d // k
+            if crossing:
+                start = max(start, nic_send[s // k], nic_recv[d // k])
             end = start + cost(s, d, n)
             send_free[s] = recv_free[d] = end
+            if crossing:
+                nic_send[s // k] = nic_recv[d // k] = end
             if end > rend[s]:
                 rend[s] = end
             if end > rend[d]:
@@ -202,7 +211,7 @@ class Simulator:
             bsent[s] += n
             mrecv[d] += 1
             brecv[d] += n
-            if two and s // k != d // k:
+            if crossing:
                 inter[s] += n
             pending[s] -= 1
             if pending[s] == 0:

@@ -1,0 +1,130 @@
+"""``mpicoll.calibrate`` and ``mpicoll calibrate`` on every rank of the job.
+
+Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_calibrate.py`` (P = 1..5).
+Calibration needs two ranks (a ping-pong between ranks 0 and 1): at P = 1 only the usage error
+is checked.  Fitted values are never compared with a machine's expected speed: only that they
+are positive, the same on every rank, saved and loadable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from mpi4py import MPI
+
+from mpicoll import bench, calibrate, cli, model
+
+WORLD = MPI.COMM_WORLD
+RANK = WORLD.Get_rank()
+SIZE = WORLD.Get_size()
+# small and quick: a few ping-pongs per size up to 1 MiB (enough bytes for a positive slope)
+QUICK = ["--max-bytes", "1M", "-i", "10", "-x", "2"]
+
+needs_two = pytest.mark.skipif(SIZE < 2, reason="calibrate needs at least 2 ranks")
+
+
+@pytest.fixture
+def shared_dir(tmp_path: Path) -> Path:
+    """One directory every rank sees (rank 0's tmp_path): rank 0 writes the files."""
+    return Path(WORLD.bcast(str(tmp_path), root=0))
+
+
+def run_all(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``mpicoll ARGV`` on every rank; asserts every rank got the same exit status."""
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    statuses = WORLD.allgather(status)
+    assert statuses == [status] * SIZE, statuses
+    if RANK != 0:
+        assert out == "", "only rank 0 prints"
+    return status, out, err
+
+
+@pytest.mark.mpi
+@needs_two
+def test_calibrate_fits_the_same_positive_model_on_every_rank() -> None:
+    m, details = calibrate.calibrate(WORLD, max_bytes=1 << 20, iters=10, warmup=2)
+    assert m.alpha > 0
+    assert m.beta > 0
+    assert m.gamma > 0
+    assert all(math.isfinite(x) for x in (m.alpha, m.beta, m.gamma))
+    assert WORLD.allgather(m) == [m] * SIZE
+    assert WORLD.allgather(details) == [details] * SIZE
+    for fit in ("alpha_beta_fit", "gamma_fit"):
+        assert details[fit]["r2"] <= 1.0
+        assert details[fit]["max_rel_residual"] >= 0.0
+    assert details["pingpong_bytes"][0] == 0
+    assert details["pingpong_bytes"][-1] == 1 << 20
+    assert len(details["pingpong_one_way_s"]) == len(details["pingpong_bytes"])
+
+
+@pytest.mark.mpi
+@needs_two
+def test_calibrate_command_saves_a_loadable_model(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    path = shared_dir / "sub" / "model.json"  # a directory that does not exist yet
+    status, out, err = run_all(capsys, "calibrate", "-o", str(path), *QUICK)
+    assert status == 0, out + err
+    if RANK == 0:
+        m = model.load(path)
+        assert m is not None
+        assert m.alpha > 0
+        assert m.beta > 0
+        assert m.gamma > 0
+        doc = json.loads(path.read_text())
+        assert doc["P"] == SIZE
+        assert "r2" in doc["alpha_beta_fit"]
+        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "R^2 =",
+                     "max relative residual", f"saved to {path}"):
+            assert word in out, word
+        # the printed values are the saved ones
+        line = next(x for x in out.splitlines() if x.startswith("alpha ="))
+        assert float(line.split()[2]) == pytest.approx(m.alpha * 1e6, rel=1e-3)
+
+
+@pytest.mark.mpi
+@needs_two
+def test_bench_predicts_with_the_calibrated_model(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    """bench --model FILE: every timed p2p result has a positive prediction and ratio; native
+    has neither; the model is recorded in the JSON."""
+    path = shared_dir / "model.json"
+    if RANK == 0:
+        model.save(model.Model(3e-6, 2e-10, 5e-10), path)
+    WORLD.Barrier()
+    out_json = shared_dir / "bench.json"
+    status, out, err = run_all(capsys, "bench", "-c", "allreduce", "bcast", "-a", "all",
+                               "-m", "1K:4K", "-i", "2", "-x", "1", "-q", "--model", str(path),
+                               "--json", str(out_json))
+    assert status == 0, out + err
+    if RANK == 0:
+        doc = json.loads(out_json.read_text())
+        assert bench.validate(doc) == []
+        assert doc["settings"]["model"] == {"alpha": 3e-6, "beta": 2e-10, "gamma": 5e-10,
+                                            "source": f"file {path}"}
+        for r in doc["results"]:
+            if r["backend"] == "native" or r["status"] != "ok":
+                assert r["predicted_us"] is None
+                assert r["measured_over_predicted"] is None
+            else:
+                assert r["predicted_us"] > 0, r
+                assert r["measured_over_predicted"] == pytest.approx(
+                    r["time_us"]["median"] / r["predicted_us"])
+        assert "meas/pred" in out
+        assert f"model file {path}: alpha = 3 us" in out
+
+
+@pytest.mark.mpi
+def test_calibrate_on_one_rank_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    if SIZE >= 2:
+        pytest.skip("the usage error needs P = 1")
+    status, out, err = run_all(capsys, "calibrate")
+    assert status == 2
+    assert out == ""
+    assert "error: calibrate needs at least 2 ranks" in err
+    assert "mpiexec -n 2" in err
