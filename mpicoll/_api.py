@@ -18,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ._args import PARSERS, Call
+from ._buffers import is_in_place, parse
 from .registry import COLLECTIVES
 
 __all__ = ["Collectives", "MismatchError"]
@@ -148,6 +149,15 @@ class Collectives:
     ) -> Any:
         raise NotImplementedError
 
+    def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any) -> Any:
+        """Reduce_scatter's counts: as given, or every rank's receive count (allgather)."""
+        if recvcounts is not None:
+            return recvcounts
+        if is_in_place(sendbuf):
+            raise ValueError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
+        count = parse(recvbuf, "recvbuf", writable=True).count
+        return self._check_comm.allgather(count)
+
     def Barrier(self, *, algorithm: str | None = None) -> None:
         """Synchronise all ranks."""
         self._call("barrier", False, algorithm)
@@ -272,7 +282,11 @@ class Collectives:
         *,
         algorithm: str | None = None,
     ) -> None:
-        """Reduce sum(recvcounts) elements; rank i receives recvcounts[i] of them."""
+        """Reduce sum(recvcounts) elements; rank i receives recvcounts[i] of them.
+
+        ``recvcounts=None`` gathers every rank's receive count first (an allgather, as mpi4py
+        does); with ``MPI.IN_PLACE`` the counts must be given."""
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts)
         self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Ireduce_scatter(
@@ -285,6 +299,7 @@ class Collectives:
         algorithm: str | None = None,
     ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts)
         return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:

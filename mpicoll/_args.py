@@ -128,7 +128,7 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     root = _root(root, size)
     sarr: np.ndarray | None = None
     if rank == root:
-        s = parse(sendbuf, "sendbuf")
+        s = parse(sendbuf, "sendbuf", blocks=size)
         if is_in_place(recvbuf):
             n = _per_rank(s, size, "sendbuf", "Scatter")
             rarr, ref = s.array[rank * n : (rank + 1) * n], s
@@ -182,7 +182,7 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
     root = _root(root, size)
     rarr: np.ndarray | None = None
     if rank == root:
-        rb = parse(recvbuf, "recvbuf", writable=True)
+        rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
         if is_in_place(sendbuf):
             n = _per_rank(rb, size, "recvbuf", "Gather")
             sarr = rb.array[rank * n : (rank + 1) * n]
@@ -231,15 +231,13 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
                 uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root)
 
 
-def _input_output(coll: str, sendbuf: Any, recvbuf: Any, allow_in_place: bool = True
+def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
                   ) -> tuple[Buf, Buf | None, bool]:
     """(output, input or None for in-place, in_place) for the reduction collectives."""
     rb = parse(recvbuf, "recvbuf", writable=True)
     if is_in_place(sendbuf):
-        if not allow_in_place:
-            raise ValueError(f"sendbuf: MPI.IN_PLACE is not allowed here in {coll}")
         return rb, None, True
-    s = parse(sendbuf, "sendbuf")
+    s = parse(sendbuf, "sendbuf", blocks=send_blocks)
     same_type(s, rb, coll)
     _no_alias(s, rb, coll)
     return rb, s, False
@@ -290,7 +288,8 @@ def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SU
 
 def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, recvbuf: Any,
                     counts: list[int] | None, op: Any) -> Call:
-    rb, s, in_place = _input_output(name, sendbuf, recvbuf)
+    rb, s, in_place = _input_output(name, sendbuf, recvbuf,
+                                    send_blocks=size if counts is None else 1)
     total_known = None if counts is None else sum(counts)
     if counts is None:  # equal blocks
         n = _per_rank(rb, size, "recvbuf", name) if in_place else rb.count
@@ -338,7 +337,7 @@ def reduce_scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any,
 
 
 def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
-    rb = parse(recvbuf, "recvbuf", writable=True)
+    rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
     if is_in_place(sendbuf):
         n = _per_rank(rb, size, "recvbuf", "Allgather")
         src = None
@@ -384,13 +383,13 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
 
 
 def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
-    rb = parse(recvbuf, "recvbuf", writable=True)
+    rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
     n = _per_rank(rb, size, "recvbuf", "Alltoall")
     in_place = is_in_place(sendbuf)
     if in_place:
         make_send = _copy_of(rb.array)
     else:
-        s = parse(sendbuf, "sendbuf")
+        s = parse(sendbuf, "sendbuf", blocks=size)
         same_type(s, rb, "Alltoall")
         check_counts("sendbuf", s.count, rb.count, "Alltoall (recvbuf's count)")
         _no_alias(s, rb, "Alltoall")

@@ -131,13 +131,16 @@ def _count(x: Any, what: str) -> int:
     return int(x)
 
 
-def parse(spec: Any, what: str, *, writable: bool = False) -> Buf:
+def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> Buf:
     """Parse a single-block spec into a :class:`Buf`.
 
     Args:
         spec: the mpi4py buffer spec (not ``MPI.IN_PLACE``: callers handle that).
         what: the argument's name, for error messages (``"sendbuf"``, ``"recvbuf"``).
         writable: the buffer is written by the call.
+        blocks: the buffer holds one block per rank (Scatter's send buffer, Gather's,
+            Allgather's and Alltoall's receive buffers, ...): an explicit ``count`` in the spec
+            is then one block's, as in mpi4py, and the view holds ``blocks * count`` elements.
 
     Raises:
         TypeError: not a buffer, an unknown datatype, a count that is not an int.
@@ -170,6 +173,8 @@ def parse(spec: Any, what: str, *, writable: bool = False) -> Buf:
     flat = _flat(arr, dtype, what)
     if count is None:
         count = flat.size - displ
+    else:
+        count *= blocks
     if displ + count > flat.size:
         raise ValueError(
             f"{what}: count {count} at displacement {displ} needs {displ + count} elements, "
