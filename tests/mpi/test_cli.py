@@ -1,0 +1,199 @@
+"""``mpicoll bench`` / ``verify`` / ``algorithms`` / ``info`` on every rank of the job, in-process.
+
+Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_cli.py`` (P = 1..5).
+
+Every rank calls ``mpicoll.cli.main`` with the same arguments, as under ``mpiexec``; only rank 0
+prints; every rank must return the same exit status.  A deliberately broken p2p algorithm,
+registered in this test process only, must show as WRONG in bench (never timed) and make verify
+exit non-zero, naming the case and the rank.  Timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mpi4py import MPI
+
+from mpicoll import bench, cli, registry
+
+WORLD = MPI.COMM_WORLD
+RANK = WORLD.Get_rank()
+SIZE = WORLD.Get_size()
+BROKEN = "broken_for_test"
+FAST = ["-i", "2", "-x", "1", "-q"]
+
+
+@pytest.fixture
+def broken_allreduce(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A p2p allreduce that is deliberately wrong (this process only, on every rank): a correct
+    registered schedule runs, then the last rank adds 1 to element 0."""
+    good = registry.algorithms("allreduce")[0].schedule
+
+    def broken(ctx: Any, *args: Any, **kw: Any) -> Any:
+        """Correct allreduce, then corrupt element 0 on the last rank."""
+        yield from good(ctx, *args, **kw)
+        buf = args[0]
+        if ctx.rank == ctx.size - 1 and buf.size:
+            buf[0] += 1
+
+    alg = registry.Algorithm("allreduce", BROKEN, broken, "0", lambda p, n, a, b, g: 0.0, (),
+                             "tests")
+    monkeypatch.setitem(registry._REGISTRY["allreduce"], BROKEN, alg)
+    return BROKEN  # monkeypatch removes it after the test
+
+
+@pytest.fixture
+def shared_dir(tmp_path: Path) -> Path:
+    """One directory every rank sees (rank 0's tmp_path): rank 0 writes the output files."""
+    return Path(WORLD.bcast(str(tmp_path), root=0))
+
+
+def run_all(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``mpicoll ARGV`` on every rank; asserts every rank got the same exit status."""
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    statuses = WORLD.allgather(status)
+    assert statuses == [status] * SIZE, statuses
+    if RANK != 0:
+        assert out == "", "only rank 0 prints"
+    return status, out, err
+
+
+@pytest.mark.mpi
+def test_bench_every_algorithm_against_native(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    path = shared_dir / "allreduce.json"
+    status, out, err = run_all(capsys, "bench", "-c", "allreduce", "-a", "all", "-m", "8:1K",
+                               *FAST, "--json", str(path))
+    assert status == 0, out + err
+    if RANK == 0:
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        assert doc["provenance"]["P"] == SIZE
+        assert sum(h["ranks"] for h in doc["provenance"]["hosts"]) == SIZE
+        names = {a.name for a in registry.algorithms("allreduce")}
+        assert {r["implementation"] for r in doc["results"]} == {"native"} | names
+        for r in doc["results"]:
+            assert r["status"] in ("ok", "n/a"), r
+            if r["status"] == "n/a":
+                assert "needs" in r["reason"]
+            else:
+                assert r["time_us"]["median"] > 0
+        for row in doc["summary"]:
+            assert row["wrong"] == 0
+            assert row["fastest"] in {"native"} | names
+        assert "# allreduce: S = vector per rank" in out
+        if SIZE > 1:
+            assert f"busbw = algbw x 2(P-1)/P = {2 * (SIZE - 1) / SIZE:.3g}" in out
+
+
+@pytest.mark.mpi
+def test_bench_reports_a_broken_algorithm_as_wrong(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path, broken_allreduce: str
+) -> None:
+    path = shared_dir / "broken.json"
+    status, out, _ = run_all(capsys, "bench", "-c", "allreduce", "-a", "auto", broken_allreduce,
+                             "-m", "8:64", *FAST, "--json", str(path))
+    assert status == 1
+    if RANK == 0:
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        broken = [r for r in doc["results"] if r["implementation"] == broken_allreduce]
+        assert [r["status"] for r in broken] == ["wrong"] * 4
+        assert all(r["time_us"] is None for r in broken)
+        assert all(r["wrong_rank"] == SIZE - 1 for r in broken)
+        auto = [r for r in doc["results"] if r["implementation"] == "auto"]
+        assert [r["status"] for r in auto] == ["ok"] * 4
+        assert doc["wrong"] == 4
+        assert all(row["fastest"] != broken_allreduce for row in doc["summary"])
+        assert f"{broken_allreduce}: WRONG at 4 size(s)" in out
+        assert f"on rank {SIZE - 1}: first differs at index 0" in out
+
+
+@pytest.mark.mpi
+def test_verify_fails_on_a_broken_algorithm(
+    capsys: pytest.CaptureFixture[str], broken_allreduce: str
+) -> None:
+    status, out, _ = run_all(capsys, "verify", "-q", "-c", "allreduce", "-a", "auto",
+                             broken_allreduce, "--quick")
+    assert status == 1
+    if RANK == 0:
+        fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
+        assert fails
+        assert all(line.startswith(f"FAIL allreduce/{broken_allreduce}: allreduce P={SIZE} ")
+                   for line in fails)
+        assert f"rank {SIZE - 1}: first differs at index 0" in fails[0]
+        assert "dtype=" in fails[0]
+        assert "op=" in fails[0]
+        assert "count=" in fails[0]
+        auto_row = next(line for line in out.splitlines()
+                        if line.split()[:2] == ["allreduce", "auto"])
+        assert " F" not in auto_row
+
+
+@pytest.mark.mpi
+def test_verify_quick_every_collective(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_all(capsys, "verify", "--quick", "-q", "--counts", f"0,1,{SIZE + 1}")
+    assert status == 0, out
+    if RANK == 0:
+        last = out.strip().splitlines()[-1]
+        assert " 0 failed" in last
+        for coll in registry.COLLECTIVES:
+            assert any(line.split()[:2] == [coll, "native"] for line in out.splitlines()), coll
+
+
+@pytest.mark.mpi
+def test_bench_rooted_in_place_and_nonblocking(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    path = shared_dir / "rooted.json"
+    status, out, _ = run_all(capsys, "bench", "-c", "reduce", "gather", "scatter", "bcast",
+                             "-a", "all", "--root", str(SIZE - 1), "--in-place", "-m", "8:64",
+                             "--nonblocking", "--test-calls", "1", *FAST, "--json", str(path))
+    assert status == 0, out
+    if RANK == 0:
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        for r in doc["results"]:
+            assert r["root"] == SIZE - 1
+            if r["status"] == "ok":
+                assert 0 <= r["overlap_osu_pct"] <= 100
+                assert 0 <= r["overlap_imb_pct"] <= 100
+
+
+@pytest.mark.mpi
+def test_usage_error_everywhere_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_all(capsys, "bench", "-c", "bcast", "--root", str(SIZE))
+    assert status == 2
+    assert out == ""
+    if RANK == 0:
+        assert err.startswith("usage: mpicoll bench")
+        assert f"error: argument --root: root {SIZE} is not a rank (P = {SIZE})" in err
+    else:
+        assert err == ""
+
+
+@pytest.mark.mpi
+def test_help_everywhere_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_all(capsys, "verify", "--help")
+    assert status == 0
+    if RANK == 0:
+        assert out.startswith("usage: mpicoll verify")
+
+
+@pytest.mark.mpi
+def test_algorithms_and_info(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_all(capsys, "algorithms", "--markdown")
+    assert status == 0
+    if RANK == 0:
+        assert out == cli.algorithms_table(markdown=True)
+    status, out, _ = run_all(capsys, "info", "--json")
+    assert status == 0
+    if RANK == 0:
+        info = json.loads(out)
+        assert info["P"] == SIZE
+        assert info["mpi_library"]
