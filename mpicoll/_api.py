@@ -155,8 +155,19 @@ class Collectives:
             return recvcounts
         if is_in_place(sendbuf):
             raise ValueError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
-        count = parse(recvbuf, "recvbuf", writable=True).count
-        return self._check_comm.allgather(count)
+        try:  # every rank takes part in the allgather, even one whose recvbuf is refused
+            count, error = parse(recvbuf, "recvbuf", writable=True).count, None
+        except (TypeError, ValueError) as exc:
+            count, error = -1, exc
+        counts = self._check_comm.allgather(count)
+        if error is not None:
+            raise error
+        bad = [r for r, c in enumerate(counts) if c < 0]
+        if bad:
+            raise MismatchError(
+                f"reduce_scatter: recvbuf was refused on rank(s) {bad}; every rank stops"
+            )
+        return counts
 
     def Barrier(self, *, algorithm: str | None = None) -> None:
         """Synchronise all ranks."""

@@ -233,10 +233,13 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
 
 def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
                   ) -> tuple[Buf, Buf | None, bool]:
-    """(output, input or None for in-place, in_place) for the reduction collectives."""
-    rb = parse(recvbuf, "recvbuf", writable=True)
+    """(output, input or None for in-place, in_place) for the reduction collectives.
+
+    ``send_blocks``: blocks of the input (P for Reduce_scatter_block, whose input's explicit
+    count is per block in mpi4py); with ``MPI.IN_PLACE`` the input is recvbuf."""
     if is_in_place(sendbuf):
-        return rb, None, True
+        return parse(recvbuf, "recvbuf", writable=True, blocks=send_blocks), None, True
+    rb = parse(recvbuf, "recvbuf", writable=True)
     s = parse(sendbuf, "sendbuf", blocks=send_blocks)
     same_type(s, rb, coll)
     _no_alias(s, rb, coll)

@@ -21,6 +21,7 @@ arrays raise ``ValueError`` where the buffer is written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,20 @@ def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
                         f"equivalent: {exc}") from exc
 
 
+def _not_special(spec: Any, what: str) -> None:
+    """Refuse ``MPI.IN_PLACE`` / ``MPI.BOTTOM`` where a real buffer is needed (mpi4py exposes
+    both as zero-length buffers, which would otherwise pass as an empty array)."""
+    if is_in_place(spec):
+        raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here (MPI allows it only as "
+                         "the sendbuf of reductions, Allgather(v), Alltoall(v) and the root's "
+                         "Gather(v), or the root's recvbuf of Scatter(v))")
+    if spec is MPI.BOTTOM or isinstance(spec, MPI.BottomType):
+        raise TypeError(f"{what}: MPI.BOTTOM (absolute addresses) is not supported; "
+                        "pass an array")
+
+
 def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
+    _not_special(obj, what)
     if isinstance(obj, np.ndarray):
         arr = obj
     else:
@@ -171,14 +185,17 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
     else:
         dtype = _np_dtype(datatype)
     flat = _flat(arr, dtype, what)
+    per_block = ""
     if count is None:
         count = flat.size - displ
-    else:
+    elif blocks != 1:
+        per_block = f" per block x {blocks} blocks (an explicit count is one rank's block)"
         count *= blocks
     if displ + count > flat.size:
+        shown = count // blocks if per_block else count
         raise ValueError(
-            f"{what}: count {count} at displacement {displ} needs {displ + count} elements, "
-            f"buffer has {flat.size}"
+            f"{what}: count {shown}{per_block} at displacement {displ} needs "
+            f"{displ + count} elements, buffer has {flat.size}"
         )
     return Buf(flat[displ : displ + count], datatype)
 
@@ -258,6 +275,16 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                 f"{what}: block {i} (count {c} at displacement {d}) ends past the buffer's "
                 f"{flat.size} elements"
             )
+    if writable:  # MPI: no location of a receive buffer may be written twice
+        blocks = enumerate(zip(counts, displs, strict=True))
+        spans = sorted((d, d + c, i) for i, (c, d) in blocks if c)
+        for (_, end, i), (start, _, j) in pairwise(spans):
+            if start < end:
+                raise ValueError(
+                    f"{what}: blocks {i} and {j} overlap (block {j} starts at displacement "
+                    f"{start}, inside block {i}, which ends at {end}); MPI forbids receiving "
+                    "into one location twice"
+                )
     return VBuf(flat, datatype, counts, displs)
 
 

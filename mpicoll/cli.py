@@ -189,7 +189,10 @@ def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
     rows = []
     for coll in collectives or registry.COLLECTIVES:
         for a in registry.algorithms(coll):
-            restr = ", ".join(_RESTRICTION_LABELS.get(r, r) for r in a.restrictions) or "-"
+            labels = [_RESTRICTION_LABELS.get(r, r) for r in a.restrictions]
+            if not a.auto:
+                labels.append("node-aware: forced only")
+            restr = ", ".join(labels) or "-"
             rows.append([coll, a.name, restr, a.formula, registry.SIZE_MEANING.get(coll, ""),
                          a.source or "-"])
     return rows

@@ -157,8 +157,14 @@ class Engine:
         return self.tag
 
     def _context(self, call: Call) -> tuple[MPIContext, Schedule]:
-        ctx = MPIContext(self.comm, self.next_tag(), call.datatype, call.dtype, self.traffic,
-                         self.nodes)
+        tag = self.next_tag()
+        if any(r._ctx.tag == tag for r in self.active):
+            # More than tag_ub collectives outstanding: the tag comes round again while an
+            # older call still uses it.  Finish that call here first; two calls in flight with
+            # one tag would cross-match their messages.  Every rank does the same, so every
+            # rank posts the new call's receives only after the old call's are all matched.
+            self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
+        ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes)
         return ctx, call.schedule(ctx, *call.prepare(ctx))
 
     def start(self, call: Call) -> ScheduleRequest:

@@ -138,7 +138,8 @@ class Simulator:
         data: move real data (True) or only account for it (False).
     """
 
-    def __init__(self, p: int, model: Model | TwoLevel | None = None, data: bool = True) -> None:
+    def __init__(self, p: int, model: Model | TwoLevel | None = None, data: bool = True,
+                 nodes: Sequence[int] | None = None) -> None:
         if p < 1:
             raise ValueError(f"p: need at least one rank, got {p}")
         self.p = p
@@ -149,6 +150,10 @@ class Simulator:
         self.clock = [0.0] * p
         k = self.model.ranks_per_node if isinstance(self.model, TwoLevel) else node_size_env()
         self.nodes = tuple(r // k for r in range(p)) if k else None
+        if nodes is not None:
+            if len(nodes) != p:
+                raise ValueError(f"nodes: expected a node id for each of {p} ranks")
+            self.nodes = tuple(nodes)
 
     def context(self, rank: int, datatype: MPI.Datatype, dtype: np.dtype) -> SimContext:
         return SimContext(self, rank, datatype, dtype)
@@ -395,7 +400,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
              dtype: Any = np.float64, op: MPI.Op = MPI.SUM, root: int = 0,
              in_place: bool = False, model: Model | TwoLevel | None = None,
              data: bool = False,
-             args: Sequence[tuple[Any, ...]] | None = None) -> SimResult:
+             args: Sequence[tuple[Any, ...]] | None = None,
+             nodes: Sequence[int] | None = None) -> SimResult:
     """Simulate one collective call on p ranks with one algorithm.
 
     Args:
@@ -409,6 +415,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         model: cost model (default :data:`mpicoll.model.DEFAULT`).
         data: move and reduce real data (results in ``outputs``), else cost-only.
         args: per-rank argument tuples to use instead of the generated ones (data mode).
+        nodes: node id of each rank (node-aware algorithms; default: from a
+            :class:`TwoLevel` model or ``$MPICOLL_RANKS_PER_NODE``, else one rank per node).
 
     Returns:
         a :class:`SimResult`.
@@ -419,7 +427,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         DeadlockError: the schedule never completes (a bug in an algorithm).
     """
     dt = np.dtype(dtype)
-    sim = Simulator(p, model, data=data)
+    sim = Simulator(p, model, data=data, nodes=nodes)
     factory = _Args(data)
     parser = PARSERS[collective]
     gens = []

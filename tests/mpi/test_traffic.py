@@ -34,7 +34,7 @@ def test_counted_mpi_run_matches_simulator(hand: mpicoll.P2P, coll: str) -> None
             hand.traffic.reset()
             getattr(hand, METHOD[coll])(*args, algorithm=alg.name)
             got = hand.traffic.as_dict()
-            sim = simulate(coll, p, count, algorithm=alg.name, root=root)
+            sim = simulate(coll, p, count, algorithm=alg.name, root=root, nodes=hand.nodes)
             want = {k: int(getattr(sim, k)[rank])
                     for k in ("messages_sent", "bytes_sent", "messages_recv", "bytes_recv")}
             assert {k: got[k] for k in want} == want, (coll, alg.name, count, rank)
