@@ -128,7 +128,7 @@ test: lint test-unit test-mpi
 
 ## test-full: `make test` with MPICOLL_TEST_FULL=1 (wider sweeps) and P = 1..8
 test-full:
-	MPICOLL_TEST_FULL=1 $(MAKE) test NP_LIST="$(NP_LIST_FULL)"
+	MPICOLL_TEST_FULL=1 $(MAKE) --no-print-directory test NP_LIST="$(NP_LIST_FULL)"
 
 ## test-large: the tests marked `large` (MPICOLL_TEST_LARGE=1); not part of CI
 test-large: $(TESTED)
