@@ -154,19 +154,24 @@ class Context:
             off += p.size
 
 
-class _Group(Context):
-    """A sub-group view of another context (see :meth:`Context.group`)."""
+class _View(Context):
+    """A renumbering view of another context: rank ``i`` here is ``self._to_base(i)`` there.
 
-    def __init__(self, base: Context, members: tuple[int, ...]) -> None:
-        super().__init__(members.index(base.rank), len(members), base.datatype, base.dtype)
+    Communication goes to the base context with translated peers; local work is the base's.
+    """
+
+    def __init__(self, base: Context, rank: int, size: int) -> None:
+        super().__init__(rank, size, base.datatype, base.dtype)
         self._base = base
-        self._members = members
+
+    def _to_base(self, peer: int) -> int:
+        raise NotImplementedError
 
     def send(self, buf: np.ndarray, dest: int) -> Send:
-        return self._base.send(buf, self._members[dest])
+        return self._base.send(buf, self._to_base(dest))
 
     def recv(self, buf: np.ndarray, source: int) -> Recv:
-        return self._base.recv(buf, self._members[source])
+        return self._base.recv(buf, self._to_base(source))
 
     def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
         return (self.recv(rbuf, source), self.send(sbuf, dest))
@@ -181,34 +186,29 @@ class _Group(Context):
         return self._base.scratch(count)
 
 
-class _Relative(Context):
-    """A renumbering view of another context (see :meth:`Context.relative`)."""
+class _Group(_View):
+    """A sub-group of another context (see :meth:`Context.group`)."""
+
+    def __init__(self, base: Context, members: tuple[int, ...]) -> None:
+        super().__init__(base, members.index(base.rank), len(members))
+        self._members = members
+
+    def _to_base(self, peer: int) -> int:
+        return self._members[peer]
+
+
+class _Relative(_View):
+    """Ranks renumbered from a root (see :meth:`Context.relative`)."""
 
     def __init__(self, base: Context, root: int) -> None:
-        super().__init__((base.rank - root) % base.size, base.size, base.datatype, base.dtype)
-        self._base = base
+        super().__init__(base, (base.rank - root) % base.size, base.size)
         self._root = root
 
-    def send(self, buf: np.ndarray, dest: int) -> Send:
-        return self._base.send(buf, (dest + self._root) % self.size)
-
-    def recv(self, buf: np.ndarray, source: int) -> Recv:
-        return self._base.recv(buf, (source + self._root) % self.size)
-
-    def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
-        return (self.recv(rbuf, source), self.send(sbuf, dest))
+    def _to_base(self, peer: int) -> int:
+        return (peer + self._root) % self.size
 
     def relative(self, root: int) -> Context:
         return self._base.relative((root + self._root) % self.size)
-
-    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        self._base.copy(src, dst)
-
-    def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        self._base.reduce(inbuf, inoutbuf, op)
-
-    def scratch(self, count: int) -> np.ndarray:
-        return self._base.scratch(count)
 
 
 @lru_cache(maxsize=64)
