@@ -1331,23 +1331,34 @@ def _split(values: Sequence[str] | None) -> list[str]:
     return out
 
 
-def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> Plan:
-    """Validate ``bench`` arguments (same verdict on every rank); ``error(msg)`` raises."""
+def selection(args: argparse.Namespace, default_collectives: Sequence[str],
+              default_algorithms: Sequence[str], keywords: Sequence[str],
+              error: Callable[[str], Any]) -> tuple[list[str], list[str]]:
+    """The ``-c`` collectives and ``-a`` algorithms of bench, verify and simulate, checked
+    against the registry (``all`` for -c means every collective; ``keywords`` are the -a words
+    besides algorithm names, e.g. auto/all/none); ``error(message)`` raises."""
     from . import registry
 
-    colls = _split(args.collective) or list(DEFAULT_COLLECTIVES)
+    colls = _split(args.collective) or list(default_collectives)
     if colls == ["all"]:
         colls = list(registry.COLLECTIVES)
     for c in colls:
         if c not in registry.COLLECTIVES:
             error(f"argument -c/--collective: unknown collective {c!r} "
                   f"(choose from {', '.join(registry.COLLECTIVES)}, all)")
-    algs = _split(args.algorithm) or ["auto"]
+    algs = _split(args.algorithm) or list(default_algorithms)
     known = {a.name for c in colls for a in registry.algorithms(c)}
     for a in algs:
-        if a not in ("auto", "all", "none") and a not in known:
+        if a not in keywords and a not in known:
             error(f"argument -a/--algorithm: unknown algorithm {a!r} for {', '.join(colls)} "
-                  f"(choose from auto, all, none, {', '.join(sorted(known)) or '-'})")
+                  f"(choose from {', '.join([*keywords, *sorted(known)]) or '-'})")
+    return colls, algs
+
+
+def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> Plan:
+    """Validate ``bench`` arguments (same verdict on every rank); ``error(msg)`` raises."""
+
+    colls, algs = selection(args, DEFAULT_COLLECTIVES, ["auto"], ("auto", "all", "none"), error)
     try:
         sizes = parse_sizes(args.message_size)
     except ValueError as exc:

@@ -311,23 +311,11 @@ def _simulate_validate(
 ) -> None:
     import math
 
-    from . import _cases, bench, registry
+    from . import _cases, bench
 
     if args.ranks < 1:
         error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
-    colls = bench._split(args.collective) or list(bench.DEFAULT_COLLECTIVES)
-    if colls == ["all"]:
-        colls = list(registry.COLLECTIVES)
-    for c in colls:
-        if c not in registry.COLLECTIVES:
-            error(f"argument -c/--collective: unknown collective {c!r} "
-                  f"(choose from {', '.join(registry.COLLECTIVES)}, all)")
-    algs = bench._split(args.algorithm) or ["all"]
-    known = {a.name for c in colls for a in registry.algorithms(c)}
-    for a in algs:
-        if a != "all" and a not in known:
-            error(f"argument -a/--algorithm: unknown algorithm {a!r} for {', '.join(colls)} "
-                  f"(choose from all, {', '.join(sorted(known)) or '-'})")
+    colls, algs = bench.selection(args, bench.DEFAULT_COLLECTIVES, ["all"], ("all",), error)
     try:
         sizes = bench.parse_sizes(args.message_size)
     except ValueError as exc:

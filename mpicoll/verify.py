@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import _cases
 from ._cases import Case, compare
-from .bench import WATCHDOG, Progress, make_backends, provenance, run_checked
+from .bench import WATCHDOG, Progress, make_backends, provenance, run_checked, selection
 
 __all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "main", "make_plan",
            "run"]
@@ -121,19 +121,8 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
     """Validate ``verify`` arguments (the same verdict on every rank)."""
     from . import registry
 
-    colls = _split(args.collective) or list(registry.COLLECTIVES)
-    if colls == ["all"]:
-        colls = list(registry.COLLECTIVES)
-    for c in colls:
-        if c not in registry.COLLECTIVES:
-            error(f"argument -c/--collective: unknown collective {c!r} "
-                  f"(choose from {', '.join(registry.COLLECTIVES)})")
-    algs = _split(args.algorithm) or ["all", "auto"]
-    known = {a.name for c in colls for a in registry.algorithms(c)}
-    for a in algs:
-        if a not in ("all", "auto", "none") and a not in known:
-            error(f"argument -a/--algorithm: unknown algorithm {a!r} for {', '.join(colls)} "
-                  f"(choose from all, auto, none, {', '.join(sorted(known)) or '-'})")
+    colls, algs = selection(args, registry.COLLECTIVES, ["all", "auto"], ("all", "auto", "none"),
+                            error)
     if args.counts:
         try:
             counts = [int(x) for x in _split([args.counts])]
