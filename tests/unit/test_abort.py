@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _launch import job_env, launcher
 
 from mpicoll import _abort
 
@@ -90,42 +90,19 @@ SCRIPTS = {
 # launching
 
 
-def find_mpiexec() -> str | None:
-    """The ``mpiexec`` of this interpreter's environment, else the first on ``PATH``."""
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists() and os.access(here, os.X_OK):
-        return str(here)
-    return shutil.which("mpiexec")
-
-
-def launcher() -> list[str]:
-    """``[mpiexec, flags...]`` for this MPI, or skip the test if there is none."""
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec next to sys.executable or on PATH")
-    try:
-        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
-                             timeout=30, check=False)
-        version = out.stdout + out.stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"{mpiexec} --version failed: {exc}")
-    cmd = [mpiexec]
-    if "open mpi" in version.lower() or "open-mpi" in version.lower():
-        cmd.append("--oversubscribe")
-    return cmd
-
-
 def child_env() -> dict[str, str]:
-    """This environment minus any inherited MPI launcher state, with the repo importable."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "PRTE_", "HYDRA_", "MPIR_CVAR_"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
+    """A clean job environment (:func:`_launch.job_env`) without checked mode."""
+    env = job_env()
     env.pop("MPICOLL_CHECK", None)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:  # Open MPI refuses root without these
-        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     return env
+
+
+def mpiexec() -> list[str]:
+    """``[mpiexec, flags...]`` for this MPI, or skip the test if there is none."""
+    cmd = launcher()
+    if cmd is None:
+        pytest.skip("no mpiexec next to sys.executable, on PATH or in $MPIEXEC")
+    return cmd
 
 
 class Job:
@@ -147,7 +124,7 @@ class Job:
 
 def run_job(args: list[str], timeout: float = TIMEOUT_S, cwd: Path | None = None) -> Job:
     """Run ``mpiexec -n 3 python ARGS`` in its own process group; kill the group on timeout."""
-    cmd = [*launcher(), "-n", str(NPROCS), sys.executable, *args]
+    cmd = [*mpiexec(), "-n", str(NPROCS), sys.executable, *args]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=child_env(), cwd=cwd, start_new_session=True)

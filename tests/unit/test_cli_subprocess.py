@@ -7,14 +7,12 @@ when no ``mpiexec`` is found (``$MPIEXEC``, the interpreter's bin directory, or 
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _launch import job_env, launcher
 
 import mpicoll
 from mpicoll import bench, registry
@@ -23,41 +21,13 @@ REPO = Path(mpicoll.__file__).resolve().parent.parent
 TIMEOUT = 180
 
 
-def _launcher() -> list[str] | None:
-    if os.environ.get("MPIEXEC"):
-        return shlex.split(os.environ["MPIEXEC"])
-    here = Path(sys.executable).parent / "mpiexec"
-    exe = str(here) if here.exists() else shutil.which("mpiexec")
-    if exe is None:
-        return None
-    try:
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if "open mpi" in version.lower() or "openrte" in version.lower():
-        return [exe, "--oversubscribe"]
-    return [exe]
-
-
-LAUNCHER = _launcher()
+LAUNCHER = launcher()
 pytestmark = pytest.mark.skipif(LAUNCHER is None, reason="no mpiexec found")
-
-# Variables a launcher or an initialised MPI leaves in this process's environment, which would
-# make the child think it belongs to this (singleton) job.
-_JOB_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_MCA_ess",
-             "OMPI_MCA_orte", "OMPI_MCA_pmix", "OMPI_UNIVERSE", "OMPI_FIRST", "OMPI_NUM",
-             "OMPI_APP", "OMPI_FILE", "PRTE_", "OMPI_MCA_prte")
-
 
 def mpirun(n: int, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``mpiexec -n N python ARGS`` with this interpreter and this checkout of mpicoll."""
     assert LAUNCHER is not None
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_VARS)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    if os.geteuid() == 0:  # Open MPI refuses root without these; MPICH ignores them
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env = job_env()
     cmd = [*LAUNCHER, "-n", str(n), sys.executable, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env,
                           cwd=cwd, check=False)

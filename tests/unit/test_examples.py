@@ -17,13 +17,13 @@ import importlib.util
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _launch import job_env, launcher
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -31,47 +31,18 @@ TIMEOUT = 100  # seconds per example run (under `make test`'s 120 s per-test lim
 HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None
 
 
-def _launcher() -> list[str] | None:
-    if os.environ.get("MPIEXEC"):
-        return shlex.split(os.environ["MPIEXEC"])
-    here = Path(sys.executable).parent / "mpiexec"
-    exe = str(here) if here.exists() else shutil.which("mpiexec")
-    if exe is None:
-        return None
-    try:
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if "open mpi" in version.lower() or "openrte" in version.lower():
-        return [exe, "--oversubscribe"]
-    return [exe]
-
-
-LAUNCHER = _launcher()
+LAUNCHER = launcher()
 pytestmark = pytest.mark.skipif(LAUNCHER is None, reason="no mpiexec found")
 needs_sklearn = pytest.mark.skipif(not HAVE_SKLEARN,
                                    reason="scikit-learn not installed (the `examples` extra)")
-
-# Variables a launcher or an initialised MPI leaves in this process's environment, which would
-# make the child believe it belongs to this process's (singleton) job.
-_JOB_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_MCA_ess",
-             "OMPI_MCA_orte", "OMPI_MCA_pmix", "OMPI_UNIVERSE", "OMPI_FIRST", "OMPI_NUM",
-             "OMPI_APP", "OMPI_FILE", "PRTE_", "OMPI_MCA_prte")
-
 
 def run_example(script: str, *args: str, n: int = 4, extra_path: str | None = None,
                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``mpiexec -n N python examples/SCRIPT ARGS`` with this interpreter and this checkout."""
     assert LAUNCHER is not None
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_VARS)}
+    environ = job_env(extra_path)
     environ.pop("MPICOLL_EXAMPLES_SMALL", None)
-    path = [p for p in (extra_path, str(REPO), environ.get("PYTHONPATH")) if p]
-    environ["PYTHONPATH"] = os.pathsep.join(path)
     environ.setdefault("OMP_NUM_THREADS", "1")  # 4 ranks on few cores: no BLAS thread storms
-    if os.geteuid() == 0:  # Open MPI refuses root without these; MPICH ignores them
-        environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     environ.update(env or {})
     cmd = [*LAUNCHER, "-n", str(n), sys.executable, str(EXAMPLES / script), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
