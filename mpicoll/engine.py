@@ -27,9 +27,11 @@ __all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall"]
 
 
 class Traffic:
-    """Messages and bytes this rank sent and received (cumulative; :meth:`reset` to zero)."""
+    """Messages and bytes this rank sent and received (cumulative; :meth:`reset` to zero),
+    and the bytes it sent to ranks on other nodes (``inter_bytes_sent``)."""
 
-    __slots__ = ("bytes_recv", "bytes_sent", "messages_recv", "messages_sent", "rounds")
+    __slots__ = ("bytes_recv", "bytes_sent", "inter_bytes_sent", "messages_recv",
+                 "messages_sent", "rounds")
 
     def __init__(self) -> None:
         self.reset()
@@ -39,6 +41,7 @@ class Traffic:
         self.messages_recv = 0
         self.bytes_sent = 0
         self.bytes_recv = 0
+        self.inter_bytes_sent = 0  # to ranks on another node (node map of the backend)
         self.rounds = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -67,11 +70,14 @@ class MPIContext(Context):
                 reqs.append(comm.Irecv([o.buf, dt], o.peer, tag))
                 t.messages_recv += 1
                 t.bytes_recv += o.buf.nbytes
+        nodes = self.nodes
         for o in rnd:
             if type(o) is not Recv:
                 reqs.append(comm.Isend([o.buf, dt], o.peer, tag))
                 t.messages_sent += 1
                 t.bytes_sent += o.buf.nbytes
+                if nodes is not None and nodes[o.peer] != nodes[self.rank]:
+                    t.inter_bytes_sent += o.buf.nbytes
         t.rounds += 1
         return reqs
 

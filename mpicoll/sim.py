@@ -161,9 +161,10 @@ class Simulator:
     def _cost_fn(self) -> Callable[[int, int, int], float]:
         m = self.model
         if isinstance(m, TwoLevel):
-            k, a0, b0, a1, b1 = m.ranks_per_node, m.intra.alpha, m.intra.beta, \
-                m.inter.alpha, m.inter.beta
-            return lambda s, d, n: (a0 + n * b0) if s // k == d // k else (a1 + n * b1)
+            nd = self.nodes
+            assert nd is not None
+            a0, b0, a1, b1 = m.intra.alpha, m.intra.beta, m.inter.alpha, m.inter.beta
+            return lambda s, d, n: (a0 + n * b0) if nd[s] == nd[d] else (a1 + n * b1)
         a, b = m.alpha, m.beta
         return lambda s, d, n: a + n * b
 
@@ -171,8 +172,9 @@ class Simulator:
         """Drive one schedule per rank to completion; returns per-rank clocks and counts."""
         p = self.p
         cost = self._cost_fn()
-        two = isinstance(self.model, TwoLevel)
-        k = self.model.ranks_per_node if isinstance(self.model, TwoLevel) else 1
+        two = isinstance(self.model, TwoLevel)  # one network port per node
+        nd = self.nodes if self.nodes is not None else range(p)
+        counted = self.nodes is not None  # inter-node bytes are counted when nodes are known
         clock = self.clock = [0.0] * p
         send_free = [0.0] * p
         recv_free = [0.0] * p
@@ -184,8 +186,8 @@ class Simulator:
         mrecv = [0] * p
         brecv = [0] * p
         inter = [0] * p
-        nic_send = [0.0] * (p // k + 1)
-        nic_recv = [0.0] * (p // k + 1)
+        nic_send: dict[int, float] = {}
+        nic_recv: dict[int, float] = {}
         sendq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
         recvq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
         ready: deque[int] = deque(range(p))
@@ -201,13 +203,13 @@ class Simulator:
             if data and sbuf.size:
                 rbuf[: sbuf.size] = sbuf
             start = max(ts, tr, send_free[s], recv_free[d])
-            crossing = two and s // k != d // k
-            if crossing:
-                start = max(start, nic_send[s // k], nic_recv[d // k])
+            crossing = counted and nd[s] != nd[d]
+            if crossing and two:
+                start = max(start, nic_send.get(nd[s], 0.0), nic_recv.get(nd[d], 0.0))
             end = start + cost(s, d, n)
             send_free[s] = recv_free[d] = end
-            if crossing:
-                nic_send[s // k] = nic_recv[d // k] = end
+            if crossing and two:
+                nic_send[nd[s]] = nic_recv[nd[d]] = end
             if end > rend[s]:
                 rend[s] = end
             if end > rend[d]:
