@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -107,6 +108,7 @@ def report(text: str, rank: int | None = None) -> None:
 
 
 def _abort(world: Any, errorcode: int) -> NoReturn:
+    time.sleep(1.0)  # let mpiexec forward the report before MPI_Abort tears the job down
     world.Abort(errorcode)
     os._exit(errorcode)  # not reached: MPI_Abort does not return
 

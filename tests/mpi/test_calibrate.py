@@ -45,11 +45,12 @@ def run_all(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 @pytest.mark.mpi
 @needs_two
-def test_calibrate_fits_the_same_positive_model_on_every_rank() -> None:
+def test_calibrate_fits_the_same_model_on_every_rank() -> None:
     m, details = calibrate.calibrate(WORLD, max_bytes=1 << 20, iters=10, warmup=2)
-    assert m.alpha > 0
-    assert m.beta > 0
-    assert m.gamma > 0
+    # a fit on a noisy, oversubscribed machine may come out at the clamp (0): no timing
+    # thresholds here, only that the numbers are a model, the same everywhere
+    assert min(m.alpha, m.beta, m.gamma) >= 0
+    assert all(t > 0 for t in details["pingpong_one_way_s"])
     assert all(math.isfinite(x) for x in (m.alpha, m.beta, m.gamma))
     assert WORLD.allgather(m) == [m] * SIZE
     assert WORLD.allgather(details) == [details] * SIZE
@@ -72,9 +73,7 @@ def test_calibrate_command_saves_a_loadable_model(
     if RANK == 0:
         m = model.load(path)
         assert m is not None
-        assert m.alpha > 0
-        assert m.beta > 0
-        assert m.gamma > 0
+        assert min(m.alpha, m.beta, m.gamma) >= 0
         doc = json.loads(path.read_text())
         assert doc["P"] == SIZE
         assert "r2" in doc["alpha_beta_fit"]
