@@ -35,6 +35,7 @@ and, when the job has more than one rank:
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import sys
 import tempfile
@@ -304,3 +305,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         WORLD.Barrier()
         if RANK == 0:
             shutil.rmtree(_basetemp_root, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_dir(tmp_path: pathlib.Path) -> pathlib.Path:
+    """One directory every rank sees (rank 0's tmp_path, broadcast): rank 0 writes files there."""
+    return pathlib.Path(MPI.COMM_WORLD.bcast(str(tmp_path), root=0))

@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 
 import pytest
+from _cli import run_all
 from mpi4py import MPI
 
-from mpicoll import bench, calibrate, cli, model
+from mpicoll import bench, calibrate, model
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
@@ -26,21 +27,6 @@ QUICK = ["--max-bytes", "1M", "-i", "10", "-x", "2"]
 needs_two = pytest.mark.skipif(SIZE < 2, reason="calibrate needs at least 2 ranks")
 
 
-@pytest.fixture
-def shared_dir(tmp_path: Path) -> Path:
-    """One directory every rank sees (rank 0's tmp_path): rank 0 writes the files."""
-    return Path(WORLD.bcast(str(tmp_path), root=0))
-
-
-def run_all(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``mpicoll ARGV`` on every rank; asserts every rank got the same exit status."""
-    status = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    statuses = WORLD.allgather(status)
-    assert statuses == [status] * SIZE, statuses
-    if RANK != 0:
-        assert out == "", "only rank 0 prints"
-    return status, out, err
 
 
 @pytest.mark.mpi

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli import run_all
 from mpi4py import MPI
 
 from mpicoll import bench, cli, registry
@@ -45,21 +46,6 @@ def broken_allreduce(monkeypatch: pytest.MonkeyPatch) -> str:
     return BROKEN  # monkeypatch removes it after the test
 
 
-@pytest.fixture
-def shared_dir(tmp_path: Path) -> Path:
-    """One directory every rank sees (rank 0's tmp_path): rank 0 writes the output files."""
-    return Path(WORLD.bcast(str(tmp_path), root=0))
-
-
-def run_all(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``mpicoll ARGV`` on every rank; asserts every rank got the same exit status."""
-    status = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    statuses = WORLD.allgather(status)
-    assert statuses == [status] * SIZE, statuses
-    if RANK != 0:
-        assert out == "", "only rank 0 prints"
-    return status, out, err
 
 
 @pytest.mark.mpi
