@@ -14,6 +14,7 @@ non-blocking ones are outstanding does not starve them.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -140,6 +141,12 @@ class ScheduleRequest:
         return self.done
 
 
+#: Every live engine: a wait on one progresses all of them (MPI's progress is global: a rank
+#: waiting on one backend's request must not starve another backend's schedule that a peer
+#: is waiting on).
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
 class Engine:
     """The blocking and non-blocking MPI engines of one p2p backend.
 
@@ -157,6 +164,7 @@ class Engine:
         self.tag = 0
         self.active: list[ScheduleRequest] = []
         self.traffic = Traffic()
+        _ENGINES.add(self)
 
     def next_tag(self) -> int:
         self.tag = self.tag % self.tag_ub + 1
@@ -180,7 +188,7 @@ class Engine:
 
     def run(self, call: Call) -> None:
         """Blocking: run ``call`` to completion (progressing any outstanding others)."""
-        if self.active:
+        if any(e.active for e in list(_ENGINES)):  # keep everything in flight moving
             self.start(call).Wait()
             return
         ctx, gen = self._context(call)  # the common case: Waitall each round, no polling
@@ -197,14 +205,20 @@ class Engine:
         return moved
 
     def wait_for(self, cond: Callable[[], bool]) -> None:
-        """Progress until ``cond()``; sleeps in ``Waitany`` rather than spinning."""
+        """Progress until ``cond()`` (every live engine's schedules, not only this one's);
+        sleeps in ``Waitall``/``Waitany`` rather than spinning."""
         while not cond():
-            if self.progress() or cond():
+            engines = [e for e in list(_ENGINES) if e.active]
+            moved = False
+            for e in engines:
+                moved = e.progress() or moved
+            if moved or cond():
                 continue
-            if len(self.active) == 1:  # nothing else to keep moving: block on its round
-                MPI.Request.Waitall(self.active[0]._reqs)
+            active = [r for e in engines for r in e.active]
+            if len(active) == 1:  # nothing else to keep moving: block on its round
+                MPI.Request.Waitall(active[0]._reqs)
                 continue
-            pending = [q for r in self.active for q in r._reqs]
+            pending = [q for r in active for q in r._reqs]
             if not pending:  # nothing in flight yet cond is false: a bug, never a hang
                 raise RuntimeError("mpicoll: waiting on a request that cannot progress")
             MPI.Request.Waitany(pending)
