@@ -11,6 +11,7 @@ algorithm on the p2p backend (see :mod:`mpicoll.registry`); the native backend a
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,8 @@ _PREDEFINED_OPS = (
     "MAXLOC",
     "MINLOC",
 )
-_FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error")
+_FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error",
+           "forced algorithm")
 
 
 def _op_code(op: MPI.Op | None) -> int:
@@ -107,17 +109,20 @@ class Collectives:
         try:
             call = PARSERS[collective](self.size, self.rank, *args)
         except (TypeError, ValueError) as exc:
-            self._agree(collective, None, exc)
+            self._agree(collective, None, exc, algorithm)
             raise
-        self._agree(collective, call, None)
+        self._agree(collective, call, None, algorithm)
         return self._run(call, nonblocking, algorithm, args)
 
-    def _agree(self, collective: str, call: Call | None, error: Exception | None) -> None:
-        """Checked mode: all ranks compare (collective, root, count, dtype, op) and raise the
-        same :class:`MismatchError` if they differ, or if any rank's arguments were refused.
-        Costs one ``MPI_Allgather`` of 7 integers per call."""
+    def _agree(self, collective: str, call: Call | None, error: Exception | None,
+               algorithm: str | None = None) -> None:
+        """Checked mode: all ranks compare (collective, root, count, dtype, op, forced
+        algorithm) and raise the same :class:`MismatchError` if they differ, or if any rank's
+        arguments were refused.  Costs one ``MPI_Allgather`` of 8 integers per call."""
         sig = np.full(len(_FIELDS), -1, dtype=np.int64)
         sig[0] = COLLECTIVES.index(collective)
+        forced = algorithm or os.environ.get(f"MPICOLL_{collective.upper()}_ALGORITHM") or "auto"
+        sig[7] = zlib.crc32(forced.encode())
         if call is not None:
             sig[1] = call.root
             sig[2] = -1 if call.count is None else call.count
@@ -136,7 +141,9 @@ class Collectives:
             raise MismatchError(
                 f"{collective}: the arguments were refused on rank(s) {bad}; every rank stops"
             )
-        for f, name in enumerate(_FIELDS[:6]):
+        for f, name in enumerate(_FIELDS):
+            if f == 6:
+                continue
             col = table[:, f]
             if collective in ("scatterv", "gatherv", "alltoallv") and f == 2:
                 continue
