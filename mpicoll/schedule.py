@@ -39,6 +39,7 @@ __all__ = [
     "Round",
     "Schedule",
     "Send",
+    "Table",
     "block_counts",
     "displacements",
     "is_pof2",
@@ -211,16 +212,41 @@ class _Relative(_View):
         return self._base.relative((root + self._root) % self.size)
 
 
+class Table(tuple[int, ...]):
+    """A tuple of per-block integers (counts, displacements) that can also be indexed by an
+    integer numpy array of block indices, giving the array of entries.
+
+    Plain ``int`` indexing and slicing behave exactly as a tuple's.  The array form is what
+    lets the simulator's vector engine run a schedule once for all ranks at the same time
+    (``counts[(rank - s) % p]`` with ``rank`` the vector of every rank; see
+    :mod:`mpicoll.sim`).
+    """
+
+    _array: np.ndarray
+
+    def __getitem__(self, i: Any) -> Any:
+        try:
+            return tuple.__getitem__(self, i)
+        except TypeError:
+            if not isinstance(i, np.ndarray):
+                raise
+            try:
+                arr = self._array
+            except AttributeError:
+                arr = self._array = np.array(self, dtype=np.int64)
+            return arr[i]
+
+
 @lru_cache(maxsize=64)
-def block_counts(n: int, p: int) -> tuple[int, ...]:
+def block_counts(n: int, p: int) -> Table:
     """Split ``n`` elements into ``p`` blocks of ``n//p`` or ``n//p + 1`` (the first ``n%p``).
 
     Cached: every rank of a simulated call asks for the same split."""
     q, r = divmod(n, p)
-    return tuple(q + (i < r) for i in range(p))
+    return Table(q + (i < r) for i in range(p))
 
 
-def displacements(counts: Sequence[int]) -> tuple[int, ...]:
+def displacements(counts: Sequence[int]) -> Table:
     """Running sum of ``counts``, starting at 0 (contiguous blocks in rank order)."""
     if isinstance(counts, tuple):
         return _displacements(counts)
@@ -228,12 +254,12 @@ def displacements(counts: Sequence[int]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=64)
-def _displacements(counts: tuple[int, ...]) -> tuple[int, ...]:
+def _displacements(counts: tuple[int, ...]) -> Table:
     out, off = [], 0
     for c in counts:
         out.append(off)
         off += c
-    return tuple(out)
+    return Table(out)
 
 
 def is_pof2(p: int) -> bool:

@@ -15,6 +15,20 @@ Two modes: with data (real numpy buffers; results can be checked against NumPy) 
 (buffers are never read or written: one shared allocation stands for every rank's, and scratch
 buffers are zero-stride views, so p = 4096 with 64 MiB vectors costs no memory).
 A schedule that waits for a message nobody sends raises :class:`DeadlockError`.
+
+Cost-only runs of the symmetric collectives (barrier, allreduce, allgather,
+reduce_scatter_block, alltoall) first try the **vector engine**: the schedule generator runs
+ONCE, with ``ctx.rank`` the numpy vector of all p ranks, so every peer, block index and size it
+computes is a vector too (SIMD lanes, one per rank), and each round is matched and timed for all
+ranks with a few numpy operations.  It applies to schedules whose control flow does not depend
+on the rank and whose rounds are one send and one receive per rank matched within the round
+(the ring algorithms, pairwise exchanges, dissemination); anything else (``if rank < rem``
+raises "truth value of an array is ambiguous", ``members.index(rank)`` fails, a round that is
+not a permutation of the ranks, the two-level model's shared NICs) falls back to the per-rank
+engine.  Where it applies it gives the per-rank engine's clocks and counts bit for bit
+(``tests/unit/test_sim_vector.py`` checks every algorithm against it), at
+O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
+8190 rounds (33.5 M messages) in about a second.
 """
 
 from __future__ import annotations
@@ -30,9 +44,11 @@ from mpi4py import MPI
 from . import registry
 from ._args import PARSERS, Call
 from .model import DEFAULT, Model
-from .schedule import Context, Recv, Schedule
+from .schedule import Context, Recv, Schedule, Send, Table
 
-__all__ = ["DeadlockError", "SimResult", "Simulator", "TwoLevel", "simulate"]
+__all__ = [
+    "DeadlockError", "NotVectorizableError", "SimResult", "Simulator", "TwoLevel", "simulate",
+]
 
 
 def node_size_env() -> int | None:
@@ -50,6 +66,10 @@ def node_size_env() -> int | None:
 
 class DeadlockError(RuntimeError):
     """A simulated schedule can make no progress (a send or receive is never matched)."""
+
+
+class NotVectorizableError(Exception):
+    """The vector engine cannot run this schedule (the per-rank engine can)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,7 @@ class SimResult:
         messages_sent, bytes_sent, messages_recv, bytes_recv: per-rank counts (numpy int64).
         inter_bytes_sent: per-rank bytes sent to another node (two-level model; else zeros).
         outputs: per-rank user buffers after the call (data mode only).
+        engine: ``"vector"`` (all ranks at once) or ``"rank"`` (per-rank generators).
     """
 
     collective: str
@@ -94,6 +115,7 @@ class SimResult:
     bytes_recv: np.ndarray
     inter_bytes_sent: np.ndarray
     outputs: list[Any] = field(default_factory=list, repr=False)
+    engine: str = "rank"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,7 +124,7 @@ class SimResult:
             "clocks_s": self.clocks.tolist(),
             "messages_sent": self.messages_sent.tolist(), "bytes_sent": self.bytes_sent.tolist(),
             "messages_recv": self.messages_recv.tolist(), "bytes_recv": self.bytes_recv.tolist(),
-            "inter_bytes_sent": self.inter_bytes_sent.tolist(),
+            "inter_bytes_sent": self.inter_bytes_sent.tolist(), "engine": self.engine,
         }
 
 
@@ -276,6 +298,197 @@ class Simulator:
 
 
 # ---------------------------------------------------------------------------------------------
+# The vector engine: one generator for all ranks (see the module docstring).
+
+
+_Int = int | np.ndarray  # one value for every rank, or a vector of p values
+
+
+def _lanes(v: Any, p: int) -> _Int:
+    """``v`` (an int, or an integer vector of p entries: one per rank) checked: an int or an
+    int64 vector of p entries."""
+    if type(v) is np.ndarray and v.dtype == np.int64 and v.shape == (p,):
+        return v  # the common case, fast
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    a = np.asarray(v)
+    if a.dtype.kind not in "iu" or a.shape != (p,):
+        raise NotVectorizableError(f"not a per-rank integer: {v!r}")
+    return a.astype(np.int64)
+
+
+def _vector(v: _Int, p: int) -> np.ndarray:
+    return v if isinstance(v, np.ndarray) else np.full(p, v, np.int64)
+
+
+def _uniform(v: _Int) -> _Int:
+    """An int where every rank has the same value (so ``block_counts(buf.size, p)`` and
+    ``range(n)`` work), else the vector."""
+    if isinstance(v, int):
+        return v
+    first = int(v[0])
+    return first if bool((v == first).all()) else v
+
+
+class _Extents:
+    """Cost-only stand-in for one buffer on every rank: elements ``[start, stop)`` of rank r's
+    buffer (ints where all ranks agree, else vectors).  Supports what schedules do with
+    buffers (slicing with int or vector bounds, ``size``, ``nbytes``, ``len``, ``dtype``);
+    anything else raises."""
+
+    __slots__ = ("dtype", "p", "start", "stop")
+
+    def __init__(self, start: _Int, stop: _Int, dtype: np.dtype, p: int) -> None:
+        self.start, self.stop, self.dtype, self.p = start, stop, dtype, p
+
+    def lengths(self) -> _Int:
+        return self.stop - self.start
+
+    @property
+    def size(self) -> _Int:
+        return _uniform(self.stop - self.start)
+
+    @property
+    def nbytes(self) -> _Int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return 1
+
+    def __len__(self) -> int:
+        n = self.size
+        if not isinstance(n, int):
+            raise NotVectorizableError("len() of buffers whose length differs between ranks")
+        return n
+
+    def __getitem__(self, key: Any) -> _Extents:
+        if type(key) is not slice or key.step not in (None, 1):
+            raise NotVectorizableError(f"buffer index {key!r} (only [a:b] slices are vectorised)")
+        length = self.stop - self.start
+        a = 0 if key.start is None else _lanes(key.start, self.p)
+        b = length if key.stop is None else _lanes(key.stop, self.p)
+        if isinstance(a, int) and isinstance(b, int) and isinstance(length, int):
+            if a < 0 or b < 0:
+                raise NotVectorizableError("negative slice bounds")
+            a = min(a, length)
+            b = max(min(b, length), a)
+        else:
+            if np.min(a) < 0 or np.min(b) < 0:
+                raise NotVectorizableError("negative slice bounds")
+            a = np.minimum(a, length)
+            b = np.maximum(np.minimum(b, length), a)
+        return _Extents(self.start + a, self.start + b, self.dtype, self.p)
+
+    @classmethod
+    def whole(cls, n: Any, dtype: np.dtype, p: int) -> _Extents:
+        return cls(0, _lanes(n, p), dtype, p)
+
+
+class _VectorContext(Context):
+    """The context of all p ranks at once: ``rank`` is ``numpy.arange(p)``."""
+
+    def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, gamma: float,
+                 nodes: tuple[int, ...] | None) -> None:
+        super().__init__(np.arange(p), p, datatype, dtype, nodes)  # type: ignore[arg-type]
+        self.clock = np.zeros(p)
+        self.gamma = gamma
+
+    def copy(self, src: Any, dst: Any) -> None:
+        pass  # local copies are free (cost-only)
+
+    def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
+        if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
+            raise NotVectorizableError("reduction of a buffer that is not per-rank")
+        self.clock += inbuf.nbytes * self.gamma
+
+    def scratch(self, count: Any) -> Any:
+        return _Extents.whole(count, self.dtype, self.size)
+
+    def pack(self, parts: Any) -> Any:
+        raise NotVectorizableError("pack")
+
+    def unpack(self, buf: Any, parts: Any) -> None:
+        raise NotVectorizableError("unpack")
+
+
+def _vectorised(arg: Any, p: int) -> Any:
+    """A prepared schedule argument as the vector engine passes it: numpy buffers become
+    :class:`_Extents`, integer sequences :class:`~mpicoll.schedule.Table`."""
+    if isinstance(arg, np.ndarray):
+        if arg.ndim != 1:
+            raise NotVectorizableError("a buffer that is not 1-D")
+        return _Extents.whole(arg.size, arg.dtype, p)
+    if isinstance(arg, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in arg):
+        return arg if isinstance(arg, Table) else Table(int(v) for v in arg)
+    return arg
+
+
+def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
+               dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]]
+               ) -> dict[str, np.ndarray]:
+    """Run ``schedule`` for all ranks at once, cost-only (see the module docstring).
+
+    Returns what :meth:`Simulator.run` returns, identical to it.
+    Raises :class:`NotVectorizableError` where the per-rank engine must run it instead.
+    """
+    if sim.data or isinstance(sim.model, TwoLevel):
+        raise NotVectorizableError("data mode and two-level models run per rank")
+    p = sim.p
+    alpha, beta = sim.model.alpha, sim.model.beta
+    ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes)
+    nd = None if sim.nodes is None else np.asarray(sim.nodes)
+    ranks = np.arange(p)
+    zeros = np.zeros(p)
+    send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
+    i64 = np.int64
+    msent, bsent, mrecv, brecv, inter = (np.zeros(p, i64) for _ in range(5))
+    gen = schedule(ctx, *(_vectorised(a, p) for a in prepare(ctx)))
+    try:
+        while True:
+            np.maximum(ctx.clock, rend, out=ctx.clock)
+            try:
+                rnd = next(gen)
+            except StopIteration:
+                break
+            if not rnd:
+                continue
+            if len(rnd) != 2 or {type(o) for o in rnd} != {Send, Recv}:
+                raise NotVectorizableError("a round that is not one send and one receive per rank")
+            snd, rcv = (rnd[0], rnd[1]) if type(rnd[0]) is Send else (rnd[1], rnd[0])
+            if not isinstance(snd.buf, _Extents) or not isinstance(rcv.buf, _Extents):
+                raise NotVectorizableError("a message buffer that is not per-rank")
+            dest, src = _vector(_lanes(snd.peer, p), p), _vector(_lanes(rcv.peer, p), p)
+            if min(dest.min(), src.min()) < 0 or max(dest.max(), src.max()) >= p:
+                raise NotVectorizableError("peer out of range")
+            if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
+                raise NotVectorizableError("messages not matched within the round")
+            isz = snd.buf.dtype.itemsize
+            sbytes = _vector(snd.buf.lengths(), p) * isz
+            n = sbytes[src]  # bytes arriving at each rank
+            if (n > rcv.buf.lengths() * rcv.buf.dtype.itemsize).any():
+                raise NotVectorizableError("truncation (the per-rank engine reports it)")
+            t = ctx.clock
+            start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
+            end = start + (alpha + n * beta)  # indexed by receiver, as cost(s, d, n)
+            send_free[src] = end
+            recv_free[:] = end
+            np.maximum(rend, np.maximum(end, end[dest]), out=rend)
+            msent += 1
+            bsent += sbytes
+            mrecv += 1
+            brecv += n
+            if nd is not None:
+                inter += np.where(nd[dest] != nd, sbytes, 0)
+    finally:
+        gen.close()
+    return {
+        "clocks": ctx.clock, "messages_sent": msent, "bytes_sent": bsent,
+        "messages_recv": mrecv, "bytes_recv": brecv, "inter_bytes_sent": inter,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Building each rank's arguments: the same mpi4py-style calls a user makes.
 
 
@@ -398,12 +611,17 @@ def make_args(collective: str, p: int, rank: int, count: int, dtype: np.dtype, *
     raise ValueError(f"unknown collective {collective!r}")
 
 
+#: collectives whose calls are the same on every rank (no root, no per-rank counts): the
+#: vector engine can prepare them once for all ranks
+SYMMETRIC = frozenset({"barrier", "allreduce", "allgather", "reduce_scatter_block", "alltoall"})
+
+
 def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
              dtype: Any = np.float64, op: MPI.Op = MPI.SUM, root: int = 0,
              in_place: bool = False, model: Model | TwoLevel | None = None,
              data: bool = False,
              args: Sequence[tuple[Any, ...]] | None = None,
-             nodes: Sequence[int] | None = None) -> SimResult:
+             nodes: Sequence[int] | None = None, engine: str = "auto") -> SimResult:
     """Simulate one collective call on p ranks with one algorithm.
 
     Args:
@@ -419,40 +637,72 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         args: per-rank argument tuples to use instead of the generated ones (data mode).
         nodes: node id of each rank (node-aware algorithms; default: from a
             :class:`TwoLevel` model or ``$MPICOLL_RANKS_PER_NODE``, else one rank per node).
+        engine: ``"auto"`` (the vector engine where it applies, else per rank), ``"rank"``
+            (always per rank) or ``"vector"`` (raise :class:`NotVectorizableError` if it does not
+            apply).  Both give identical results; see the module docstring.
 
     Returns:
-        a :class:`SimResult`.
+        a :class:`SimResult` (``engine`` says which engine ran).
 
     Raises:
         ValueError / TypeError: bad arguments, as the MPI backends raise them.
         mpicoll.registry.RestrictionError: a forced algorithm that cannot run on this call.
         DeadlockError: the schedule never completes (a bug in an algorithm).
+        NotVectorizableError: ``engine="vector"`` on a call the vector engine cannot run.
     """
+    if engine not in ("auto", "rank", "vector"):
+        raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes)
     factory = _Args(data)
     parser = PARSERS[collective]
+
+    def call_of(rank: int) -> tuple[Call, Any]:
+        if args is not None:
+            return parser(p, rank, *tuple(args[rank])), None
+        a, out = make_args(collective, p, rank, count, dt, op=op, root=root,
+                           in_place=in_place, factory=factory)
+        return parser(p, rank, *a), out
+
+    if engine != "rank":
+        why = None
+        if data or args is not None or collective not in SYMMETRIC:
+            why = "data mode, given arguments and rooted or v-collectives run per rank"
+        else:
+            call, _ = call_of(0)
+            alg = select(call, p, algorithm)
+            try:
+                stats = run_vector(sim, alg.schedule, call.datatype, call.dtype, call.prepare)
+            except (NotVectorizableError, TypeError, ValueError, AttributeError, IndexError) as e:
+                why = f"{type(e).__name__}: {e}"
+            else:
+                return _result(collective, alg.name, p, call.nbytes, stats, [], "vector")
+        if engine == "vector":
+            raise NotVectorizableError(f"{collective}/{algorithm} on {p} ranks: {why}")
     gens = []
     outputs = []
-    alg: registry.Algorithm | None = None
+    chosen_alg: registry.Algorithm | None = None
     nbytes = 0
     for rank in range(p):
-        if args is not None:
-            a, out = tuple(args[rank]), None
-        else:
-            a, out = make_args(collective, p, rank, count, dt, op=op, root=root,
-                               in_place=in_place, factory=factory)
-        call: Call = parser(p, rank, *a)
+        call, out = call_of(rank)
         chosen = select(call, p, algorithm)
-        if alg is None:
-            alg, nbytes = chosen, call.nbytes
+        if chosen_alg is None:
+            chosen_alg, nbytes = chosen, call.nbytes
         ctx = sim.context(rank, call.datatype, call.dtype)
         gens.append(chosen.schedule(ctx, *call.prepare(ctx)))
         outputs.append(out)
-    assert alg is not None
+    assert chosen_alg is not None
     stats = sim.run(gens)
-    return SimResult(collective, alg.name, p, nbytes, float(stats["clocks"].max()),
-                     outputs=outputs if data else [], **stats)
+    return _result(collective, chosen_alg.name, p, nbytes, stats, outputs if data else [],
+                   "rank")
+
+
+def _result(collective: str, name: str, p: int, nbytes: int, stats: dict[str, np.ndarray],
+            outputs: list[Any], engine: str) -> SimResult:
+    return SimResult(collective, name, p, nbytes, float(stats["clocks"].max()),
+                     stats["clocks"], stats["messages_sent"], stats["bytes_sent"],
+                     stats["messages_recv"], stats["bytes_recv"], stats["inter_bytes_sent"],
+                     outputs, engine)
 
 
 def select(call: Call, p: int, algorithm: str | None) -> registry.Algorithm:

@@ -1,0 +1,141 @@
+"""The simulator's vector engine (one generator for all ranks) against the per-rank engine:
+identical clocks and counts, bit for bit, for every algorithm it runs; ring allreduce at
+4096 ranks and 64 MiB; and the cases it must hand back to the per-rank engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpicoll import registry
+from mpicoll.model import Model
+from mpicoll.sim import SYMMETRIC, NotVectorizableError, TwoLevel, simulate
+
+FIELDS = ("clocks", "messages_sent", "bytes_sent", "messages_recv", "bytes_recv",
+          "inter_bytes_sent")
+SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 24, 32]
+COUNTS = [0, 1, 5, 64, 1000]
+#: algorithms whose control flow does not depend on the rank: the vector engine must run
+#: them at every p (a change that silently sends them back to the per-rank engine fails here)
+BRANCH_FREE = {
+    ("allreduce", "ring"), ("allgather", "ring"), ("allgather", "bruck"),
+    ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
+    ("alltoall", "pairwise"), ("barrier", "dissemination"),
+}
+# A model whose three terms differ in magnitude, so a swapped term changes the clocks.
+MODEL = Model(alpha=3e-6, beta=7e-10, gamma=1.3e-10)
+
+
+def _same(a: object, b: object, what: tuple) -> None:
+    for f in FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert np.array_equal(x, y), (what, f, x[:8], y[:8])
+    assert a.time == b.time, what  # type: ignore[attr-defined]
+
+
+def test_branch_free_set_is_registered() -> None:
+    for coll, name in BRANCH_FREE:
+        assert coll in SYMMETRIC
+        registry.get(coll, name)
+
+
+@pytest.mark.parametrize("coll", sorted(SYMMETRIC))
+def test_vector_engine_equals_per_rank_engine(coll: str) -> None:
+    used = set()
+    for alg in registry.algorithms(coll):
+        for p in SIZES:
+            if alg.why_not(p) is not None:
+                continue
+            for count in COUNTS if coll != "barrier" else [0]:
+                for in_place in (False, True) if coll != "barrier" else (False,):
+                    kw = dict(algorithm=alg.name, model=MODEL, in_place=in_place)
+                    try:
+                        ref = simulate(coll, p, count, engine="rank", **kw)  # type: ignore[arg-type]
+                    except registry.RestrictionError:
+                        continue
+                    got = simulate(coll, p, count, **kw)  # type: ignore[arg-type]
+                    if got.engine == "vector":
+                        used.add((alg.name, p))
+                        _same(ref, got, (coll, alg.name, p, count, in_place))
+                    elif (coll, alg.name) in BRANCH_FREE:
+                        pytest.fail(f"{coll}/{alg.name} p={p} count={count} ran per rank")
+    assert used, f"the vector engine ran no {coll} algorithm"
+
+
+def test_node_counts_match() -> None:
+    """Inter-node bytes are counted the same way (nodes of 3 ranks, flat model)."""
+    for p in (4, 7, 12):
+        nodes = [r // 3 for r in range(p)]
+        for coll, name in sorted(BRANCH_FREE):
+            ref = simulate(coll, p, 10, algorithm=name, nodes=nodes, engine="rank")
+            got = simulate(coll, p, 10, algorithm=name, nodes=nodes, engine="vector")
+            _same(ref, got, (coll, name, p))
+            if coll != "barrier":
+                assert got.inter_bytes_sent.sum() > 0
+
+
+def test_ring_allreduce_at_4096_ranks_64_mib() -> None:
+    """Issue 5's scale: 4096 ranks, 64 MiB per rank, 8190 rounds, 33.5 M messages, cost-only.
+    Exact traffic (2 n (p-1)/p each way, 2 (p-1) messages) and the registry's formula."""
+    p, n = 4096, 64 << 20
+    r = simulate("allreduce", p, n // 8, algorithm="ring", model=MODEL)
+    assert r.engine == "vector"
+    assert (r.messages_sent == 2 * (p - 1)).all()
+    assert (r.messages_recv == 2 * (p - 1)).all()
+    assert (r.bytes_sent == 2 * n * (p - 1) // p).all()
+    assert (r.bytes_recv == r.bytes_sent).all()
+    want = registry.get("allreduce", "ring").cost(p, float(n), MODEL.alpha, MODEL.beta,
+                                                 MODEL.gamma)
+    assert r.time == pytest.approx(want, rel=1e-12)
+    assert np.ptp(r.clocks) == 0  # a symmetric schedule: every rank finishes together
+
+
+def test_uneven_blocks_skew_the_clocks_identically() -> None:
+    """n not divisible by p: blocks differ by one element, ranks finish at different times;
+    the vector engine reproduces each rank's clock."""
+    ref = simulate("allreduce", 13, 1000 * 13 + 7, algorithm="ring", model=MODEL, engine="rank")
+    got = simulate("allreduce", 13, 1000 * 13 + 7, algorithm="ring", model=MODEL)
+    assert got.engine == "vector"
+    assert np.ptp(ref.clocks) > 0
+    _same(ref, got, "uneven")
+
+
+def test_what_runs_per_rank() -> None:
+    # rank-dependent control flow (recursive doubling folds ranks beyond 2^k)
+    with pytest.raises(NotVectorizableError, match="ambiguous"):
+        simulate("allreduce", 6, 100, algorithm="recursive_doubling", engine="vector")
+    assert simulate("allreduce", 6, 100, algorithm="recursive_doubling").engine == "rank"
+    # rooted collectives, data mode, two-level model (shared NICs are served in order)
+    with pytest.raises(NotVectorizableError):
+        simulate("bcast", 8, 100, algorithm="binomial", engine="vector")
+    with pytest.raises(NotVectorizableError):
+        simulate("allreduce", 8, 100, algorithm="ring", data=True, engine="vector")
+    two = TwoLevel(4, Model(), Model(alpha=1e-5))
+    with pytest.raises(NotVectorizableError):
+        simulate("allreduce", 8, 100, algorithm="ring", model=two, engine="vector")
+    with pytest.raises(ValueError, match="engine"):
+        simulate("allreduce", 8, 100, engine="gpu")
+
+
+def test_one_extra_byte_is_counted_by_both_engines() -> None:
+    """A ring step that sends one element too many: the vector engine counts it exactly as
+    the per-rank engine does, so the traffic tests fail on either."""
+    from mpicoll.schedule import Context, Schedule
+    from mpicoll.sim import Simulator, run_vector
+
+    def extra(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+        p, r = ctx.size, ctx.rank
+        yield ctx.sendrecv(ctx.scratch(buf.size + 1), (r + 1) % p,
+                           ctx.scratch(buf.size + 1), (r - 1) % p)
+
+    buf = np.zeros(10)
+    dt = np.dtype(np.float64)
+    vec = run_vector(Simulator(5, data=False), extra, MPI.DOUBLE, dt,
+                     lambda ctx: (buf, MPI.SUM))
+    sim = Simulator(5, data=False)
+    per_rank = sim.run([extra(sim.context(r, MPI.DOUBLE, dt), buf, MPI.SUM) for r in range(5)])
+    for f in FIELDS:
+        assert np.array_equal(vec[f], per_rank[f]), f
+    assert (vec["bytes_sent"] == 88).all()
+    assert (vec["messages_sent"] == 1).all()
