@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from mpi4py import MPI
 
 from ._args import PARSERS, Call
-from ._buffers import is_in_place, parse
+from ._buffers import Buf, is_in_place, parse
+from ._env import algorithm_var
 from .registry import COLLECTIVES
 
 __all__ = ["Collectives", "MismatchError"]
@@ -47,7 +48,18 @@ _PREDEFINED_OPS = (
     "MINLOC",
 )
 _FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error",
-           "forced algorithm")
+           "forced algorithm", "segment size", "counts", "peer counts", "recvcounts given")
+# column of each field in the table of checked mode
+(_COLL, _ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _ERROR, _FORCED, _SEGMENT, _COUNTS, _PEER,
+ _STAGE) = range(len(_FIELDS))
+# compared field by field (every rank must have the same value)
+_UNIFORM = (_ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _FORCED, _SEGMENT)
+# collectives whose every rank passes the same full counts list (compared by hash)
+_SAME_COUNTS = {"allgatherv": "recvcounts", "reduce_scatter": "recvcounts"}
+# collectives whose per-rank count is compared with the root's counts
+_ROOTED_V = {"scatterv": ("sendcounts", "recvbuf"), "gatherv": ("recvcounts", "sendbuf")}
+# _STAGE: 0 the call itself; 1 Reduce_scatter(recvcounts=None) gathering the counts first
+_GATHER_COUNTS = 1
 
 
 def _op_code(op: MPI.Op | None) -> int:
@@ -57,6 +69,30 @@ def _op_code(op: MPI.Op | None) -> int:
         if op == getattr(MPI, name):
             return i
     return 100  # any user op: handles cannot be compared across processes
+
+
+def _mix(keys: np.ndarray) -> np.ndarray:
+    """splitmix64 of uint64 ``keys``: a pseudo-random 64-bit weight per key."""
+    x = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _weighted(values: Sequence[int] | np.ndarray, keys: np.ndarray) -> int:
+    """sum(values[j] * mix(keys[j])) mod 2**64, as a signed 64-bit int (a linear hash: two
+    lists that differ anywhere give different sums except with probability ~2**-64)."""
+    v = np.asarray(values, dtype=np.int64).astype(np.uint64)
+    total = np.array([(v * _mix(keys)).sum(dtype=np.uint64)], dtype=np.uint64)
+    return int(total.view(np.int64)[0])
+
+
+def _list_hash(counts: Sequence[int] | np.ndarray) -> int:
+    return _weighted(counts, np.arange(len(counts), dtype=np.uint64))
+
+
+def _ranks(rows: Sequence[int] | np.ndarray) -> str:
+    return "[" + ", ".join(str(int(r)) for r in rows) + "]"
 
 
 def env_check() -> bool:
@@ -80,9 +116,16 @@ class Collectives:
     buffers), :class:`~mpicoll.registry.RestrictionError` for a forced algorithm that cannot
     run, and in checked mode :class:`MismatchError` on every rank when their calls disagree.
 
+    Checked mode (``check=True`` or ``$MPICOLL_CHECK=1``): before each call the ranks compare
+    their arguments with one small ``MPI_Allgather`` and all raise :class:`MismatchError` if
+    they disagree (see :meth:`_agree` for what is compared), instead of truncating or hanging.
+
+    Backends are context managers: ``with mpicoll.p2p(comm) as c: ...`` calls :meth:`Free` on
+    exit (collective for p2p, which frees its duplicate of ``comm``; nothing for native).
+
     Attributes:
         comm: the user's communicator (an intracommunicator).
-        rank, size: this rank and the number of ranks p.
+        rank, size: this rank and the number of ranks p (also ``Get_rank()``/``Get_size()``).
         name: ``"native"`` or ``"p2p"``.
     """
 
@@ -102,11 +145,45 @@ class Collectives:
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
 
+    def Get_rank(self) -> int:
+        """This rank in ``comm`` (as ``mpi4py.MPI.Comm.Get_rank``)."""
+        return self.rank
+
+    def Get_size(self) -> int:
+        """The number of ranks of ``comm`` (as ``mpi4py.MPI.Comm.Get_size``)."""
+        return self.size
+
+    def Free(self) -> None:
+        """Release what the backend owns (see the subclasses)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving a ``with`` block calls :meth:`Free` (collective for p2p: every rank leaves
+        the block)."""
+        self.Free()
+
+    def _check_options(self, collective: str, algorithm: Any) -> None:
+        """Check what is not a buffer argument, before any message: ``algorithm=`` must be None
+        or a str (TypeError otherwise); the p2p backend also checks its environment."""
+        if algorithm is not None and not isinstance(algorithm, str):
+            raise TypeError(
+                f"algorithm: expected an algorithm name (str) or None, got "
+                f"{type(algorithm).__name__} {algorithm!r}"
+            )
+
+    def _segment_field(self) -> int:
+        """The segment size checked mode compares (-1: not used by this backend)."""
+        return -1
+
     def _call(self, collective: str, nonblocking: bool, algorithm: str | None, *args: Any) -> Any:
         if not self.check:
+            self._check_options(collective, algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
             return self._run(call, nonblocking, algorithm, args)
         try:
+            self._check_options(collective, algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
         except (TypeError, ValueError) as exc:
             self._agree(collective, None, exc, algorithm)
@@ -115,51 +192,156 @@ class Collectives:
         return self._run(call, nonblocking, algorithm, args)
 
     def _agree(self, collective: str, call: Call | None, error: Exception | None,
-               algorithm: str | None = None) -> None:
-        """Checked mode: all ranks compare (collective, root, count, dtype, op, forced
-        algorithm) and raise the same :class:`MismatchError` if they differ, or if any rank's
-        arguments were refused.  Costs one ``MPI_Allgather`` of 8 integers per call."""
+               algorithm: Any = None, *, gathering: Buf | None = None,
+               stage: int = 0) -> np.ndarray:
+        """Checked mode: every rank compares its call with the others' and all raise the same
+        :class:`MismatchError` if they disagree, or if any rank's arguments were refused (that
+        rank re-raises its own error).  Costs one ``MPI_Allgather`` of 12 integers per rank.
+
+        Compared: the collective, root, element count, dtype and item size, op (predefined
+        ops by name; any user op as "user op"), the forced algorithm (``algorithm=`` or
+        ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment size, and the counts of the
+        v-collectives:
+
+        * allgatherv, reduce_scatter: every rank's full recvcounts list (a 64-bit hash of it);
+        * scatterv / gatherv: each rank's own count (its recvbuf's / sendbuf's) against the
+          root's ``counts[rank]`` (the root's list by hash; the root names the ranks);
+        * alltoallv: rank i's ``sendcounts[j]`` against rank j's ``recvcounts[i]`` for every
+          pair (a linear 64-bit hash over all pairs: every rank contributes its rows).
+
+        Hashes are 64-bit, so two different counts lists pass as equal with probability about
+        2**-64.  ``gathering`` (Reduce_scatter with recvcounts=None): this rank's parsed
+        recvbuf; the ranks then agree on the collective and exchange their receive counts in
+        the same allgather (the returned table's "peer counts" column holds them); ``stage``
+        marks that agreement (``_GATHER_COUNTS``) when this rank's recvbuf was refused.
+
+        Returns:
+            The table of every rank's signature (one row per rank).
+        """
         sig = np.full(len(_FIELDS), -1, dtype=np.int64)
-        sig[0] = COLLECTIVES.index(collective)
-        forced = algorithm or os.environ.get(f"MPICOLL_{collective.upper()}_ALGORITHM") or "auto"
-        sig[7] = zlib.crc32(forced.encode())
-        if call is not None:
-            sig[1] = call.root
-            sig[2] = -1 if call.count is None else call.count
-            sig[3] = call.dtype.num
-            sig[4] = call.dtype.itemsize
-            sig[5] = _op_code(call.op)
-            sig[6] = 0
-        else:
-            sig[6] = 1
+        sig[_COLL] = COLLECTIVES.index(collective)
+        forced = algorithm if algorithm is not None else (
+            os.environ.get(algorithm_var(collective), "").strip() or "auto")
+        sig[_FORCED] = zlib.crc32(str(forced).encode())
+        sig[_SEGMENT] = self._segment_field()
+        sig[_STAGE] = _GATHER_COUNTS if gathering is not None else stage
+        sig[_ERROR] = 0 if error is None else 1
+        if gathering is not None:
+            sig[_DTYPE] = gathering.array.dtype.num
+            sig[_ITEMSIZE] = gathering.array.dtype.itemsize
+            sig[_PEER] = gathering.count
+        elif call is not None:
+            sig[_ROOT] = call.root
+            sig[_COUNT] = -1 if call.count is None else call.count
+            sig[_DTYPE] = call.dtype.num
+            sig[_ITEMSIZE] = call.dtype.itemsize
+            sig[_OP] = _op_code(call.op)
+            if collective == "alltoallv":
+                assert call.counts is not None
+                assert call.send_counts is not None
+                me, p = self.rank, self.size
+                peers = np.arange(p, dtype=np.uint64)
+                sig[_COUNTS] = _weighted(call.send_counts, np.uint64(me) * np.uint64(p) + peers)
+                sig[_PEER] = _weighted(call.counts, peers * np.uint64(p) + np.uint64(me))
+            else:
+                if call.counts is not None:
+                    sig[_COUNTS] = _list_hash(call.counts)
+                if call.own_count is not None:
+                    sig[_PEER] = call.own_count
         table = np.empty((self.size, len(_FIELDS)), dtype=np.int64)
         self._check_comm.Allgather(sig, table)
-        bad = [int(i) for i in np.flatnonzero(table[:, 6])]
-        if bad:
+        self._compare(collective, table, call, error, gathering is not None)
+        return table
+
+    def _compare(self, collective: str, table: np.ndarray, call: Call | None,
+                 error: Exception | None, gathering: bool) -> None:
+        """Raise :class:`MismatchError` if the rows of ``table`` disagree (see :meth:`_agree`);
+        return quietly on a rank whose own arguments were refused (it re-raises its error)."""
+        bad = np.flatnonzero(table[:, _ERROR])
+        if bad.size:
             if error is not None:
                 return  # this rank re-raises its own error
-            raise MismatchError(
-                f"{collective}: the arguments were refused on rank(s) {bad}; every rank stops"
-            )
-        for f, name in enumerate(_FIELDS):
-            if f == 6:
-                continue
+            raise MismatchError(f"{collective}: the arguments were refused on rank(s) "
+                                f"{_ranks(bad)}; every rank stops")
+
+        def same(f: int) -> None:
             col = table[:, f]
-            if collective in ("scatterv", "gatherv", "alltoallv") and f == 2:
-                continue
             if (col != col[0]).any():
-                vals = {int(r): int(v) for r, v in enumerate(col)}
-                raise MismatchError(f"{collective}: ranks disagree on {name}: {vals} (rank: value)")
+                vals: dict[int, Any] = {int(r): int(v) for r, v in enumerate(col)}
+                if f == _COLL:
+                    vals = {r: COLLECTIVES[v] for r, v in vals.items()}
+                what = "recvcounts given (a list, or None)" if f == _STAGE else _FIELDS[f]
+                raise MismatchError(
+                    f"{collective}: ranks disagree on {what}: {vals} (rank: value)")
+
+        same(_COLL)
+        same(_STAGE)
+        uniform: tuple[int, ...] = _UNIFORM
+        if gathering or collective in ("scatterv", "gatherv", "alltoallv", *_SAME_COUNTS):
+            uniform = tuple(f for f in uniform if f != _COUNT)  # compared through the counts
+        for f in uniform:
+            same(f)
+        if gathering:
+            return
+        if collective in _SAME_COUNTS:
+            col = table[:, _COUNTS]
+            if (col != col[0]).any():
+                groups: dict[int, list[int]] = {}
+                for r, h in enumerate(col):
+                    groups.setdefault(int(h), []).append(r)
+                shown = ", ".join(_ranks(g) for g in groups.values())
+                raise MismatchError(
+                    f"{collective}: ranks disagree on the counts: every rank must pass the same "
+                    f"{_SAME_COUNTS[collective]}, but ranks {shown} pass different lists")
+        elif collective in _ROOTED_V:
+            root = int(table[0, _ROOT])
+            own = table[:, _PEER]
+            if _list_hash(own) != int(table[root, _COUNTS]):
+                counts_name, buf_name = _ROOTED_V[collective]
+                given = {int(r): int(c) for r, c in enumerate(own)}
+                detail = ""
+                if call is not None and call.counts is not None:  # the root knows which
+                    detail = "; " + ", ".join(
+                        f"rank {r} has {given[r]}, the root expects {c}"
+                        for r, c in enumerate(call.counts) if c != given[r])
+                raise MismatchError(
+                    f"{collective}: the ranks' {buf_name} counts {given} (rank: count) do not "
+                    f"match the {counts_name} of the root (rank {root}){detail}")
+        elif collective == "alltoallv":
+            sent = np.array([table[:, _COUNTS].astype(np.uint64).sum(dtype=np.uint64)])
+            recv = np.array([table[:, _PEER].astype(np.uint64).sum(dtype=np.uint64)])
+            if sent[0] != recv[0]:
+                raise MismatchError(
+                    "alltoallv: the send and receive counts do not pair up: rank i's "
+                    "sendcounts[j] must equal rank j's recvcounts[i] for every pair of ranks")
 
     def _run(
         self, call: Call, nonblocking: bool, algorithm: str | None, args: tuple[Any, ...]
     ) -> Any:
         raise NotImplementedError
 
-    def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any) -> Any:
-        """Reduce_scatter's counts: as given, or every rank's receive count (allgather)."""
+    def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any,
+                    algorithm: Any = None) -> Any:
+        """Reduce_scatter's counts: as given, or every rank's receive count (allgather).
+
+        In checked mode that allgather is the agreement itself (the ranks first check that they
+        all call Reduce_scatter with recvcounts=None), so a rank calling another collective
+        meets a :class:`MismatchError`, not a mismatched allgather."""
         if recvcounts is not None:
             return recvcounts
+        if self.check:
+            try:
+                self._check_options("reduce_scatter", algorithm)
+                if is_in_place(sendbuf):
+                    raise ValueError(
+                        "recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
+                rb = parse(recvbuf, "recvbuf", writable=True)
+            except (TypeError, ValueError) as exc:
+                self._agree("reduce_scatter", None, exc, algorithm, stage=_GATHER_COUNTS)
+                raise
+            table = self._agree("reduce_scatter", None, None, algorithm, gathering=rb)
+            return [int(c) for c in table[:, _PEER]]
+        self._check_options("reduce_scatter", algorithm)
         if is_in_place(sendbuf):
             raise ValueError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
         try:  # every rank takes part in the allgather, even one whose recvbuf is refused
@@ -304,7 +486,7 @@ class Collectives:
 
         ``recvcounts=None`` gathers every rank's receive count first (an allgather, as mpi4py
         does); with ``MPI.IN_PLACE`` the counts must be given."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts)
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm)
         self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Ireduce_scatter(
@@ -317,7 +499,7 @@ class Collectives:
         algorithm: str | None = None,
     ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts)
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm)
         return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:

@@ -39,6 +39,8 @@ class Call:
         nbytes: the message size the ``auto`` choice uses; identical on every rank.
         count: element count for the ``count_ge_p`` restriction (None if not meaningful).
         commutative / in_place / uniform: what the restrictions are checked against.
+        counts / send_counts / own_count: what checked mode compares across ranks for the
+            v-collectives (see :meth:`mpicoll._api.Collectives._agree`).
     """
 
     collective: str
@@ -52,6 +54,15 @@ class Call:
     uniform: bool = True
     op: MPI.Op | None = field(default=None, repr=False)
     root: int = -1
+    #: the per-rank counts list this rank passes that must agree with the other ranks':
+    #: allgatherv's and alltoallv's recvcounts, reduce_scatter's recvcounts, the root's counts
+    #: of scatterv/gatherv (None elsewhere, and at the non-roots)
+    counts: tuple[int, ...] | None = field(default=None, repr=False)
+    #: alltoallv's sendcounts (rank j's recvcounts[i] must equal rank i's sendcounts[j])
+    send_counts: tuple[int, ...] | None = field(default=None, repr=False)
+    #: scatterv/gatherv: this rank's own count (recvbuf's / sendbuf's), which must equal the
+    #: root's counts[rank]
+    own_count: int | None = None
     #: the chosen algorithm's schedule, set by the p2p backend before the call starts
     schedule: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
 
@@ -175,7 +186,8 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
     return Call("scatterv", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
                 count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf),
-                root=root)
+                root=root, counts=None if counts is None else tuple(counts),
+                own_count=int(rarr.size))
 
 
 def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -228,7 +240,8 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
         sarr, ref = s.array, s
     return Call("gatherv", ref.datatype, sarr.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
-                uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root)
+                uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root,
+                counts=None if counts is None else tuple(counts), own_count=int(sarr.size))
 
 
 def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
@@ -321,7 +334,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, cts, mop),
                 nbytes=int(total_known) * out.dtype.itemsize,  # type: ignore[arg-type]
                 count=min(cts) if cts else 0, commutative=bool(mop.Is_commutative()),
-                in_place=in_place, uniform=len(set(cts)) <= 1, op=mop)
+                in_place=in_place, uniform=len(set(cts)) <= 1, op=mop, counts=tuple(cts))
 
 
 def reduce_scatter_block(size: int, rank: int, sendbuf: Any, recvbuf: Any,
@@ -382,7 +395,7 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
 
     return Call("allgatherv", rv.datatype, out.dtype, prepare,
                 nbytes=sum(counts) * out.dtype.itemsize, count=min(counts) if counts else 0,
-                in_place=src is None, uniform=len(set(counts)) <= 1)
+                in_place=src is None, uniform=len(set(counts)) <= 1, counts=tuple(counts))
 
 
 def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -419,7 +432,8 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rc, rd, out = rv.counts, rv.displs, rv.array
     return Call("alltoallv", rv.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
-                nbytes=0, count=None, in_place=in_place, uniform=False)
+                nbytes=0, count=None, in_place=in_place, uniform=False, counts=tuple(rc),
+                send_counts=tuple(sc))
 
 
 def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:

@@ -65,12 +65,23 @@ class VBuf:
         return self.array[self.displs[i] : self.displs[i] + self.counts[i]]
 
 
-def datatype_of(dtype: np.dtype) -> MPI.Datatype:
-    """The predefined MPI datatype mpi4py itself uses for a numpy dtype (TypeError if none)."""
+def datatype_of(dtype: np.dtype, what: str = "") -> MPI.Datatype:
+    """The predefined MPI datatype mpi4py itself uses for a numpy dtype (TypeError if none).
+
+    datetime64 and timedelta64 arrays are refused (TypeError) on both backends: numpy exports
+    no buffer for them, so mpi4py (the native backend) cannot send them; pass
+    ``[arr, MPI.INT64_T]`` or ``arr.view(np.int64)`` to move their 64-bit values.
+    ``what``: the argument's name, for the message."""
+    where = f"{what}: " if what else ""
+    if dtype.kind in "mM":
+        raise TypeError(
+            f"{where}numpy {dtype} arrays are not supported (mpi4py cannot take a buffer of them); "
+            f"pass [array, MPI.INT64_T] or array.view(np.int64)"
+        )
     dt = MPI._typedict.get(dtype.char) if not dtype.fields else None
     if dt is None:
         raise TypeError(
-            f"no predefined MPI datatype for numpy dtype {dtype}; pass [array, datatype]"
+            f"{where}no predefined MPI datatype for numpy dtype {dtype}; pass [array, datatype]"
         )
     return dt
 
@@ -180,7 +191,7 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         elif c is not None:
             count = _count(c, what)
     if datatype is None:
-        datatype = datatype_of(arr.dtype)
+        datatype = datatype_of(arr.dtype, what)
         dtype = arr.dtype
     else:
         dtype = _np_dtype(datatype)
@@ -251,7 +262,7 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         raise TypeError(f"{what}: unrecognised vector buffer spec")
     dtype = arr.dtype if datatype is None else _np_dtype(datatype)
     if datatype is None:
-        datatype = datatype_of(arr.dtype)
+        datatype = datatype_of(arr.dtype, what)
     flat = _flat(arr, dtype, what)
     if counts_spec is None:
         if flat.size % size:

@@ -26,6 +26,9 @@ class Native(Collectives):
 
     Args:
         comm: any intracommunicator (``COMM_WORLD``, ``Split`` results, ``COMM_SELF``).
+
+    Owns no communicator: :meth:`Free` and leaving a ``with`` block do nothing (they exist so
+    that code can switch between the backends without changes).
     """
 
     name = "native"

@@ -10,18 +10,27 @@ Isolation (as ``mpi4py.util.pkl5.Intracomm`` does): the backend runs on a privat
 the user's communicator, and every collective call takes a fresh tag (1, 2, ... wrapping at
 ``tag_ub``), so user point-to-point traffic, even with ``ANY_SOURCE``/``ANY_TAG``, and any
 number of outstanding non-blocking collectives never cross-match.
+
+That duplicate lives until :meth:`P2P.Free` (collective) releases it, or until the end of a
+``with mpicoll.p2p(comm) as c:`` block, which calls ``Free``.  Nothing frees it behind your
+back (``MPI_Comm_free`` is collective, so it is never called from a garbage-collector
+finalizer): a program that creates many backends must free them, or MPI runs out of
+communicator context ids (MPICH has a few thousand).
+
+Environment (read at every call, validated before the call sends anything; see
+:mod:`mpicoll._env`): ``MPICOLL_<COLLECTIVE>_ALGORITHM`` and ``MPICOLL_SEGMENT_SIZE``.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from mpi4py import MPI
 
-from . import registry
+from . import _env, registry
 from ._api import Collectives
 from ._args import Call
+from ._env import algorithm_var, env_algorithm
 from .engine import Engine, Traffic
 from .sim import select
 
@@ -51,21 +60,22 @@ def node_map(comm: MPI.Comm) -> tuple[int, ...]:
     return tuple(comm.allgather(lowest))
 
 
-def env_algorithm(collective: str) -> str | None:
-    """``$MPICOLL_<COLLECTIVE>_ALGORITHM`` (e.g. ``MPICOLL_ALLREDUCE_ALGORITHM=ring``)."""
-    return os.environ.get(f"MPICOLL_{collective.upper()}_ALGORITHM") or None
-
-
 class P2P(Collectives):
     """Hand-rolled collectives with the methods of ``mpi4py.MPI.Comm``.
 
     Args:
-        comm: any intracommunicator.  Constructing the backend is collective over it (``Dup``).
+        comm: any intracommunicator.  Constructing the backend is collective over it (``Dup``);
+            :meth:`Free` (or leaving a ``with`` block) releases the duplicate.
         tag_ub: largest tag used before wrapping to 1 (default min(32767, MPI's TAG_UB)).
         check: checked mode (default ``$MPICOLL_CHECK``): before each collective the ranks
-            compare (collective, root, count, dtype, op) with one small ``MPI_Allgather`` and
-            all raise :class:`~mpicoll.MismatchError` if they differ, instead of truncating or
-            hanging.
+            compare (collective, root, count, dtype, op, forced algorithm, segment size, and
+            the counts of the v-collectives: see :meth:`Collectives._agree`) with one small
+            ``MPI_Allgather`` and all raise :class:`~mpicoll.MismatchError` if they differ,
+            instead of truncating or hanging.
+
+    Raises:
+        ValueError: ``$MPICOLL_SEGMENT_SIZE`` is not a positive integer (checked before the
+            ``Dup``, and again at every call, before any message).
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
@@ -80,6 +90,7 @@ class P2P(Collectives):
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
         if not 1 <= tag_ub <= limit:
             raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
+        _env.segment_bytes()  # a bad value fails here, before the collective Dup
         self._comm = comm.Dup()
         self._check_comm = self._comm
         self.nodes = node_map(self._comm)
@@ -89,11 +100,38 @@ class P2P(Collectives):
     def traffic(self) -> Traffic:
         return self._engine.traffic
 
+    def _check_options(self, collective: str, algorithm: Any) -> None:
+        """Also refuse (ValueError naming the variable) a bad ``$MPICOLL_SEGMENT_SIZE`` and,
+        when ``algorithm=`` is not given, an unknown ``$MPICOLL_<COLLECTIVE>_ALGORITHM``:
+        before any message, and in checked mode before the ranks compare their calls."""
+        super()._check_options(collective, algorithm)
+        _env.segment_bytes()
+        if algorithm is None:
+            _env.check_env_algorithm(collective)
+
+    def _segment_field(self) -> int:
+        try:
+            return _env.segment_bytes()
+        except ValueError:
+            return -2  # refused: the rank reports its error in the same agreement
+
     def select(self, call: Call, algorithm: str | None) -> registry.Algorithm:
         """The algorithm this call runs: ``algorithm`` if given, else
         ``$MPICOLL_<COLLECTIVE>_ALGORITHM``, else ``auto`` (see :func:`mpicoll.registry.select`).
+
+        Raises:
+            TypeError: ``algorithm`` is not a str.
+            ValueError / RestrictionError: an unknown name, or one whose restrictions the call
+                breaks; for a name from the environment the message starts with the variable.
         """
-        return select(call, self.size, algorithm or env_algorithm(call.collective))
+        if algorithm is None:
+            name = env_algorithm(call.collective)
+            if name is not None:
+                try:
+                    return select(call, self.size, name)
+                except ValueError as exc:  # RestrictionError included: keep its type
+                    raise type(exc)(f"{algorithm_var(call.collective)}={name!r}: {exc}") from None
+        return select(call, self.size, algorithm)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:
@@ -106,19 +144,16 @@ class P2P(Collectives):
         return None
 
     def Free(self) -> None:
-        """Free the private communicator (collective); outstanding requests are completed."""
+        """Release the private duplicate of ``comm`` (collective: every rank calls it; a second
+        call does nothing).  Outstanding requests are completed first.  Leaving a
+        ``with mpicoll.p2p(comm) as c:`` block calls it; nothing else does."""
         if self._comm != MPI.COMM_NULL:
             self._engine.wait_for(lambda: not self._engine.active)
             self._comm.Free()
 
-    def __enter__(self) -> P2P:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.Free()
-
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:
     """The hand-rolled backend on ``comm`` (default ``MPI.COMM_WORLD``); collective (it dups
-    ``comm``).  Keyword arguments go to :class:`P2P`."""
+    ``comm``; ``Free()`` or a ``with`` block releases the duplicate).  Keyword arguments go to
+    :class:`P2P`."""
     return P2P(MPI.COMM_WORLD if comm is None else comm, **kw)

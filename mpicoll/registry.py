@@ -208,8 +208,12 @@ def algorithms(collective: str) -> list[Algorithm]:
 
 
 def get(collective: str, name: str) -> Algorithm:
-    """The algorithm ``name`` of ``collective``; ValueError listing the valid names if absent."""
+    """The algorithm ``name`` of ``collective``; ValueError listing the valid names if absent,
+    TypeError if ``name`` is not a str."""
     _load()
+    if not isinstance(name, str):
+        raise TypeError(f"algorithm: expected an algorithm name (str), got "
+                        f"{type(name).__name__} {name!r}")
     table = _REGISTRY.get(collective)
     if table is None:
         raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
@@ -278,6 +282,7 @@ def select(collective: str, p: int, name: str | None, *, nbytes: int, commutativ
     ``"auto"``, :func:`choose`'s pick.
 
     Raises:
+        TypeError: ``name`` is not a str (or None).
         ValueError: an unknown name.
         RestrictionError: a named algorithm this call cannot run (the message names why).
     """

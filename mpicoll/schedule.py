@@ -282,8 +282,12 @@ def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: i
 
 
 def segment_count(ctx: Context, default_bytes: int = 65536) -> int:
-    """Elements per pipeline segment: ``MPICOLL_SEGMENT_SIZE`` bytes (default 64 KiB), >= 1."""
-    import os
+    """Elements per pipeline segment: ``MPICOLL_SEGMENT_SIZE`` bytes (default 64 KiB), >= 1.
 
-    nbytes = int(os.environ.get("MPICOLL_SEGMENT_SIZE", default_bytes))
-    return max(1, nbytes // max(1, ctx.dtype.itemsize))
+    Raises ``ValueError`` naming the variable for a value that is not a positive integer
+    (see :func:`mpicoll._env.segment_bytes`).  The p2p backend validates the variable before
+    each call sends anything, so a schedule never meets a bad value halfway through.
+    """
+    from ._env import segment_bytes
+
+    return max(1, segment_bytes(default_bytes) // max(1, ctx.dtype.itemsize))

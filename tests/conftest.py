@@ -10,7 +10,8 @@
 
 What this file adds:
 
-* fixtures ``comm`` (``MPI.COMM_WORLD``), ``rank``, ``size`` and ``rng``;
+* fixtures ``comm`` (``MPI.COMM_WORLD``), ``rank``, ``size`` and ``rng``, and
+  ``broken_allreduce`` (a deliberately wrong p2p allreduce, for the CLI tests);
 * tests marked ``large`` / ``full`` are skipped unless ``MPICOLL_TEST_LARGE=1`` /
   ``MPICOLL_TEST_FULL=1`` (tests may also read those variables to widen their sweeps);
 * per-test time limits (pytest-timeout's ``--timeout``) that work while the process is blocked
@@ -43,7 +44,7 @@ import threading
 import time
 import traceback
 import zlib
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import _pytest
 import numpy as np
@@ -56,6 +57,8 @@ RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
 FULL = os.environ.get("MPICOLL_TEST_FULL", "") not in ("", "0")
 LARGE = os.environ.get("MPICOLL_TEST_LARGE", "") not in ("", "0")
+#: the name of the deliberately wrong algorithm of the ``broken_allreduce`` fixture
+BROKEN = "broken_for_test"
 
 # Short array reprs in assertion messages.
 np.set_printoptions(threshold=64, edgeitems=4, linewidth=100)
@@ -305,6 +308,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         WORLD.Barrier()
         if RANK == 0:
             shutil.rmtree(_basetemp_root, ignore_errors=True)
+
+
+@pytest.fixture
+def broken_allreduce(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A p2p allreduce algorithm, ``broken_for_test``, that is deliberately wrong (registered in
+    this process only, on every rank; the CLI tests of both suites use it): a correct
+    registered schedule runs, then the last rank adds 1 to element 0."""
+    from mpicoll import registry
+
+    good = registry.algorithms("allreduce")[0].schedule
+
+    def broken(ctx: Any, *args: Any, **kw: Any) -> Any:
+        """Correct allreduce, then corrupt element 0 on the last rank."""
+        yield from good(ctx, *args, **kw)
+        buf = args[0]
+        if ctx.rank == ctx.size - 1 and buf.size:
+            buf[0] += 1
+
+    alg = registry.Algorithm("allreduce", BROKEN, broken, "0", lambda p, n, a, b, g: 0.0, (),
+                             "tests")
+    monkeypatch.setitem(registry._REGISTRY["allreduce"], BROKEN, alg)
+    return BROKEN  # monkeypatch removes it after the test
 
 
 @pytest.fixture

@@ -829,6 +829,47 @@ def _(r: int, p: int) -> Attempt:
     return Attempt(lambda b: b.Allreduce(s, rb, algorithm="ring"), [s, rb])
 
 
+@bad("restriction", "algorithm_not_a_str", TypeError, "algorithm", "int", "3")
+def _(r: int, p: int) -> Attempt:
+    s, rb = fill(4, r), fill(4, -7)
+    return Attempt(lambda b: b.Allreduce(s, rb, algorithm=3), [s, rb])
+
+
+@bad("restriction", "reduce_scatter_gathered_algorithm_not_a_str", TypeError, "algorithm")
+def _(r: int, p: int) -> Attempt:
+    s, rb = fill(2 * p, r), fill(2, -7)
+    return Attempt(lambda b: b.Reduce_scatter(s, rb, algorithm=b"ring"), [s, rb])
+
+
+# ---- datetime64 / timedelta64: refused by both backends (mpi4py takes no buffer of them) ---
+
+
+@bad("datetime", "allreduce_datetime64", TypeError, "datetime64", "INT64_T")
+def _(r: int, p: int) -> Attempt:
+    s = (np.arange(3) + r).astype("datetime64[s]")
+    rb = np.zeros(3, "datetime64[s]")
+    return Attempt(lambda b: b.Allreduce(s, rb, op=MPI.MAX), [s, rb])
+
+
+@bad("datetime", "bcast_timedelta64", TypeError, "timedelta64", "INT64_T")
+def _(r: int, p: int) -> Attempt:
+    a = (np.arange(4) * (r + 1)).astype("timedelta64[ns]")
+    return Attempt(lambda b: b.Bcast(a, root=0), [a])
+
+
+@bad("datetime", "allgather_timedelta64_recvbuf", TypeError, "recvbuf", "timedelta64")
+def _(r: int, p: int) -> Attempt:
+    s, rb = np.full(2, r, np.int64), np.zeros(2 * p, "timedelta64[ms]")
+    return Attempt(lambda b: b.Allgather(s, rb), [s, rb])
+
+
+@bad("datetime", "gatherv_datetime64_sendbuf", TypeError, "sendbuf", "datetime64")
+def _(r: int, p: int) -> Attempt:
+    s = np.full(1, r).astype("datetime64[D]")
+    rb = np.zeros(p, "datetime64[D]")
+    return Attempt(lambda b: b.Gatherv(s, [rb, [1] * p, MPI.INT64_T], root=0), [s, rb])
+
+
 # --------------------------------------------------------------------------------------------
 # the check
 
@@ -983,8 +1024,113 @@ def test_aliased_send_and_recv(case: Bad, kind: str) -> None:
 @pytest.mark.parametrize(("case", "kind"), _params("restriction"))
 def test_forced_algorithm_restriction(case: Bad, kind: str) -> None:
     """A forced p2p algorithm the call cannot run: RestrictionError naming the algorithm and
-    the restriction; unknown names and algorithm= on native: ValueError."""
+    the restriction; unknown names and algorithm= on native: ValueError; an algorithm that is
+    not a str: TypeError."""
     check_bad(case, kind)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("case", "kind"), _params("datetime"))
+def test_datetime_arrays_refused_by_both(case: Bad, kind: str) -> None:
+    """datetime64 / timedelta64 arrays: TypeError on both backends, naming the dtype and the
+    way out ([arr, MPI.INT64_T]), before any message."""
+    check_bad(case, kind)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", KINDS)
+def test_datetime_arrays_as_int64_accepted_by_both(kind: str) -> None:
+    """``[arr, MPI.INT64_T]`` moves datetime64 / timedelta64 values on both backends, as
+    mpi4py itself does."""
+    b = backend(kind)
+    p, r = WORLD.size, WORLD.rank
+    want = np.arange(5).astype("datetime64[s]") + np.timedelta64(1000, "s")
+    a = want.copy() if r == p - 1 else np.zeros(5, "datetime64[s]")
+    b.Bcast([a, MPI.INT64_T], root=p - 1)
+    x = np.full(3, r).astype("timedelta64[ms]")
+    y = np.zeros(3, "timedelta64[ms]")
+    b.Allreduce([x, MPI.INT64_T], [y, MPI.INT64_T], op=MPI.MAX)
+    problems = []
+    if not np.array_equal(a, want):
+        problems.append(f"Bcast gave {a}")
+    if not np.array_equal(y, np.full(3, p - 1).astype("timedelta64[ms]")):
+        problems.append(f"Allreduce gave {y}")
+    _agree(problems, f"{kind}: datetime64 as MPI.INT64_T")
+
+
+# --------------------------------------------------------------------------------------------
+# the environment: MPICOLL_SEGMENT_SIZE and MPICOLL_<COLLECTIVE>_ALGORITHM (p2p only)
+
+
+def _expect(problems: list[str], what: str, call: Callable[[], Any], exc: type[BaseException],
+            *words: str) -> None:
+    try:
+        call()
+    except exc as e:
+        missing = [w for w in words if w not in str(e)]
+        if missing:
+            problems.append(f"{what}: message {str(e)!r} does not name {missing}")
+    except Exception as e:
+        problems.append(f"{what}: raised {type(e).__name__}: {e}; expected {exc.__name__}")
+    else:
+        problems.append(f"{what}: no exception; expected {exc.__name__}")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("value", ["0", "-64", "abc", "1.5", "64k"])
+def test_bad_segment_size_refused_before_any_message(monkeypatch: pytest.MonkeyPatch,
+                                                     value: str) -> None:
+    """``MPICOLL_SEGMENT_SIZE`` that is not a positive integer: ValueError naming the variable
+    and the value, at every p2p call (segmented algorithm or not) and when a backend is made,
+    before any message; no buffer changed; the backend works once the variable is fixed."""
+    b = backend("p2p")
+    p, r = WORLD.size, WORLD.rank
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", value)
+    problems: list[str] = []
+    a = fill(1000, r)
+    s, y = fill(3, r), fill(3, -7)
+    before = _snapshot([a, s, y])
+    words = ("MPICOLL_SEGMENT_SIZE", repr(value))
+    _expect(problems, "Bcast pipeline", lambda: b.Bcast(a, root=0, algorithm="pipeline"),
+            ValueError, *words)
+    _expect(problems, "Ibcast", lambda: b.Ibcast(a, root=p - 1).Wait(), ValueError, *words)
+    _expect(problems, "Allreduce", lambda: b.Allreduce(s, y), ValueError, *words)
+    _expect(problems, "mpicoll.p2p()", lambda: mpicoll.p2p(WORLD).Free(), ValueError, *words)
+    if _snapshot([a, s, y]) != before:
+        problems.append("a buffer was changed by a refused call")
+    monkeypatch.delenv("MPICOLL_SEGMENT_SIZE")
+    problems += _recover(b)
+    _agree(problems, f"MPICOLL_SEGMENT_SIZE={value!r}")
+
+
+@pytest.mark.mpi
+def test_bad_env_algorithm_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown ``MPICOLL_<COLLECTIVE>_ALGORITHM``: ValueError naming the variable, the value
+    and the valid names; one whose restriction the call breaks: RestrictionError naming the
+    variable; ``algorithm=`` on the call still wins over the variable."""
+    b = backend("p2p")
+    p, r = WORLD.size, WORLD.rank
+    problems: list[str] = []
+    monkeypatch.setenv("MPICOLL_ALLREDUCE_ALGORITHM", "nope")
+    s, y = fill(3, r + 1.0), fill(3, -7)
+    _expect(problems, "Allreduce", lambda: b.Allreduce(s, y), ValueError,
+            "MPICOLL_ALLREDUCE_ALGORITHM", "'nope'", "ring")
+    _expect(problems, "Iallreduce", lambda: b.Iallreduce(s, y).Wait(), ValueError,
+            "MPICOLL_ALLREDUCE_ALGORITHM")
+    if not np.array_equal(y, fill(3, -7)):
+        problems.append("recvbuf changed by a refused call")
+    b.Allreduce(s, y, algorithm="ring")
+    if not np.array_equal(y, fill(3, p * (p + 1) / 2)):
+        problems.append(f"Allreduce(algorithm='ring') under a bad variable gave {y}")
+    monkeypatch.delenv("MPICOLL_ALLREDUCE_ALGORITHM")
+    if not_pof2(p):
+        monkeypatch.setenv("MPICOLL_ALLGATHER_ALGORITHM", "recursive_doubling")
+        g = fill(2 * p, -7)
+        _expect(problems, "Allgather", lambda: b.Allgather(fill(2, r), g), RestrictionError,
+                "MPICOLL_ALLGATHER_ALGORITHM", "power-of-two")
+        monkeypatch.delenv("MPICOLL_ALLGATHER_ALGORITHM")
+    problems += _recover(b)
+    _agree(problems, "bad MPICOLL_<COLLECTIVE>_ALGORITHM")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1184,6 +1330,104 @@ def _mismatch_cases() -> list[Mismatch]:
         Mismatch("allreduce_ops", ("op",), ops),
         Mismatch("different_collectives", ("collective",), collectives),
         Mismatch("iallgather_counts", ("count",), nonblocking_counts),
+        *_v_count_mismatch_cases(),
+    ]
+
+
+def _v_count_mismatch_cases() -> list[Mismatch]:
+    """The counts of the v-collectives (and Reduce_scatter's), which every rank checks only
+    against its own buffers: checked mode must compare them across ranks."""
+
+    # the smallest count (what the count field holds) is the same on every rank: only the
+    # lists differ
+    def allgatherv(r: int, p: int) -> Attempt:
+        counts = [2] * p
+        if r == p - 1:
+            counts[0] = 3  # this rank alone thinks rank 0 sends 3 elements
+        s, rb = fill(2, r), fill(sum(counts), -7)
+        return Attempt(lambda b: b.Allgatherv(s, [rb, counts, MPI.DOUBLE]), [s, rb])
+
+    def iallgatherv(r: int, p: int) -> Attempt:
+        counts = [2] * p  # every rank's list differs; each matches its own sendbuf only
+        counts[(r + 1) % p] = 3
+        s, rb = fill(2, r), fill(sum(counts), -7)
+        return Attempt(lambda b: b.Iallgatherv(s, [rb, counts, MPI.DOUBLE]).Wait(), [s, rb])
+
+    def gatherv(r: int, p: int) -> Attempt:
+        s = fill(3 if r == p - 1 else 2, r)  # the root expects 2 from every rank
+        rb = fill(2 * p, -7) if r == 0 else None
+        watch = [s] if rb is None else [s, rb]
+        return Attempt(lambda b: b.Gatherv(s, [rb, [2] * p, MPI.DOUBLE] if r == 0 else None,
+                                           root=0), watch)
+
+    def gatherv_root_in_place(r: int, p: int) -> Attempt:
+        root = p - 1
+        counts = [1] * p
+        s = fill(2 if r == 0 else 1, r)  # rank 0 sends 2, the root expects 1
+        rb = fill(p, -7) if r == root else None
+        watch = [s] if rb is None else [s, rb]
+        return Attempt(lambda b: b.Gatherv(MPI.IN_PLACE if r == root else s,
+                                           [rb, counts, MPI.DOUBLE] if r == root else None,
+                                           root=root), watch)
+
+    def scatterv(r: int, p: int) -> Attempt:
+        send = fill(2 * p, 1.0) if r == 0 else None
+        rb = fill(1 if r == p - 1 else 2, -7)  # the root sends 2 to every rank
+        watch = [rb] if send is None else [send, rb]
+        return Attempt(lambda b: b.Scatterv([send, [2] * p, MPI.DOUBLE] if r == 0 else None,
+                                            rb, root=0), watch)
+
+    def alltoallv(r: int, p: int) -> Attempt:
+        sc, rc = [1] * p, [1] * p
+        if r == 0:
+            sc[p - 1] = 2  # rank 0 sends 2 to rank p-1, which expects 1
+        s, rb = fill(sum(sc), r), fill(sum(rc), -7)
+        return Attempt(lambda b: b.Alltoallv([s, sc, MPI.DOUBLE], [rb, rc, MPI.DOUBLE]), [s, rb])
+
+    def alltoallv_swapped(r: int, p: int) -> Attempt:
+        # 2 expected everywhere; rank 0 sends 3 to rank 1 and rank 1 sends 1 to rank 0: the
+        # totals over all ranks still agree, only the pairing is wrong
+        sc = [2] * p
+        if r == 0:
+            sc[1] = 3
+        if r == 1:
+            sc[0] = 1
+        rc = [2] * p
+        s, rb = fill(sum(sc), r), fill(sum(rc), -7)
+        return Attempt(lambda b: b.Ialltoallv([s, sc, MPI.DOUBLE], [rb, rc, MPI.DOUBLE]).Wait(),
+                       [s, rb])
+
+    def reduce_scatter(r: int, p: int) -> Attempt:
+        counts = [2] * p
+        if r == 0:
+            counts[p - 1] = 3
+        s, rb = fill(sum(counts), r), fill(counts[r], -7)
+        return Attempt(lambda b: b.Reduce_scatter(s, rb, counts), [s, rb])
+
+    def reduce_scatter_gathered_vs_allreduce(r: int, p: int) -> Attempt:
+        s, rb = fill(2 * p, r), fill(2, -7)
+        if r == 0:
+            return Attempt(lambda b: b.Allreduce(s[:2], rb), [s, rb])
+        return Attempt(lambda b: b.Reduce_scatter(s, rb), [s, rb])  # counts by allgather
+
+    def reduce_scatter_gathered_vs_given(r: int, p: int) -> Attempt:
+        s, rb = fill(2 * p, r), fill(2, -7)
+        counts = [2] * p if r == 0 else None
+        return Attempt(lambda b: b.Reduce_scatter(s, rb, counts), [s, rb])
+
+    return [
+        Mismatch("allgatherv_recvcounts", ("count", "recvcounts"), allgatherv),
+        Mismatch("iallgatherv_recvcounts", ("count", "recvcounts"), iallgatherv),
+        Mismatch("gatherv_sendcount", ("count", "recvcounts", "root"), gatherv),
+        Mismatch("gatherv_root_in_place_sendcount", ("count",), gatherv_root_in_place),
+        Mismatch("scatterv_recvcount", ("count", "sendcounts", "root"), scatterv),
+        Mismatch("alltoallv_pairing", ("count",), alltoallv),
+        Mismatch("alltoallv_pairing_same_totals", ("count",), alltoallv_swapped),
+        Mismatch("reduce_scatter_recvcounts", ("count", "recvcounts"), reduce_scatter),
+        Mismatch("reduce_scatter_gathered_vs_allreduce", ("collective",),
+                 reduce_scatter_gathered_vs_allreduce),
+        Mismatch("reduce_scatter_gathered_vs_given", ("recvcounts",),
+                 reduce_scatter_gathered_vs_given),
     ]
 
 
@@ -1324,3 +1568,71 @@ def test_checked_mode_accepts_agreeing_calls(checked: Any) -> None:
         problems.append(f"Reduce_scatter gave {rs}")
     problems += _recover(checked)
     _agree(problems, "checked mode: agreeing calls")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("var", "value"), [("MPICOLL_SEGMENT_SIZE", "0"),
+                                            ("MPICOLL_ALLREDUCE_ALGORITHM", "nope")])
+def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: str,
+                                          value: str) -> None:
+    """A bad environment variable on one rank only (checked p2p): that rank raises its own
+    ValueError naming the variable, every other rank a MismatchError; nothing is sent."""
+    if MismatchError is None:
+        pytest.skip("checked mode not there yet")
+    p, r = WORLD.size, WORLD.rank
+    if p < 2:
+        pytest.skip("needs two ranks")
+    b = backend("p2p-check")
+    if r == p - 1:
+        monkeypatch.setenv(var, value)
+    problems: list[str] = []
+    s, y = fill(3, r), fill(3, -7)
+    try:
+        b.Allreduce(s, y)
+    except Exception as exc:
+        if r == p - 1:
+            if isinstance(exc, MismatchError) or not isinstance(exc, ValueError):
+                problems.append(f"raised {type(exc).__name__}: {exc}; expected its own "
+                                "ValueError")
+            elif var not in str(exc):
+                problems.append(f"message {str(exc)!r} does not name {var}")
+        elif not isinstance(exc, MismatchError):
+            problems.append(f"raised {type(exc).__name__}: {exc}; expected MismatchError")
+    else:
+        problems.append("no exception")
+    if not np.array_equal(y, fill(3, -7)):
+        problems.append("recvbuf changed")
+    monkeypatch.delenv(var, raising=False)
+    problems += _recover(b)
+    _agree(problems, f"checked mode: {var}={value!r} on rank {p - 1} only")
+
+
+@pytest.mark.mpi
+@requires_checked_mode
+@pytest.mark.parametrize("checked", CHECKED, indirect=True)
+def test_checked_mode_reduce_scatter_gathered_counts(checked: Any) -> None:
+    """Checked Reduce_scatter(recvcounts=None): uneven receive counts are gathered in the
+    agreement and give the right result; a recvbuf refused on rank 0 makes rank 0 raise its
+    own ValueError and every other rank a MismatchError naming rank 0."""
+    p, r = WORLD.size, WORLD.rank
+    problems: list[str] = []
+    counts = [k + 1 for k in range(p)]
+    y = fill(counts[r], -7)
+    checked.Reduce_scatter(fill(sum(counts), r + 1.0), y)
+    if not np.array_equal(y, fill(counts[r], p * (p + 1) / 2)):
+        problems.append(f"Reduce_scatter gave {y}")
+    if p > 1:
+        rb = readonly(fill(2, -7)) if r == 0 else fill(2, -7)
+        try:
+            checked.Reduce_scatter(fill(2 * p, r), rb)
+        except Exception as exc:
+            if r == 0 and (isinstance(exc, MismatchError) or "recvbuf" not in str(exc)):
+                problems.append(f"rank 0 raised {type(exc).__name__}: {exc}")
+            if r != 0 and not (isinstance(exc, MismatchError) and "[0]" in str(exc)):
+                problems.append(f"raised {type(exc).__name__}: {exc}; expected MismatchError")
+        else:
+            problems.append("no exception")
+        if not np.array_equal(rb, fill(2, -7)):
+            problems.append("recvbuf changed")
+    problems += _recover(checked)
+    _agree(problems, "checked mode: Reduce_scatter(recvcounts=None)")

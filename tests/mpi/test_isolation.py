@@ -327,3 +327,45 @@ def test_renumbered_and_self_communicators() -> None:
         x.Free()
     rev.Free()
     agree(problems, "renumbered and COMM_SELF communicators")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["p2p", "native"])
+def test_with_block_frees_and_get_rank_size(kind: str) -> None:
+    """``with mpicoll.<kind>(comm) as c:`` gives the backend and calls ``Free()`` on exit (p2p:
+    its private duplicate is released, later calls raise, a second ``Free()`` does nothing;
+    native: nothing to free, it keeps working).  ``Get_rank()``/``Get_size()`` are mpi4py's.
+    Thousands of p2p backends made and freed one after the other (on ``COMM_SELF``, so each
+    rank does it alone and fast) do not run out of MPI context ids (MPICH has about 2000)."""
+    p, r = WORLD.size, WORLD.rank
+    make = getattr(mpicoll, kind)
+    problems: list[str] = []
+    with make(WORLD) as c:
+        if (c.Get_rank(), c.Get_size()) != (WORLD.Get_rank(), WORLD.Get_size()):
+            problems.append(f"Get_rank/Get_size gave {c.Get_rank()}/{c.Get_size()}")
+        if (c.Get_rank(), c.Get_size()) != (c.rank, c.size):
+            problems.append("Get_rank/Get_size differ from rank/size")
+        y = np.full(2, -1.0)
+        c.Allreduce(np.full(2, r + 1.0), y)
+        if not np.array_equal(y, np.full(2, p * (p + 1) / 2)):
+            problems.append(f"Allreduce in the with block gave {y}")
+    if kind == "p2p":
+        if c._comm != MPI.COMM_NULL:
+            problems.append("the private communicator was not freed by the with block")
+        try:
+            c.Barrier()
+        except RuntimeError as exc:
+            if "freed" not in str(exc):
+                problems.append(f"a call after the with block raised {exc!r}")
+        else:
+            problems.append("a call after the with block did not raise")
+        c.Free()  # a second Free does nothing
+    else:
+        c.Barrier()  # native owns nothing: still usable
+    made = 0
+    for _ in range(2500):
+        with make(MPI.COMM_SELF) as one:
+            made += one.Get_size()
+    if made != 2500:
+        problems.append(f"made {made} COMM_SELF backends")
+    agree(problems, f"{kind}: with block, Get_rank/Get_size")

@@ -1,0 +1,76 @@
+"""The environment variables that steer the p2p backend, read and validated in one place.
+
+* ``MPICOLL_SEGMENT_SIZE``: bytes per segment of the segmented (pipeline) algorithms; a
+  positive integer (default 64 KiB); unset or empty means the default.
+* ``MPICOLL_<COLLECTIVE>_ALGORITHM``: the algorithm a p2p call runs when ``algorithm=`` is not
+  given (``auto`` or one of the collective's algorithm names); unset or empty means ``auto``.
+
+Both are read at every call.  The p2p backend validates them before the call sends anything
+(and, in checked mode, before the ranks compare their arguments, so a bad value on one rank
+makes every rank raise); an invalid value raises ``ValueError`` naming the variable and the
+value.  No module here imports the rest of mpicoll at import time (the schedules use it too).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["DEFAULT_SEGMENT_BYTES", "SEGMENT_VAR", "algorithm_var", "check_env_algorithm",
+           "env_algorithm", "segment_bytes"]
+
+#: The variable that sets the segment size in bytes.
+SEGMENT_VAR = "MPICOLL_SEGMENT_SIZE"
+#: Segment size when the variable is unset.
+DEFAULT_SEGMENT_BYTES = 65536
+
+
+def segment_bytes(default: int = DEFAULT_SEGMENT_BYTES) -> int:
+    """``$MPICOLL_SEGMENT_SIZE`` in bytes (``default`` when unset or empty).
+
+    Raises:
+        ValueError: a value that is not a positive integer (``0``, ``-8``, ``1.5``, ``64k``),
+            naming the variable and the value.
+    """
+    raw = os.environ.get(SEGMENT_VAR, "")
+    if not raw.strip():
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"{SEGMENT_VAR}={raw!r}: expected a positive integer number of bytes "
+            f"(default {DEFAULT_SEGMENT_BYTES})"
+        )
+    return value
+
+
+def algorithm_var(collective: str) -> str:
+    """The variable that forces ``collective``'s algorithm: ``MPICOLL_ALLREDUCE_ALGORITHM``."""
+    return f"MPICOLL_{collective.upper()}_ALGORITHM"
+
+
+def env_algorithm(collective: str) -> str | None:
+    """``$MPICOLL_<COLLECTIVE>_ALGORITHM`` as given (surrounding blanks removed), or None when
+    unset or empty.  Not validated here: :func:`check_env_algorithm` does that."""
+    return os.environ.get(algorithm_var(collective), "").strip() or None
+
+
+def check_env_algorithm(collective: str) -> str | None:
+    """:func:`env_algorithm`, checked against the registry.
+
+    Raises:
+        ValueError: a name that is neither ``auto`` nor one of ``collective``'s algorithms;
+            the message names the variable, the value and the valid names.
+    """
+    name = env_algorithm(collective)
+    if name is None or name == "auto":
+        return name
+    from . import registry
+
+    try:
+        registry.get(collective, name)
+    except ValueError as exc:
+        raise ValueError(f"{algorithm_var(collective)}={name!r}: {exc}") from None
+    return name

@@ -1,0 +1,68 @@
+"""The p2p environment variables (``MPICOLL_SEGMENT_SIZE``, ``MPICOLL_<COLL>_ALGORITHM``) and
+the type of ``algorithm=``, in one process (no mpiexec)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll import registry
+from mpicoll.schedule import Context, segment_count
+
+BAD_SEGMENTS = ["0", "-1", "-65536", "abc", "1.5", "64k", "0x40"]
+
+
+def ctx(dtype: str = "float64") -> Context:
+    return Context(0, 2, MPI.DOUBLE, np.dtype(dtype))
+
+
+def test_segment_count_reads_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MPICOLL_SEGMENT_SIZE", raising=False)
+    assert segment_count(ctx()) == 65536 // 8
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "")  # empty: the default, as unset
+    assert segment_count(ctx()) == 65536 // 8
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", " 128 ")
+    assert segment_count(ctx()) == 16
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "1")  # smaller than an element: one element
+    assert segment_count(ctx("complex128")) == 1
+
+
+@pytest.mark.parametrize("value", BAD_SEGMENTS)
+def test_segment_count_refuses_bad_values(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", value)
+    with pytest.raises(ValueError, match="MPICOLL_SEGMENT_SIZE") as info:
+        segment_count(ctx())
+    assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["0", "abc"])
+def test_bad_segment_size_refused_by_the_backend_and_the_simulator(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", value)
+    with pytest.raises(ValueError, match="MPICOLL_SEGMENT_SIZE"):
+        mpicoll.p2p(MPI.COMM_SELF)  # refused before the Dup
+    with pytest.raises(ValueError, match="MPICOLL_SEGMENT_SIZE"):
+        mpicoll.simulate("bcast", 4, 1024, algorithm="pipeline")
+
+
+def test_bad_env_algorithm_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with mpicoll.p2p(MPI.COMM_SELF) as b:
+        monkeypatch.setenv("MPICOLL_BCAST_ALGORITHM", "nope")
+        a = np.zeros(3)
+        with pytest.raises(ValueError, match=r"MPICOLL_BCAST_ALGORITHM='nope'.*binomial"):
+            b.Bcast(a)
+        b.Bcast(a, algorithm="binomial")  # the keyword wins over the variable
+        monkeypatch.setenv("MPICOLL_BCAST_ALGORITHM", "auto")
+        b.Bcast(a)
+
+
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+@pytest.mark.parametrize("algorithm", [3, 1.0, b"ring", ["ring"]])
+def test_algorithm_that_is_not_a_str_is_a_type_error(kind: str, algorithm: object) -> None:
+    with getattr(mpicoll, kind)(MPI.COMM_SELF) as b, pytest.raises(TypeError, match="algorithm"):
+        b.Allreduce(np.zeros(2), np.zeros(2), algorithm=algorithm)
+    with pytest.raises(TypeError, match="algorithm"):
+        registry.get("allreduce", algorithm)  # type: ignore[arg-type]
