@@ -39,7 +39,10 @@ Defaults: the main collectives (:data:`DEFAULT_COLLECTIVES`), native and p2p ``a
 8 B to 4 MiB (``make bench``, 4 ranks on 2 cores, stays within a few minutes; ask for more with
 ``-m 8:16M``), float64 and MPI.SUM, root 0, out of place, a time budget of 0.1 s per size and
 implementation with 5 to 1000 timed iterations after 2 warm-up ones.  Exit status: 0, or 1 if
-any result was WRONG (or raised), or 2 for a usage error.
+any result was WRONG (or raised), or 2 for a usage error.  Output files (``--json``,
+``--csv``, ``--plot``: writable, not a directory, a format matplotlib writes) and numeric
+options are checked before anything runs.  A call that raises is reported as ``ERROR`` with
+its exception's text; one that strands other ranks ends the job (see :class:`CallGuard`).
 """
 
 from __future__ import annotations
@@ -50,15 +53,17 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import shlex
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 from mpi4py import MPI
@@ -75,10 +80,12 @@ __all__ = [
     "add_arguments",
     "busbw_factor",
     "count_for",
+    "describe_error",
     "describe_model",
     "main",
     "overlap_imb",
     "overlap_osu",
+    "output_file_problem",
     "parse_size",
     "parse_sizes",
     "predict_us",
@@ -460,9 +467,147 @@ def run_checked(
             r.Wait()
     except RestrictionError as exc:
         return "n/a", str(exc)
-    except Exception as exc:  # a broken implementation: reported, not fatal
-        return "error", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a broken implementation, or MPI's own error: reported
+        return "error", describe_error(exc)
     return "ok", None
+
+
+def _mpi_error_class_name(error_class: int) -> str | None:
+    names = sorted(k for k in dir(MPI) if k.startswith("ERR_")
+                   and isinstance(getattr(MPI, k), int) and getattr(MPI, k) == error_class)
+    return f"MPI_{names[0]}" if names else None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line naming ``exc`` and giving its text: ``ValueError: ...``, or for an error of the
+    MPI library ``MPI.Exception [MPI_ERR_TYPE]: Invalid datatype, error stack: | ...`` (MPI's
+    multi-line error stack joined with `` | ``, its dot padding dropped)."""
+    if isinstance(exc, MPI.Exception):
+        try:
+            cls = _mpi_error_class_name(exc.Get_error_class())
+        except Exception:  # pragma: no cover - MPI finalised
+            cls = None
+        name = "MPI.Exception" + (f" [{cls}]" if cls else "")
+    else:
+        name = type(exc).__name__
+    lines = [re.sub(r"\.{2,}:\s*", ": ", re.sub(r"\.{2,}:?\s*$", "", ln)).strip()
+             for ln in str(exc).splitlines()]
+    text = " | ".join(ln for ln in lines if ln)
+    return f"{name}: {text}" if text else name
+
+
+def stranding_grace(timeout: float) -> float:
+    """Seconds a rank whose call raised waits for the others to finish the call before it
+    concludes that its error stranded them: ``min(10, timeout / 2)`` (10 without a timeout),
+    so that it speaks before the watchdog of a stranded rank (``timeout``) does."""
+    return min(10.0, timeout / 2) if timeout > 0 else 10.0
+
+
+class CallGuard:
+    """Makes the outcome of each checked call known to every rank, without hanging.
+
+    An exception on one rank inside a collective (a broken p2p schedule, or an error of the MPI
+    library itself, such as MPICH's ``MPI_Gather`` of ``MPI_DOUBLE_INT``) may leave other ranks
+    waiting inside the same call for a message that will never come.  After each call, every
+    rank calls :meth:`settle`, which starts one small non-blocking allreduce on a private
+    duplicate of the communicator.  A rank whose call returned does not wait for it (it is
+    completed at the next :meth:`settle` or :meth:`raised`): a call costs one small
+    non-blocking allreduce and no wait of its own.  A rank whose call raised waits for it at
+    most :func:`stranding_grace` seconds: if every rank finished the call, the run goes on
+    (the caller records the error, and :meth:`raised` tells every rank that a call raised);
+    if not, the error has stranded a rank inside the call and the job cannot go on: the
+    failing rank writes the call's label and the error on stderr and aborts the whole job
+    (``MPI_Abort``), so the report names the real error rather than a timeout.
+
+    Collective (every rank creates it, calls :meth:`settle` after the same calls, and
+    :meth:`raised` and :meth:`Free` at the same points).
+    """
+
+    def __init__(self, comm: Any, timeout: float) -> None:
+        self.comm = comm.Dup()
+        self.grace = stranding_grace(timeout)
+        self._spares: list[Any] = []
+        self._pending: tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        self._seen = 0  # bits of the completed settles: 1 a call raised, 2 a native one
+        #: the native backend made by the latest :meth:`fresh_native` (None: none yet)
+        self.native: Any = None
+
+    def settle(self, status: str, detail: str | None, label: str, native: bool = False) -> None:
+        """Record the outcome of the call labelled ``label`` (``native``: a native call).
+
+        Returns at once unless this rank's call raised (``status`` ``error`` or ``n/a``):
+        then it waits for every rank to finish the call, and aborts the job (see the class)
+        if some rank does not within the grace time."""
+        self._complete()
+        raised = status in ("error", "n/a")
+        flag = np.array([(1 | (2 if native else 0)) if raised else 0], dtype=np.int32)
+        seen = np.zeros(1, dtype=np.int32)
+        req = self.comm.Iallreduce(flag, seen, op=MPI.BOR)
+        self._pending = (req, flag, seen)
+        if raised:
+            if not self._wait(req, self.grace):
+                self._abandon(label, detail)
+            self._complete()
+
+    def raised(self, native: bool = False) -> bool:
+        """True if a call (``native``: a native call) settled since the last ``raised`` raised
+        on some rank; the same answer on every rank (waits for the last settle)."""
+        self._complete()
+        bit = 2 if native else 1
+        answer = bool(self._seen & bit)
+        self._seen &= ~bit
+        return answer
+
+    def _complete(self) -> None:
+        if self._pending is not None:
+            req, _, seen = self._pending
+            req.Wait()
+            self._seen |= int(seen[0])
+            self._pending = None
+
+    @staticmethod
+    def _wait(req: Any, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        pause = 1e-4
+        while not req.Test():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+        return True
+
+    def _abandon(self, label: str, detail: str | None) -> NoReturn:
+        from ._abort import report
+
+        report(f"mpicoll: {label}: {detail}\n"
+               f"mpicoll: the other ranks did not finish this call within {self.grace:g} s of "
+               "that error: it stranded them inside the call (waiting for a message this rank "
+               "will never send or receive), so the run cannot go on; aborting the MPI job")
+        time.sleep(1.0)  # let mpiexec forward the report before MPI_Abort ends the job
+        MPI.COMM_WORLD.Abort(1)
+        os._exit(1)  # pragma: no cover - MPI_Abort does not return
+
+    def fresh_native(self, native: Any) -> Any:
+        """A native backend like ``native`` on a new duplicate of the communicator (collective):
+        messages a failed native call left in flight on the old one can never be matched by
+        a later call.  The duplicate made by the previous call is freed (its backend is the
+        one being replaced), so a run with many failures holds one at most."""
+        import mpicoll
+
+        comm = self.comm.Dup()
+        for old in self._spares:
+            old.Free()
+        self._spares = [comm]
+        self.native = mpicoll.native(comm, check=getattr(native, "check", None))
+        return self.native
+
+    def Free(self) -> None:
+        """Free the private communicators (collective)."""
+        self._complete()
+        for c in self._spares:
+            c.Free()
+        self._spares = []
+        self.comm.Free()
 
 
 def consensus(comm: Any, status: str, detail: str | None) -> tuple[str, str | None, int | None]:
@@ -528,15 +673,40 @@ class Settings:
             return max(1, self.iterations // 10)
         return DEFAULT_WARMUP
 
-    def iteration_count(self, comm: Any, t_est: float) -> int:
-        """Timed iterations, given the warm-up estimate ``t_est`` (seconds, same on all ranks)."""
+    def iteration_range(self) -> tuple[int, int]:
+        """``(fewest, most)`` timed iterations at a size: ``(-i, -i)`` without a time budget;
+        with one, :data:`MIN_ITERATIONS`.. :data:`MAX_ITERATIONS`, ``-i`` capping both."""
         if self.time_budget is None:
             assert self.iterations is not None
-            return self.iterations
-        lo = MIN_ITERATIONS if self.iterations is None else min(MIN_ITERATIONS, self.iterations)
-        hi = MAX_ITERATIONS if self.iterations is None else self.iterations
+            return self.iterations, self.iterations
+        if self.iterations is None:
+            return MIN_ITERATIONS, MAX_ITERATIONS
+        return min(MIN_ITERATIONS, self.iterations), self.iterations
+
+    def iteration_count(self, comm: Any, t_est: float) -> int:
+        """Timed iterations, given the warm-up estimate ``t_est`` (seconds, same on all ranks)."""
+        lo, hi = self.iteration_range()
+        if self.time_budget is None or lo == hi:
+            return hi
         n = int(self.time_budget / t_est) if t_est > 0 else hi
         return max(lo, min(hi, n))
+
+    def describe(self) -> str:
+        """The iterations and warm-up of the run, as the header prints them."""
+        lo, hi = self.iteration_range()
+        w = self.warmup_count()
+        if self.time_budget is None:
+            iters = f"{hi} iteration{'s' * (hi != 1)} per size"
+        elif lo == hi:
+            iters = (f"{hi} iteration{'s' * (hi != 1)} per size (-i {hi} leaves the time "
+                     f"budget of {self.time_budget:g} s nothing to choose)")
+        else:
+            iters = (f"time budget {self.time_budget:g} s per size and implementation "
+                     f"({lo} to {hi} iterations)")
+        warm = f"warm-up {w}"
+        if w == 0 and self.time_budget is not None and lo < hi:
+            warm += " (1 untimed call sets the iteration count)"
+        return f"{iters}; {warm}"
 
 
 def _timed_loop(
@@ -583,11 +753,12 @@ def _iterations(
 ) -> tuple[int, int]:
     """Run the warm-up; return (warm-up count, timed iteration count) agreed by all ranks."""
     w = settings.warmup_count()
+    lo, hi = settings.iteration_range()
     t_est = 0.0
     if w > 0:
         tw = _max_over_ranks(comm, _timed_loop(comm, fn, w, nonblocking))
         t_est = float(np.median(tw))
-    elif settings.time_budget is not None:
+    elif settings.time_budget is not None and lo < hi:
         tw = _max_over_ranks(comm, _timed_loop(comm, fn, 1, nonblocking))
         t_est = float(tw[0])
     return w, settings.iteration_count(comm, t_est)
@@ -853,8 +1024,27 @@ def _bandwidths(rec: dict[str, Any]) -> None:
 def bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None = None,
+    guard: CallGuard | None = None,
 ) -> list[dict[str, Any]]:
-    """Check and time every size x implementation of one collective; records for all of them."""
+    """Check and time every size x implementation of one collective; records for all of them.
+
+    ``guard``: settles each check call across ranks (see :class:`CallGuard`); after a native
+    call raised, the rest runs on ``guard.native``, a fresh native backend (default: a guard
+    made and freed here)."""
+    own_guard = guard is None
+    if guard is None:
+        guard = CallGuard(comm, plan.settings.timeout)
+    try:
+        return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard)
+    finally:
+        if own_guard:
+            guard.Free()
+
+
+def _bench_collective(
+    comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
+    on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard,
+) -> list[dict[str, Any]]:
     from . import registry
 
     p, rank = comm.Get_size(), comm.Get_rank()
@@ -896,6 +1086,9 @@ def bench_collective(
                 # ---- check (outside timing) -------------------------------------------------
                 case.reset()
                 status, detail = run_checked(comm, fn, plan.nonblocking)
+                guard.settle(status, detail, f"bench {label}", native=impl.algorithm is None)
+                if guard.raised(native=True):
+                    impls[0].backend = guard.fresh_native(impl.backend)
                 got = case.result() if status == "ok" else None
                 if status == "ok":
                     if impl.algorithm is None:
@@ -909,7 +1102,7 @@ def bench_collective(
                         rec["check"] = "native"
                     if mism is not None:
                         status, detail = "wrong", str(mism)
-                status, detail, bad_rank = consensus(comm, status, detail)
+                status, detail, bad_rank = consensus(guard.comm, status, detail)
                 if status != "ok":
                     rec.update(status=status, reason=detail, wrong_rank=bad_rank)
                     continue
@@ -1132,11 +1325,6 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
     """The ``#`` lines above the tables: provenance and settings."""
     hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
     st = plan.settings
-    if st.time_budget is not None:
-        hi = st.iterations or MAX_ITERATIONS
-        iters = f"time budget {st.time_budget:g} s per size (iterations {MIN_ITERATIONS}..{hi})"
-    else:
-        iters = f"{st.iterations} iterations"
     mode = "non-blocking (overlap)" if plan.nonblocking else "blocking"
     return "\n".join(
         [
@@ -1146,7 +1334,7 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
             f"# P={prov['P']} on {hosts}; thread level {prov['thread_level']}",
             f"# dtype={plan.dtype} op={plan.op} root={plan.root} "
             f"{'in-place' if plan.in_place else 'out-of-place'} {mode}",
-            f"# {iters}; warm-up {st.warmup_count()}; barrier before each iteration; "
+            f"# {st.describe()}; barrier before each iteration; "
             "time = median over iterations of the max over ranks",
             "# every result checked before timing (native vs NumPy, p2p vs native); "
             "WRONG results are never timed",
@@ -1209,6 +1397,47 @@ def plot_available() -> str | None:
             "--plot needs matplotlib, which is not installed: "
             "pip install 'mpicoll[plot]' (or pip install matplotlib)"
         )
+    return None
+
+
+def plot_problem(path: str) -> str | None:
+    """None if ``--plot path`` can be written, else the error to show: matplotlib missing, no
+    file extension, or a format matplotlib cannot write (checked before anything runs)."""
+    why = plot_available()
+    if why:
+        return why
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    ext = os.path.splitext(path)[1][1:].lower()
+    if not ext:
+        return (f"argument --plot: {path!r} has no file extension to name the image format "
+                f"(e.g. {path}.png; matplotlib writes {', '.join(formats)})")
+    if ext not in formats:
+        return (f"argument --plot: matplotlib cannot write {ext!r} files "
+                f"(supported: {', '.join(formats)})")
+    return None
+
+
+def output_file_problem(option: str, path: str) -> str | None:
+    """None if ``path`` can be written, else the usage error for ``option``: a directory, a
+    missing directory, a directory where no file can be created, or a read-only file.
+
+    Made before anything runs (a test file is created in the directory and removed), so a run
+    never ends by failing to save its results."""
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        return f"argument {option}: {path!r} is a directory, not a file"
+    d = os.path.dirname(full)
+    if not os.path.isdir(d):
+        return f"argument {option}: directory {d!r} does not exist"
+    try:
+        with tempfile.TemporaryFile(dir=d):
+            pass
+    except OSError as exc:
+        return f"argument {option}: cannot write in directory {d!r} ({exc.strerror or exc})"
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        return f"argument {option}: {path!r} exists and is not writable"
     return None
 
 
@@ -1303,8 +1532,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("-i", "--iterations", type=int, default=None,
                    help="timed iterations per size (default: from --time-budget)")
     t.add_argument("-x", "--warmup", type=int, default=None,
-                   help=f"warm-up iterations per size (default {DEFAULT_WARMUP}; "
-                   "iterations/10 with -i)")
+                   help=f"warm-up iterations per size (default {DEFAULT_WARMUP}; with -i and "
+                   "no --time-budget, iterations/10, at least 1)")
     t.add_argument(
         "--time-budget", type=float, default=None, metavar="SECONDS",
         help=f"seconds of timed iterations per size and implementation (default "
@@ -1312,7 +1541,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="abort the job if one size of one implementation takes longer "
-                   "(default 300)")
+                   "(default 300; 0: no limit)")
     t.add_argument("--model", metavar="FILE", default=None,
                    help="cost model for the predicted time of each p2p result (a file written "
                    "by mpicoll calibrate; default: the calibrated model if there is one, else "
@@ -1320,7 +1549,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write every statistic and provenance as JSON")
     o.add_argument("--csv", metavar="FILE", help="write every statistic as CSV")
-    o.add_argument("--plot", metavar="FILE.png", help="latency vs size plot (needs matplotlib)")
+    o.add_argument("--plot", metavar="FILE.png",
+                   help="latency vs size plot (needs matplotlib; the extension names the "
+                   "format: png, svg, pdf, ...)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
 
 
@@ -1355,6 +1586,14 @@ def selection(args: argparse.Namespace, default_collectives: Sequence[str],
     return colls, algs
 
 
+def seconds_problem(option: str, value: float) -> str | None:
+    """The usage error of a ``--timeout``-like option (finite, >= 0; 0: no limit), or None."""
+    if math.isfinite(value) and value >= 0:
+        return None
+    return f"argument {option}: must be a finite number of seconds >= 0 (0: no limit), got " \
+           f"{value:g}"
+
+
 def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> Plan:
     """Validate ``bench`` arguments (same verdict on every rank); ``error(msg)`` raises."""
 
@@ -1378,8 +1617,13 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         error("argument -i/--iterations: must be >= 1")
     if args.warmup is not None and args.warmup < 0:
         error("argument -x/--warmup: must be >= 0")
-    if args.time_budget is not None and args.time_budget <= 0:
-        error("argument --time-budget: must be > 0")
+    if args.time_budget is not None and not (math.isfinite(args.time_budget)
+                                             and args.time_budget > 0):
+        error(f"argument --time-budget: must be > 0 (a finite number of seconds), got "
+              f"{args.time_budget:g}")
+    timeout_problem = seconds_problem("--timeout", args.timeout)
+    if timeout_problem:
+        error(timeout_problem)
     if args.test_calls < 0:
         error("argument --test-calls: must be >= 0")
     if args.test_calls and not args.nonblocking:
@@ -1393,9 +1637,11 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
 
 
 def environment_problem(args: argparse.Namespace) -> str | None:
-    """Checks that only rank 0 can make (output files, matplotlib); None if fine."""
+    """Checks that only rank 0 can make, before anything runs: matplotlib and the image
+    format of ``--plot``, ``--model``, and that every output file (``--json``, ``--csv``,
+    ``--plot``) can be written and no two of them are the same file; None if fine."""
     if args.plot:
-        why = plot_available()
+        why = plot_problem(args.plot)
         if why:
             return why
     if getattr(args, "model", None):
@@ -1403,12 +1649,17 @@ def environment_problem(args: argparse.Namespace) -> str | None:
             resolve_model(args.model)
         except ValueError as exc:
             return f"argument --model: {exc}"
+    seen: dict[str, str] = {}
     for opt in ("json", "csv", "plot"):
         path = getattr(args, opt)
         if path:
-            d = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(d):
-                return f"argument --{opt}: directory {d!r} does not exist"
+            why = output_file_problem(f"--{opt}", path)
+            if why:
+                return why
+            key = os.path.realpath(path)
+            if key in seen:
+                return f"arguments --{seen[key]} and --{opt}: both write {path!r}"
+            seen[key] = opt
     return None
 
 
@@ -1435,14 +1686,19 @@ def run(
         out.write(header(plan, prov))
         out.flush()
     all_records: list[dict[str, Any]] = []
-    for coll in plan.collectives:
-        recs = bench_collective(comm, plan, coll, native, p2p, progress)
-        all_records += recs
+    guard = CallGuard(comm, plan.settings.timeout)
+    try:
+        for coll in plan.collectives:
+            recs = bench_collective(comm, plan, coll, guard.native or native, p2p, progress,
+                                    guard=guard)
+            all_records += recs
+            progress.clear()
+            if rank == 0:
+                out.write(format_block(plan, coll, recs, p) + "\n")
+                out.flush()
+    finally:
         progress.clear()
-        if rank == 0:
-            out.write(format_block(plan, coll, recs, p) + "\n")
-            out.flush()
-    progress.clear()
+    guard.Free()
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
         doc = document(plan, prov, all_records)
@@ -1461,6 +1717,7 @@ def run(
 def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``--json`` document (see ``schemas/bench.schema.json``)."""
     st = plan.settings
+    lo, hi = st.iteration_range()
     return {
         "schema": SCHEMA_ID,
         "provenance": prov,
@@ -1476,8 +1733,8 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) ->
             "iterations": st.iterations,
             "warmup": st.warmup_count(),
             "time_budget_s": st.time_budget,
-            "min_iterations": MIN_ITERATIONS,
-            "max_iterations": st.iterations or MAX_ITERATIONS,
+            "min_iterations": lo,
+            "max_iterations": hi,
             "test_calls": st.test_calls,
             "timing": "median over iterations of the max over ranks; barrier before each",
             "model": (None if plan.model is None

@@ -267,6 +267,11 @@ def _info_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: Tex
 # simulate: predicted time and traffic of every algorithm, no MPI needed
 
 
+#: From this many simulated ranks, ``simulate`` shows its progress on stderr even when stderr is
+#: not a terminal (each algorithm at each size may take seconds).
+SIMULATE_PROGRESS_RANKS = 256
+
+
 def _simulate_configure(p: argparse.ArgumentParser) -> None:
     from .bench import DEFAULT_COLLECTIVES, DEFAULT_SIZES
 
@@ -304,6 +309,9 @@ def _simulate_configure(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE",
                    help="write the model and every row, with per-rank clocks and traffic")
+    o.add_argument("-q", "--quiet", action="store_true",
+                   help=f"no progress line on stderr (shown on a terminal, or always from "
+                   f"{SIMULATE_PROGRESS_RANKS} ranks up)")
 
 
 def _simulate_validate(
@@ -338,25 +346,15 @@ def _simulate_validate(
     args.collectives, args.algorithms, args.sizes = colls, algs, sizes
 
 
-def _output_dir_problem(option: str, path: str | None) -> str | None:
-    import os
-
-    if path:
-        d = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(d):
-            return f"argument {option}: directory {d!r} does not exist"
-    return None
-
-
 def _simulate_check(args: argparse.Namespace) -> str | None:
-    from .bench import resolve_model
+    from .bench import output_file_problem, resolve_model
 
     if args.model:
         try:
             resolve_model(args.model)
         except ValueError as exc:
             return f"argument --model: {exc}"
-    return _output_dir_problem("--json", args.json)
+    return output_file_problem("--json", args.json) if args.json else None
 
 
 def simulation_model(
@@ -414,7 +412,8 @@ def _simulation_algorithms(coll: str, requested: Sequence[str], two_level: bool)
 
 def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | TwoLevel,
                  algorithms: Sequence[str], *, dtype: str = "float64", root: int = 0,
-                 per_rank: bool = False) -> list[dict[str, Any]]:
+                 per_rank: bool = False,
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Cost-only simulation of each named algorithm at each message size S (bytes, as bench).
 
     Returns one row per (size, algorithm), sizes in order (sizes giving the same count are
@@ -425,10 +424,11 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     ``per_rank`` the simulator's per-rank figures (:meth:`mpicoll.sim.SimResult.as_dict`).
     The count of a size is bench's (:func:`mpicoll.bench.count_for`); for the v-variants S is
     nominal (count x P elements): the simulator gives the ranks uneven counts averaging count
-    (:func:`mpicoll.sim.vcounts`).
+    (:func:`mpicoll.sim.vcounts`).  ``progress(text)``, if given, is called as each
+    simulation starts (``allreduce 4K ring (3/40)``).
     """
     from . import _cases
-    from .bench import count_for
+    from .bench import count_for, human_size
     from .sim import simulate
 
     np_dtype = _cases.numpy_dtype(dtype)
@@ -440,9 +440,14 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
         if c not in counts:
             counts.append(c)
     rows: list[dict[str, Any]] = []
-    for count in counts:
+    total = len(counts) * len(algorithms)
+    for k_count, count in enumerate(counts):
         block = []
-        for name in algorithms:
+        for k_alg, name in enumerate(algorithms):
+            if progress is not None:
+                k = k_count * len(algorithms) + k_alg + 1
+                progress(f"{collective} {human_size(count * blocks * item)}B {name} "
+                         f"({k}/{total})")
             row: dict[str, Any] = {
                 "collective": collective, "algorithm": name, "size_bytes": count * blocks * item,
                 "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
@@ -535,7 +540,7 @@ def _simulate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out:
     import json
     from pathlib import Path
 
-    from .bench import describe_model
+    from .bench import Progress, describe_model
     from .sim import TwoLevel
 
     if comm.Get_rank() != 0:  # one process simulates every rank: the others have nothing to do
@@ -543,6 +548,9 @@ def _simulate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out:
     model, source, mdoc = simulation_model(args)
     two = args.ranks_per_node is not None
     p = args.ranks
+    # stdout keeps only the tables (--json stays valid); the progress line goes to stderr
+    progress = Progress(not args.quiet)
+    progress.enabled = progress.enabled and (progress.tty or p >= SIMULATE_PROGRESS_RANKS)
     out.write(f"# mpicoll simulate: P={p} simulated ranks, dtype={args.dtype}, root={args.root}; "
               "cost-only simulation of the schedules (no MPI, no data)\n")
     base = model.intra if isinstance(model, TwoLevel) else model
@@ -561,8 +569,12 @@ def _simulate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out:
         if not names:
             out.write(f"# {coll}: none of the algorithms asked for (-a) is one of its own\n\n")
             continue
-        rows = predict_rows(coll, p, args.sizes, model, names, dtype=args.dtype,
-                            root=args.root, per_rank=bool(args.json))
+        try:
+            rows = predict_rows(coll, p, args.sizes, model, names, dtype=args.dtype,
+                                root=args.root, per_rank=bool(args.json),
+                                progress=lambda text: progress.show(f"[mpicoll simulate] {text}"))
+        finally:
+            progress.clear()
         all_rows += rows
         out.write(simulation_tables(coll, rows, two) + "\n")
         out.flush()
@@ -694,7 +706,11 @@ register(Subcommand(
     "verify", "check every p2p algorithm against native (run under mpiexec)",
     _verify_configure, _verify_run, _verify_validate,
     description="Every collective x applicable p2p algorithm x dtype x op x root x in-place x "
-    "count, compared with native. Exit status 1 on any mismatch.",
+    "count, compared with native. Exit status 1 on any mismatch. A call that raises, on "
+    "either backend (an MPI library error too), fails its case: the FAIL line names the "
+    "backend, the case and the error's text; native errors are failures, not skips. If the "
+    "error strands other ranks inside the call, the failing rank prints the same on stderr "
+    "and aborts the job.",
 ))
 register(Subcommand(
     "algorithms", "list the hand-rolled algorithms (the registry)",

@@ -11,6 +11,19 @@ and the first differing index on which rank.  Exit status 1 on any failure.
 
 Inputs are small integers in every dtype, so results are exact whatever the reduction order;
 a difference is a bug, never rounding.
+
+A call that raises is a failure of its case (``error``), whichever backend raised: a FAIL line
+names the collective, the backend (``native`` or the p2p algorithm), the case, the rank and the
+exception's text (for an error of the MPI library, its error class and message, e.g. MPICH
+5's ``MPI.Exception [MPI_ERR_TYPE]: Invalid datatype`` for ``MPI_Gather`` of ``MPI_DOUBLE_INT``
+with 1000 elements at P >= 4).  Native errors are failures, not skips: verify cannot tell an
+upstream bug from a wrong call mpicoll makes, so it shows the error and exits 1; the p2p
+algorithms of that case are then checked against the exact NumPy answer.  After each call the
+ranks settle its outcome (:class:`mpicoll.bench.CallGuard`): when an error has stranded other
+ranks inside the call (waiting for a message the failing rank will never send or receive, as
+MPICH's error above does at P = 6), the run cannot go on, so the failing rank prints the case,
+the backend and the error on stderr and aborts the job (non-zero exit status) after at most
+``min(10, --timeout / 2)`` seconds, instead of the others reporting a timeout.
 """
 
 from __future__ import annotations
@@ -23,7 +36,16 @@ from typing import Any, NoReturn, TextIO
 
 from . import _cases
 from ._cases import Case, compare
-from .bench import WATCHDOG, Progress, make_backends, provenance, run_checked, selection
+from .bench import (
+    WATCHDOG,
+    CallGuard,
+    Progress,
+    make_backends,
+    provenance,
+    run_checked,
+    seconds_problem,
+    selection,
+)
 
 __all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "main", "make_plan",
            "run"]
@@ -113,7 +135,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-failures", type=int, default=20, metavar="N",
                         help="failures listed in detail (default 20; all are counted)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="abort the job if one case takes longer (a hang; default 60)")
+                        help="abort the job if one call takes longer (a hang; default 60; 0: "
+                        "no limit); a rank whose call raised while others never finished it "
+                        "aborts the job after min(10, SECONDS/2) s, naming the error")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
 
 
@@ -178,6 +202,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
     in_place = {"no": [False], "yes": [True], "both": [False, True]}[args.in_place]
     if args.max_failures < 0:
         error("argument --max-failures: must be >= 0")
+    timeout_problem = seconds_problem("--timeout", args.timeout)
+    if timeout_problem:
+        error(timeout_problem)
     return Plan(colls, algs, counts, pairs, data_dtypes, roots, in_place, [True, False],
                 args.nonblocking, args.timeout, args.max_failures)
 
@@ -223,23 +250,35 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
 
 def _check_case(
     comm: Any, case: Case, impls: list[str], native: Any, p2p: Any, forms: list[bool],
-    timeout: float,
-) -> list[tuple[str, str, str, str | None]]:
-    """Run one case on every implementation and form; local ``(impl, form, status, detail)``."""
+    timeout: float, guard: CallGuard,
+) -> tuple[list[tuple[str, str, str, str | None]], Any]:
+    """Run one case on every implementation and form.
+
+    Every call is settled with ``guard`` (see :class:`mpicoll.bench.CallGuard`).
+
+    Returns:
+        the local ``(impl, form, status, detail)`` verdicts, and the native backend to use
+        from now on (``native``, or a fresh one if a native call raised on some rank).
+    """
     from . import registry
 
     out: list[tuple[str, str, str, str | None]] = []
     problem = case.problem()
     if problem is not None:
-        return [(impl, "", "n/a", problem) for impl in ["native", *impls]]
+        return [(impl, "", "n/a", problem) for impl in ["native", *impls]], native
     case.build()
     expected = case.expected()
+
     for nb in forms:
         form = "nonblocking" if nb else "blocking"
-        WATCHDOG.arm(timeout, f"verify {case.describe()} native {form}")
-        case.reset()
-        status, detail = run_checked(comm, case.call(native, None, nb), nb)
-        WATCHDOG.disarm()
+        label = f"verify {case.describe()} native {form}"
+        WATCHDOG.arm(timeout, label)
+        try:
+            case.reset()
+            status, detail = run_checked(comm, case.call(native, None, nb), nb)
+            guard.settle(status, detail, label, native=True)
+        finally:
+            WATCHDOG.disarm()
         reference = expected
         if status == "ok":
             got = case.result()
@@ -256,16 +295,22 @@ def _check_case(
                 if why is not None:
                     out.append((name, form, "n/a", why))
                     continue
-            WATCHDOG.arm(timeout, f"verify {case.describe()} {name} {form}")
-            case.reset()
-            st, det = run_checked(comm, case.call(p2p, name, nb), nb)
-            WATCHDOG.disarm()
+            label = f"verify {case.describe()} {name} {form}"
+            WATCHDOG.arm(timeout, label)
+            try:
+                case.reset()
+                st, det = run_checked(comm, case.call(p2p, name, nb), nb)
+                guard.settle(st, det, label)
+            finally:
+                WATCHDOG.disarm()
             if st == "ok":
                 m = compare(case.result(), reference)
                 if m is not None:
                     st, det = "wrong", str(m)
             out.append((name, form, st, det))
-    return out
+    if guard.raised(native=True):  # messages of the failed call may be left on its comm
+        native = guard.fresh_native(native)
+    return out, native
 
 
 _ORDER = {"ok": 0, "n/a": 1, "wrong": 2, "error": 3}
@@ -351,18 +396,25 @@ def run(
         )
         out.flush()
     outcomes: list[Outcome] = []
-    for coll in plan.collectives:
-        impls = impls_of[coll] if p2p is not None else []
-        for case in cases_of(plan, coll, p, rank):
-            progress.show(f"[mpicoll verify] {case.describe()}")
-            local = _check_case(comm, case, impls, native, p2p, forms, plan.timeout)
-            per_rank = comm.gather(local, root=0)
-            if rank == 0:
-                assert per_rank is not None
-                for impl, form, st, det, bad in _merge(per_rank):
-                    outcomes.append(Outcome(coll, impl, case.count, st, case.describe(), det, bad,
-                                            form))
-    progress.clear()
+    guard = CallGuard(comm, plan.timeout)
+    try:
+        for coll in plan.collectives:
+            impls = impls_of[coll] if p2p is not None else []
+            for case in cases_of(plan, coll, p, rank):
+                progress.show(f"[mpicoll verify] {case.describe()}")
+                local, native = _check_case(comm, case, impls, native, p2p, forms,
+                                            plan.timeout, guard)
+                # on the guard's communicator: a native call that failed may have left
+                # messages in flight on comm
+                per_rank = guard.comm.gather(local, root=0)
+                if rank == 0:
+                    assert per_rank is not None
+                    for impl, form, st, det, bad in _merge(per_rank):
+                        outcomes.append(Outcome(coll, impl, case.count, st, case.describe(),
+                                                det, bad, form))
+    finally:
+        progress.clear()
+    guard.Free()
     failed = [o for o in outcomes if o.status in ("wrong", "error")]
     if rank == 0:
         out.write(format_matrix(plan, outcomes, p))

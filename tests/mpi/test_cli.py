@@ -23,29 +23,7 @@ from mpicoll import bench, cli, registry
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
-BROKEN = "broken_for_test"
 FAST = ["-i", "2", "-x", "1", "-q"]
-
-
-@pytest.fixture
-def broken_allreduce(monkeypatch: pytest.MonkeyPatch) -> str:
-    """A p2p allreduce that is deliberately wrong (this process only, on every rank): a correct
-    registered schedule runs, then the last rank adds 1 to element 0."""
-    good = registry.algorithms("allreduce")[0].schedule
-
-    def broken(ctx: Any, *args: Any, **kw: Any) -> Any:
-        """Correct allreduce, then corrupt element 0 on the last rank."""
-        yield from good(ctx, *args, **kw)
-        buf = args[0]
-        if ctx.rank == ctx.size - 1 and buf.size:
-            buf[0] += 1
-
-    alg = registry.Algorithm("allreduce", BROKEN, broken, "0", lambda p, n, a, b, g: 0.0, (),
-                             "tests")
-    monkeypatch.setitem(registry._REGISTRY["allreduce"], BROKEN, alg)
-    return BROKEN  # monkeypatch removes it after the test
-
-
 
 
 @pytest.mark.mpi
@@ -183,3 +161,38 @@ def test_algorithms_and_info(capsys: pytest.CaptureFixture[str]) -> None:
         info = json.loads(out)
         assert info["P"] == SIZE
         assert info["mpi_library"]
+
+
+@pytest.mark.mpi
+def test_verify_reports_a_native_error_on_one_rank(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native Gather raises an MPI error on the last rank after the call (no rank is
+    stranded): verify names the backend, the case, the rank and MPI's error, goes on with the
+    p2p algorithms and the next collective, and every rank exits 1."""
+    from mpicoll.native import Native
+
+    real = Native._run
+
+    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any) -> Any:
+        out = real(self, call, nonblocking, algorithm, args)
+        if call.collective == "gather" and self.rank == SIZE - 1:
+            raise MPI.Exception(MPI.ERR_TYPE)
+        return out
+
+    monkeypatch.setattr(Native, "_run", run)
+    status, out, _ = run_all(capsys, "verify", "-q", "-c", "gather", "allgather", "--counts",
+                             "2", "--dtypes", "float64", "--roots", "0", "--in-place", "no")
+    assert status == 1
+    if RANK == 0:
+        fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
+        assert fails == [f"FAIL gather/native: gather P={SIZE} dtype=float64 root=0 count=2: "
+                         f"rank {SIZE - 1}: MPI.Exception [MPI_ERR_TYPE]: Invalid datatype"]
+        rows = [line.split() for line in out.splitlines()
+                if line.startswith(("gather ", "allgather "))]
+        assert rows
+        for cells in rows:
+            if cells[:2] == ["gather", "native"]:
+                assert cells[2] == "F1/1", cells
+            else:  # n/a: an algorithm's restrictions (e.g. P a power of two)
+                assert cells[2] in ("ok", "n/a"), cells

@@ -9,32 +9,10 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mpicoll import bench, cli, registry
-
-BROKEN = "broken_for_test"
-
-
-@pytest.fixture
-def broken_allreduce(monkeypatch: pytest.MonkeyPatch) -> str:
-    """A p2p allreduce algorithm that is deliberately wrong (registered in this process only):
-    a correct registered schedule runs, then the last rank adds 1 to element 0."""
-    good = registry.algorithms("allreduce")[0].schedule
-
-    def broken(ctx: Any, *args: Any, **kw: Any) -> Any:
-        """Correct allreduce, then corrupt element 0 on the last rank."""
-        yield from good(ctx, *args, **kw)
-        buf = args[0]
-        if ctx.rank == ctx.size - 1 and buf.size:
-            buf[0] += 1
-
-    alg = registry.Algorithm("allreduce", BROKEN, broken, "0", lambda p, n, a, b, g: 0.0, (),
-                             "tests")
-    monkeypatch.setitem(registry._REGISTRY["allreduce"], BROKEN, alg)
-    return BROKEN  # monkeypatch removes it after the test
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

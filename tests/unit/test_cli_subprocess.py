@@ -134,10 +134,44 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 def test_stranded_rank_is_aborted_not_hung(tmp_path: Path) -> None:
+    """The rank whose call raised names the case, the algorithm and its error, and ends the
+    job (within min(10, timeout/2) s) before the stranded rank's watchdog reports a timeout."""
     script = tmp_path / "stranded.py"
     script.write_text(_STRANDED_SCRIPT)
     r = mpirun(2, str(script), "verify", "-q", "-c", "allreduce", "-a", "stranded_for_test",
                "--counts", "4", "--ops", "sum", "--dtypes", "float64", "--in-place", "no",
-               "--timeout", "5")
+               "--timeout", "8")
     assert r.returncode != 0
-    assert "did not finish in time" in r.stderr
+    assert ("[rank 1] mpicoll: verify allreduce P=2 dtype=float64 op=sum count=4 "
+            "stranded_for_test blocking: ValueError: rank 1 gives up before sending") in r.stderr
+    assert "stranded them inside the call" in r.stderr
+    assert "did not finish in time" not in r.stderr
+
+
+# The native backend's MPI_Bcast fails at the root with an MPI error (as MPICH's MPI_Gather of
+# MPI_DOUBLE_INT does at P >= 4): the other ranks wait inside MPI_Bcast for ever.
+_NATIVE_ERROR_SCRIPT = """
+import sys
+from mpi4py import MPI
+from mpicoll import cli
+from mpicoll.native import Native
+real = Native._run
+def failing(self, call, nonblocking, algorithm, args):
+    if call.collective == "bcast" and self.rank == call.root:
+        raise MPI.Exception(MPI.ERR_TYPE)
+    return real(self, call, nonblocking, algorithm, args)
+Native._run = failing
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_native_error_that_strands_ranks_is_named(tmp_path: Path) -> None:
+    script = tmp_path / "native_error.py"
+    script.write_text(_NATIVE_ERROR_SCRIPT)
+    r = mpirun(3, str(script), "verify", "-q", "-c", "bcast", "--counts", "5", "--dtypes",
+               "float64", "--roots", "0", "--timeout", "8")
+    assert r.returncode != 0
+    assert ("[rank 0] mpicoll: verify bcast P=3 dtype=float64 root=0 count=5 native blocking: "
+            "MPI.Exception [MPI_ERR_TYPE]: Invalid datatype") in r.stderr, r.stderr
+    assert "aborting the MPI job" in r.stderr
+    assert "did not finish in time" not in r.stderr
