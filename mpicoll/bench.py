@@ -1513,8 +1513,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "-m", "--message-size", default=DEFAULT_SIZES, metavar="MIN:MAX",
-        help=f"message sizes S in bytes, powers of two from MIN to MAX, K/M/G suffixes "
-        f"(default {DEFAULT_SIZES})",
+        help=f"message sizes S in bytes: MIN, 2 MIN, 4 MIN, ... up to MAX, K/M/G suffixes "
+        f"(default {DEFAULT_SIZES}); each is rounded down to whole elements (whole blocks of "
+        "P for the block collectives), and sizes that round to the same count run once",
     )
     g.add_argument("--dtype", default="float64", help="element type (default float64)")
     g.add_argument("--op", default="sum", help="reduction op (default sum)")
