@@ -16,8 +16,8 @@ Two modes: with data (real numpy buffers; results can be checked against NumPy) 
 buffers are zero-stride views, so p = 4096 with 64 MiB vectors costs no memory).
 A schedule that waits for a message nobody sends raises :class:`DeadlockError`.
 
-Cost-only runs of the symmetric collectives (barrier, allreduce, allgather,
-reduce_scatter_block, alltoall) first try the **vector engine**: the schedule generator runs
+Cost-only runs of the symmetric collectives (barrier, allreduce, allgather(v),
+reduce_scatter(_block), alltoall) first try the **vector engine**: the schedule generator runs
 ONCE, with ``ctx.rank`` the numpy vector of all p ranks, so every peer, block index and size it
 computes is a vector too (SIMD lanes, one per rank), and each round is matched and timed for all
 ranks with a few numpy operations.  It applies to schedules whose control flow does not depend
@@ -611,9 +611,11 @@ def make_args(collective: str, p: int, rank: int, count: int, dtype: np.dtype, *
     raise ValueError(f"unknown collective {collective!r}")
 
 
-#: collectives whose calls are the same on every rank (no root, no per-rank counts): the
-#: vector engine can prepare them once for all ranks
-SYMMETRIC = frozenset({"barrier", "allreduce", "allgather", "reduce_scatter_block", "alltoall"})
+#: collectives without a root whose ranks all pass the same counts (each its own block aside):
+#: the vector engine prepares rank 0's call for all ranks.  tests/unit/test_sim_vector.py
+#: checks every algorithm of these against the per-rank engine.
+SYMMETRIC = frozenset({"barrier", "allreduce", "allgather", "allgatherv", "reduce_scatter_block",
+                       "reduce_scatter", "alltoall"})
 
 
 def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",

@@ -20,7 +20,9 @@ COUNTS = [0, 1, 5, 64, 1000]
 #: them at every p (a change that silently sends them back to the per-rank engine fails here)
 BRANCH_FREE = {
     ("allreduce", "ring"), ("allgather", "ring"), ("allgather", "bruck"),
+    ("allgatherv", "ring"), ("allgatherv", "bruck"),
     ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
+    ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
     ("alltoall", "pairwise"), ("barrier", "dissemination"),
 }
 # A model whose three terms differ in magnitude, so a swapped term changes the clocks.
