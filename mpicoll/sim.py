@@ -24,8 +24,8 @@ ranks with a few numpy operations.  It applies to schedules whose control flow d
 on the rank and whose rounds are one send and one receive per rank matched within the round
 (the ring algorithms, pairwise exchanges, dissemination); anything else (``if rank < rem``
 raises "truth value of an array is ambiguous", ``members.index(rank)`` fails, a round that is
-not a permutation of the ranks, the two-level model's shared NICs) falls back to the per-rank
-engine.  Where it applies it gives the per-rank engine's clocks and counts bit for bit
+not a permutation of the ranks, a two-level model whose node port several ranks of a node
+use) falls back to the per-rank engine.  Where it applies it gives the per-rank engine's clocks and counts bit for bit
 (``tests/unit/test_sim_vector.py`` checks every algorithm against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
 8190 rounds (33.5 M messages) in about a second.
@@ -431,13 +431,26 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
 
     Returns what :meth:`Simulator.run` returns, identical to it.
     Raises :class:`NotVectorizableError` where the per-rank engine must run it instead.
+
+    A :class:`TwoLevel` model is taken while each node's network port is used by one rank of
+    the node only (one sender, one receiver of inter-node messages over the whole call, as in
+    a ring over consecutive ranks): that rank's own port then orders its node's messages, and
+    the shared port never delays one; otherwise the per-rank engine serves the port in order.
     """
-    if sim.data or isinstance(sim.model, TwoLevel):
-        raise NotVectorizableError("data mode and two-level models run per rank")
+    if sim.data:
+        raise NotVectorizableError("data mode runs per rank")
     p = sim.p
-    alpha, beta = sim.model.alpha, sim.model.beta
+    m = sim.model
+    costs: tuple[tuple[float, float], ...]
+    if isinstance(m, TwoLevel):
+        costs = ((m.intra.alpha, m.intra.beta), (m.inter.alpha, m.inter.beta))
+        nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
+    else:
+        costs = ((m.alpha, m.beta),)
     ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes)
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
+    if nd is not None:
+        node_index = np.unique(nd, return_inverse=True)[1]  # node ids as 0..N-1
     ranks = np.arange(p)
     zeros = np.zeros(p)
     send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
@@ -470,7 +483,23 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                 raise NotVectorizableError("truncation (the per-rank engine reports it)")
             t = ctx.clock
             start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
-            end = start + (alpha + n * beta)  # indexed by receiver, as cost(s, d, n)
+            if len(costs) == 1:
+                (alpha, beta), = costs
+                cost = alpha + n * beta  # indexed by receiver, as cost(s, d, n)
+            else:
+                assert nd is not None
+                crossing = nd[src] != nd
+                for role, users in (("send", src[crossing]), ("receive", ranks[crossing])):
+                    nodes, user = node_index[users], nic_user[role]
+                    if (len(np.unique(nodes)) < len(nodes)
+                            or ((user[nodes] != -1) & (user[nodes] != users)).any()):
+                        raise NotVectorizableError(
+                            f"two ranks of a node {role} across nodes (the shared port is "
+                            "served in order by the per-rank engine)")
+                    user[nodes] = users
+                (a0, b0), (a1, b1) = costs
+                cost = np.where(crossing, a1 + n * b1, a0 + n * b0)
+            end = start + cost
             send_free[src] = end
             recv_free[:] = end
             np.maximum(rend, np.maximum(end, end[dest]), out=rend)

@@ -77,6 +77,35 @@ def test_node_counts_match() -> None:
                 assert got.inter_bytes_sent.sum() > 0
 
 
+TWO = [TwoLevel(k, MODEL, Model(alpha=9e-6, beta=2e-9, gamma=MODEL.gamma)) for k in (2, 3, 4)]
+
+
+@pytest.mark.parametrize("two", TWO, ids=lambda m: f"k{m.ranks_per_node}")
+def test_two_level_model(two: TwoLevel) -> None:
+    """Two-level model: where each node's port has one user (rings over consecutive ranks) the
+    vector engine runs and equals the per-rank engine; elsewhere it hands over."""
+    used = 0
+    for coll in sorted(SYMMETRIC):
+        for alg in registry.algorithms(coll):
+            for p in (2, 3, 5, 8, 12, 13):
+                if alg.why_not(p) is not None:
+                    continue
+                for count in (0, 7, 100):
+                    kw = dict(algorithm=alg.name, model=two)
+                    try:
+                        ref = simulate(coll, p, count, engine="rank", **kw)  # type: ignore[arg-type]
+                    except registry.RestrictionError:
+                        continue
+                    got = simulate(coll, p, count, **kw)  # type: ignore[arg-type]
+                    if got.engine == "vector":
+                        used += 1
+                        _same(ref, got, (coll, alg.name, p, count))
+    ring = simulate("allreduce", 12, 100, algorithm="ring", model=two)
+    assert ring.engine == "vector"
+    assert ring.inter_bytes_sent.sum() > 0
+    assert used > 50
+
+
 def test_ring_allreduce_at_4096_ranks_64_mib() -> None:
     """Issue 5's scale: 4096 ranks, 64 MiB per rank, 8190 rounds, 33.5 M messages, cost-only.
     Exact traffic (2 n (p-1)/p each way, 2 (p-1) messages) and the registry's formula."""
@@ -113,9 +142,10 @@ def test_what_runs_per_rank() -> None:
         simulate("bcast", 8, 100, algorithm="binomial", engine="vector")
     with pytest.raises(NotVectorizableError):
         simulate("allreduce", 8, 100, algorithm="ring", data=True, engine="vector")
+    # two-level model: a node's shared port used by several of its ranks
     two = TwoLevel(4, Model(), Model(alpha=1e-5))
-    with pytest.raises(NotVectorizableError):
-        simulate("allreduce", 8, 100, algorithm="ring", model=two, engine="vector")
+    with pytest.raises(NotVectorizableError, match="two ranks of a node"):
+        simulate("alltoall", 8, 100, algorithm="pairwise", model=two, engine="vector")
     with pytest.raises(ValueError, match="engine"):
         simulate("allreduce", 8, 100, engine="gpu")
 
