@@ -2,6 +2,8 @@
 
 * ``MPICOLL_SEGMENT_SIZE``: bytes per segment of the segmented (pipeline) algorithms; a
   positive integer (default 64 KiB); unset or empty means the default.
+* ``MPICOLL_RANKS_PER_NODE``: emulate nodes of k consecutive ranks (node-aware algorithms,
+  traffic counts, the simulator); a positive integer; unset or empty: the real nodes.
 * ``MPICOLL_<COLLECTIVE>_ALGORITHM``: the algorithm a p2p call runs when ``algorithm=`` is not
   given (``auto`` or one of the collective's algorithm names); unset or empty means ``auto``.
 
@@ -15,13 +17,31 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "SEGMENT_VAR", "algorithm_var", "check_env_algorithm",
-           "env_algorithm", "segment_bytes"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "RANKS_PER_NODE_VAR", "SEGMENT_VAR", "algorithm_var",
+           "check_env_algorithm", "env_algorithm", "ranks_per_node", "segment_bytes"]
 
 #: The variable that sets the segment size in bytes.
 SEGMENT_VAR = "MPICOLL_SEGMENT_SIZE"
 #: Segment size when the variable is unset.
 DEFAULT_SEGMENT_BYTES = 65536
+
+
+#: The variable that emulates nodes of k consecutive ranks.
+RANKS_PER_NODE_VAR = "MPICOLL_RANKS_PER_NODE"
+
+
+def _positive(var: str, what: str) -> int | None:
+    """``$var`` as a positive integer, None when unset or empty; ValueError naming it."""
+    raw = os.environ.get(var, "")
+    if not raw.strip():
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{var}={raw!r}: expected a positive integer ({what})")
+    return value
 
 
 def segment_bytes(default: int = DEFAULT_SEGMENT_BYTES) -> int:
@@ -31,19 +51,17 @@ def segment_bytes(default: int = DEFAULT_SEGMENT_BYTES) -> int:
         ValueError: a value that is not a positive integer (``0``, ``-8``, ``1.5``, ``64k``),
             naming the variable and the value.
     """
-    raw = os.environ.get(SEGMENT_VAR, "")
-    if not raw.strip():
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(
-            f"{SEGMENT_VAR}={raw!r}: expected a positive integer number of bytes "
-            f"(default {DEFAULT_SEGMENT_BYTES})"
-        )
-    return value
+    value = _positive(SEGMENT_VAR, f"a number of bytes; default {DEFAULT_SEGMENT_BYTES}")
+    return default if value is None else value
+
+
+def ranks_per_node() -> int | None:
+    """``$MPICOLL_RANKS_PER_NODE`` (None when unset or empty).
+
+    Raises:
+        ValueError: a value that is not a positive integer, naming the variable and the value.
+    """
+    return _positive(RANKS_PER_NODE_VAR, "ranks per emulated node")
 
 
 def algorithm_var(collective: str) -> str:

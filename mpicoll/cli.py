@@ -343,6 +343,13 @@ def _simulate_validate(
             error("argument --inter-alpha/--inter-beta: only with --ranks-per-node K")
     elif args.ranks_per_node < 1:
         error(f"argument --ranks-per-node: must be >= 1, got {args.ranks_per_node}")
+    from . import _env
+
+    try:  # the environment the schedules read (nodes, pipeline segments)
+        _env.ranks_per_node()
+        _env.segment_bytes()
+    except ValueError as exc:
+        error(str(exc))
     args.collectives, args.algorithms, args.sizes = colls, algs, sizes
 
 
@@ -818,4 +825,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from ._abort import abort_on_exception
 
-    return abort_on_exception(lambda: run(argv))
+    try:
+        return abort_on_exception(lambda: run(argv))
+    except BrokenPipeError:  # `mpicoll simulate | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it

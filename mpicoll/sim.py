@@ -25,8 +25,9 @@ on the rank and whose rounds are one send and one receive per rank matched withi
 (the ring algorithms, pairwise exchanges, dissemination); anything else (``if rank < rem``
 raises "truth value of an array is ambiguous", ``members.index(rank)`` fails, a round that is
 not a permutation of the ranks, a two-level model whose node port several ranks of a node
-use) falls back to the per-rank engine.  Where it applies it gives the per-rank engine's clocks and counts bit for bit
-(``tests/unit/test_sim_vector.py`` checks every algorithm against it), at
+use) falls back to the per-rank engine.  Where it applies it gives the per-rank engine's
+clocks and counts bit for bit (``tests/unit/test_sim_vector.py`` checks every algorithm
+against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
 8190 rounds (33.5 M messages) in about a second.
 """
@@ -52,16 +53,11 @@ __all__ = [
 
 
 def node_size_env() -> int | None:
-    """``$MPICOLL_RANKS_PER_NODE``: emulate nodes of k consecutive ranks (None if unset)."""
-    import os
+    """``$MPICOLL_RANKS_PER_NODE``: emulate nodes of k consecutive ranks (None if unset);
+    ValueError naming the variable for a value that is not a positive integer."""
+    from ._env import ranks_per_node
 
-    v = os.environ.get("MPICOLL_RANKS_PER_NODE")
-    if not v:
-        return None
-    k = int(v)
-    if k < 1:
-        raise ValueError(f"MPICOLL_RANKS_PER_NODE must be >= 1, got {v!r}")
-    return k
+    return ranks_per_node()
 
 
 class DeadlockError(RuntimeError):
@@ -162,6 +158,9 @@ class Simulator:
 
     def __init__(self, p: int, model: Model | TwoLevel | None = None, data: bool = True,
                  nodes: Sequence[int] | None = None) -> None:
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+            raise TypeError(f"p: expected an int number of ranks, got {p!r}")
+        p = int(p)
         if p < 1:
             raise ValueError(f"p: need at least one rank, got {p}")
         self.p = p
@@ -685,6 +684,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes)
+    p = sim.p  # a plain int
     factory = _Args(data)
     parser = PARSERS[collective]
 

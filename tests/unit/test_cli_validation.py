@@ -241,3 +241,13 @@ def test_simulate_is_quiet_for_few_ranks_off_a_terminal(
     assert status == 0
     assert "# bcast:" in out
     assert err == ""
+
+
+@pytest.mark.parametrize(("var", "value"), [("MPICOLL_RANKS_PER_NODE", "abc"),
+                                            ("MPICOLL_RANKS_PER_NODE", "0"),
+                                            ("MPICOLL_SEGMENT_SIZE", "abc")])
+def test_simulate_refuses_a_bad_environment(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch, var: str,
+                                            value: str) -> None:
+    monkeypatch.setenv(var, value)
+    assert var in usage_error(capsys, "simulate", "-n", "6", "-m", "8:8", "-c", "allreduce")

@@ -66,3 +66,25 @@ def test_algorithm_that_is_not_a_str_is_a_type_error(kind: str, algorithm: objec
         b.Allreduce(np.zeros(2), np.zeros(2), algorithm=algorithm)
     with pytest.raises(TypeError, match="algorithm"):
         registry.get("allreduce", algorithm)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "abc", "1.5"])
+def test_ranks_per_node_refuses_bad_values(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("MPICOLL_RANKS_PER_NODE", value)
+    with pytest.raises(ValueError, match="MPICOLL_RANKS_PER_NODE"):
+        mpicoll.simulate("allreduce", 4, 10)
+
+
+def test_ranks_per_node_sets_the_simulated_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPICOLL_RANKS_PER_NODE", "2")
+    r = mpicoll.simulate("allreduce", 4, 8, algorithm="ring")
+    # ranks 1 and 3 send all their 2 (p-1) blocks of 16 B to the next node
+    assert r.inter_bytes_sent.tolist() == [0, 96, 0, 96]
+    monkeypatch.setenv("MPICOLL_RANKS_PER_NODE", "")
+    assert mpicoll.simulate("allreduce", 4, 8, algorithm="ring").inter_bytes_sent.sum() == 0
+
+
+def test_simulate_takes_int_ranks_only() -> None:
+    assert mpicoll.simulate("allreduce", np.int64(5), 7).p == 5
+    with pytest.raises(TypeError, match="ranks"):
+        mpicoll.simulate("allreduce", True, 7)  # type: ignore[arg-type]
