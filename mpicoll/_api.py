@@ -21,6 +21,7 @@ from mpi4py import MPI
 from ._args import PARSERS, Call
 from ._buffers import Buf, is_in_place, parse
 from ._env import algorithm_var
+from .engine import Waitall
 from .registry import COLLECTIVES
 
 __all__ = ["Collectives", "MismatchError"]
@@ -48,10 +49,11 @@ _PREDEFINED_OPS = (
     "MINLOC",
 )
 _FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error",
-           "forced algorithm", "segment size", "counts", "peer counts", "recvcounts given")
+           "forced algorithm", "segment size", "counts", "peer counts", "recvcounts given",
+           "non-blocking")
 # column of each field in the table of checked mode
 (_COLL, _ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _ERROR, _FORCED, _SEGMENT, _COUNTS, _PEER,
- _STAGE) = range(len(_FIELDS))
+ _STAGE, _NB) = range(len(_FIELDS))
 # compared field by field (every rank must have the same value)
 _UNIFORM = (_ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _FORCED, _SEGMENT)
 # collectives whose every rank passes the same full counts list (compared by hash)
@@ -93,6 +95,31 @@ def _list_hash(counts: Sequence[int] | np.ndarray) -> int:
 
 def _ranks(rows: Sequence[int] | np.ndarray) -> str:
     return "[" + ", ".join(str(int(r)) for r in rows) + "]"
+
+
+def agree_on_construction(comm: MPI.Comm, name: str, check: bool,
+                          error: Exception | None) -> None:
+    """Constructing a backend (collective over ``comm``): before anything else collective, the
+    ranks exchange (check flag, whether this rank's environment/arguments were accepted) in one
+    small allgather.  Any refused rank: every rank raises ``ValueError`` (that rank its own
+    error, the others naming it); check flags that differ: every rank raises
+    :class:`MismatchError`.  So one rank's bad ``$MPICOLL_SEGMENT_SIZE`` or lone
+    ``$MPICOLL_CHECK`` cannot leave the others hanging in a later collective."""
+    mine = np.array([int(check), 0 if error is None else 1], dtype=np.int64)
+    table = np.empty((comm.Get_size(), 2), dtype=np.int64)
+    Waitall([comm.Iallgather(mine, table)])
+    bad = np.flatnonzero(table[:, 1])
+    if error is not None:
+        raise error
+    if bad.size:
+        raise ValueError(f"mpicoll.{name}: the environment or arguments were refused on "
+                         f"rank(s) {_ranks(bad)} (see the error there); every rank stops")
+    flags = table[:, 0]
+    if (flags != flags[0]).any():
+        raise MismatchError(
+            f"mpicoll.{name}: ranks disagree on checked mode (check= or $MPICOLL_CHECK): "
+            f"on for rank(s) {_ranks(np.flatnonzero(flags))}, off for rank(s) "
+            f"{_ranks(np.flatnonzero(flags == 0))}; every rank must use the same")
 
 
 def env_check() -> bool:
@@ -177,7 +204,11 @@ class Collectives:
         """The segment size checked mode compares (-1: not used by this backend)."""
         return -1
 
+    def _check_usable(self) -> None:
+        """Raise (before any MPI call) if the backend can no longer be used (p2p: freed)."""
+
     def _call(self, collective: str, nonblocking: bool, algorithm: str | None, *args: Any) -> Any:
+        self._check_usable()
         if not self.check:
             self._check_options(collective, algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
@@ -186,19 +217,22 @@ class Collectives:
             self._check_options(collective, algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
         except (TypeError, ValueError) as exc:
-            self._agree(collective, None, exc, algorithm)
+            self._agree(collective, None, exc, algorithm, nonblocking=nonblocking)
             raise
-        self._agree(collective, call, None, algorithm)
+        self._agree(collective, call, None, algorithm, nonblocking=nonblocking)
         return self._run(call, nonblocking, algorithm, args)
 
     def _agree(self, collective: str, call: Call | None, error: Exception | None,
                algorithm: Any = None, *, gathering: Buf | None = None,
-               stage: int = 0) -> np.ndarray:
+               stage: int = 0, nonblocking: bool = False) -> np.ndarray:
         """Checked mode: every rank compares its call with the others' and all raise the same
         :class:`MismatchError` if they disagree, or if any rank's arguments were refused (that
-        rank re-raises its own error).  Costs one ``MPI_Allgather`` of 12 integers per rank.
+        rank re-raises its own error).  Costs one ``MPI_Iallgather`` of 13 integers per rank,
+        completed while progressing every p2p schedule in flight (a peer may be waiting for
+        this rank's outstanding schedule before it joins the agreement).
 
-        Compared: the collective, root, element count, dtype and item size, op (predefined
+        Compared: the collective, blocking or non-blocking form (MPI never matches the two),
+        root, element count, dtype and item size, op (predefined
         ops by name; any user op as "user op"), the forced algorithm (``algorithm=`` or
         ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment size, and the counts of the
         v-collectives:
@@ -223,6 +257,7 @@ class Collectives:
         forced = algorithm if algorithm is not None else (
             os.environ.get(algorithm_var(collective), "").strip() or "auto")
         sig[_FORCED] = zlib.crc32(str(forced).encode())
+        sig[_NB] = int(nonblocking)
         sig[_SEGMENT] = self._segment_field()
         sig[_STAGE] = _GATHER_COUNTS if gathering is not None else stage
         sig[_ERROR] = 0 if error is None else 1
@@ -249,12 +284,12 @@ class Collectives:
                 if call.own_count is not None:
                     sig[_PEER] = call.own_count
         table = np.empty((self.size, len(_FIELDS)), dtype=np.int64)
-        self._check_comm.Allgather(sig, table)
-        self._compare(collective, table, call, error, gathering is not None)
+        Waitall([self._check_comm.Iallgather(sig, table)])
+        self._compare(collective, table, call, error, gathering is not None, str(forced))
         return table
 
     def _compare(self, collective: str, table: np.ndarray, call: Call | None,
-                 error: Exception | None, gathering: bool) -> None:
+                 error: Exception | None, gathering: bool, forced: str = "auto") -> None:
         """Raise :class:`MismatchError` if the rows of ``table`` disagree (see :meth:`_agree`);
         return quietly on a rank whose own arguments were refused (it re-raises its error)."""
         bad = np.flatnonzero(table[:, _ERROR])
@@ -275,12 +310,37 @@ class Collectives:
                     f"{collective}: ranks disagree on {what}: {vals} (rank: value)")
 
         same(_COLL)
+        nb = table[:, _NB]
+        if (nb != nb[0]).any():
+            name = collective.capitalize()  # Allreduce, Reduce_scatter_block, ...
+            raise MismatchError(
+                f"{collective}: ranks {_ranks(np.flatnonzero(nb))} call the non-blocking form "
+                f"(I{name[0].lower()}{name[1:]}), ranks {_ranks(np.flatnonzero(nb == 0))} the "
+                f"blocking one ({name}); MPI never matches the two")
         same(_STAGE)
+
+        def same_forced() -> None:  # each rank knows only its own name: say which ranks differ
+            col = table[:, _FORCED]
+            if (col == col[0]).all():
+                return
+            me = self.rank
+            others = np.flatnonzero(col != col[me])
+            also = [int(r) for r in np.flatnonzero(col == col[me]) if r != me]
+            what = "forces no algorithm ('auto')" if forced == "auto" else f"forces {forced!r}"
+            raise MismatchError(
+                f"{collective}: ranks disagree on the forced algorithm (algorithm= or "
+                f"${algorithm_var(collective)}): this rank ({me}) {what}"
+                + (f", as do ranks {_ranks(also)}" if also else "")
+                + f"; ranks {_ranks(others)} force other algorithms (or none)")
+
         uniform: tuple[int, ...] = _UNIFORM
         if gathering or collective in ("scatterv", "gatherv", "alltoallv", *_SAME_COUNTS):
             uniform = tuple(f for f in uniform if f != _COUNT)  # compared through the counts
         for f in uniform:
-            same(f)
+            if f == _FORCED:
+                same_forced()
+            else:
+                same(f)
         if gathering:
             return
         if collective in _SAME_COUNTS:
@@ -321,7 +381,7 @@ class Collectives:
         raise NotImplementedError
 
     def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any,
-                    algorithm: Any = None) -> Any:
+                    algorithm: Any = None, nonblocking: bool = False) -> Any:
         """Reduce_scatter's counts: as given, or every rank's receive count (allgather).
 
         In checked mode that allgather is the agreement itself (the ranks first check that they
@@ -329,6 +389,7 @@ class Collectives:
         meets a :class:`MismatchError`, not a mismatched allgather."""
         if recvcounts is not None:
             return recvcounts
+        self._check_usable()
         if self.check:
             try:
                 self._check_options("reduce_scatter", algorithm)
@@ -337,9 +398,11 @@ class Collectives:
                         "recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
                 rb = parse(recvbuf, "recvbuf", writable=True)
             except (TypeError, ValueError) as exc:
-                self._agree("reduce_scatter", None, exc, algorithm, stage=_GATHER_COUNTS)
+                self._agree("reduce_scatter", None, exc, algorithm, stage=_GATHER_COUNTS,
+                            nonblocking=nonblocking)
                 raise
-            table = self._agree("reduce_scatter", None, None, algorithm, gathering=rb)
+            table = self._agree("reduce_scatter", None, None, algorithm, gathering=rb,
+                                nonblocking=nonblocking)
             return [int(c) for c in table[:, _PEER]]
         self._check_options("reduce_scatter", algorithm)
         if is_in_place(sendbuf):
@@ -348,7 +411,12 @@ class Collectives:
             count, error = parse(recvbuf, "recvbuf", writable=True).count, None
         except (TypeError, ValueError) as exc:
             count, error = -1, exc
-        counts = self._check_comm.allgather(count)
+        mine = np.array([count], dtype=np.int64)
+        gathered = np.empty(self.size, dtype=np.int64)
+        # non-blocking, completed while progressing every p2p schedule in flight: a peer may be
+        # waiting for this rank's outstanding schedule before it joins this allgather
+        Waitall([self._check_comm.Iallgather(mine, gathered)])
+        counts = [int(c) for c in gathered]
         if error is not None:
             raise error
         bad = [r for r, c in enumerate(counts) if c < 0]
@@ -499,7 +567,7 @@ class Collectives:
         algorithm: str | None = None,
     ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm)
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm, True)
         return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:

@@ -24,7 +24,7 @@ from mpi4py import MPI
 from ._args import Call
 from .schedule import Context, Recv, Round, Schedule
 
-__all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall"]
+__all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
 
 
 class Traffic:
@@ -125,8 +125,9 @@ class ScheduleRequest:
         return moved
 
     def Test(self) -> bool:
-        """Make progress on every outstanding p2p collective; True once this one is complete."""
-        self._engine.progress()
+        """Make progress on every outstanding p2p collective (every backend's); True once this
+        one is complete."""
+        progress_all()
         return self.done
 
     def Wait(self, status: MPI.Status | None = None) -> None:
@@ -224,6 +225,16 @@ class Engine:
             MPI.Request.Waitany(pending)
 
 
+def progress_all() -> bool:
+    """One pass over every live engine's schedules in flight; True if any advanced.  Every p2p
+    progress point (``Test``, ``Wait``, :func:`Testall`, :func:`Waitall`, the internal
+    agreements) calls this: progress is global across backends, as MPI's is."""
+    moved = False
+    for e in [e for e in list(_ENGINES) if e.active]:
+        moved = e.progress() or moved
+    return moved
+
+
 def _is_done(r: Any) -> bool:
     if isinstance(r, ScheduleRequest):
         return r.done
@@ -231,31 +242,30 @@ def _is_done(r: Any) -> bool:
 
 
 def Waitall(requests: Iterable[Any]) -> None:
-    """Complete every request of a list mixing ``MPI.Request`` and p2p requests, in any order."""
+    """Complete every request of a list mixing ``MPI.Request`` and p2p requests, in any order,
+    progressing every live engine's schedules (not only the listed ones) meanwhile."""
     reqs = list(requests)
     mpi_reqs = [r for r in reqs if not isinstance(r, ScheduleRequest)]
     ours = [r for r in reqs if isinstance(r, ScheduleRequest)]
-    engines = {id(r._engine): r._engine for r in ours}
-    while not all(r.done for r in ours):
-        moved = False
-        for e in engines.values():
-            moved = e.progress() or moved
-        if not moved and not all(r.done for r in ours):
-            pending = [q for e in engines.values() for a in e.active for q in a._reqs]
-            pending += [q for q in mpi_reqs if q != MPI.REQUEST_NULL]
-            if pending:
-                MPI.Request.Waitany(pending)
-    if mpi_reqs:
-        MPI.Request.Waitall(mpi_reqs)
+    while not all(_is_done(r) for r in reqs):
+        if progress_all() or all(_is_done(r) for r in reqs):
+            continue
+        pending = [q for e in list(_ENGINES) for a in e.active for q in a._reqs]
+        left = [q for q in mpi_reqs if q != MPI.REQUEST_NULL]
+        if not pending:  # no p2p schedule in flight anywhere: plain MPI
+            if any(not r.done for r in ours):  # never: a listed schedule is in flight
+                raise RuntimeError("mpicoll: waiting on a request that cannot progress")
+            MPI.Request.Waitall(left)
+            break
+        MPI.Request.Waitany(pending + left)
 
 
 def Testall(requests: Iterable[Any]) -> bool:
-    """Progress every request once; True when all are complete (MPI ones are completed too)."""
+    """Progress every live p2p schedule once; True when all listed requests are complete (MPI
+    ones are completed too)."""
     reqs = list(requests)
     mpi_reqs = [r for r in reqs if not isinstance(r, ScheduleRequest)]
-    engines = {id(r._engine): r._engine for r in reqs if isinstance(r, ScheduleRequest)}
-    for e in engines.values():
-        e.progress()
+    progress_all()
     ours_done = all(r.done for r in reqs if isinstance(r, ScheduleRequest))
     mpi_done = MPI.Request.Testall(mpi_reqs) if mpi_reqs else True
     return ours_done and bool(mpi_done)

@@ -6,7 +6,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from ._api import Collectives
+from ._api import Collectives, agree_on_construction
 from ._args import Call
 
 __all__ = ["Native", "native"]
@@ -29,9 +29,17 @@ class Native(Collectives):
 
     Owns no communicator: :meth:`Free` and leaving a ``with`` block do nothing (they exist so
     that code can switch between the backends without changes).
+
+    Constructing it is collective over ``comm`` (as for p2p): the ranks compare their check
+    flags in one small allgather, and all raise :class:`~mpicoll.MismatchError` if they differ
+    (one rank checking while the others do not would hang at its first call).
     """
 
     name = "native"
+
+    def __init__(self, comm: MPI.Comm, *, check: bool | None = None) -> None:
+        super().__init__(comm, check=check)
+        agree_on_construction(comm, self.name, self.check, None)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:
@@ -50,7 +58,8 @@ class Native(Collectives):
 
 
 def native(comm: MPI.Comm | None = None, *, check: bool | None = None) -> Native:
-    """The native backend on ``comm`` (default ``MPI.COMM_WORLD``); local, not collective.
+    """The native backend on ``comm`` (default ``MPI.COMM_WORLD``); collective over ``comm``
+    (the ranks agree on checked mode: one small allgather).
 
     ``check=True`` (or ``$MPICOLL_CHECK=1``) turns on checked mode (see :class:`P2P`)."""
     return Native(MPI.COMM_WORLD if comm is None else comm, check=check)

@@ -28,7 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 from . import _env, registry
-from ._api import Collectives
+from ._api import Collectives, agree_on_construction
 from ._args import Call
 from ._env import algorithm_var, env_algorithm
 from .engine import Engine, Traffic
@@ -74,8 +74,11 @@ class P2P(Collectives):
             instead of truncating or hanging.
 
     Raises:
-        ValueError: ``$MPICOLL_SEGMENT_SIZE`` is not a positive integer (checked before the
-            ``Dup``, and again at every call, before any message).
+        ValueError: ``$MPICOLL_SEGMENT_SIZE`` is not a positive integer, or ``tag_ub`` is out of
+            range, on any rank (the ranks exchange that, and their check flags, in one small
+            allgather before the ``Dup``; the bad rank raises its own error, the others name
+            it); the segment size is checked again at every call, before any message.
+        MismatchError: the ranks' check flags (``check=`` / ``$MPICOLL_CHECK``) differ.
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
@@ -88,9 +91,15 @@ class P2P(Collectives):
         super().__init__(comm, check=check)
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
-        if not 1 <= tag_ub <= limit:
-            raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
-        _env.segment_bytes()  # a bad value fails here, before the collective Dup
+        error: ValueError | None = None
+        try:
+            if not 1 <= tag_ub <= limit:
+                raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
+            _env.segment_bytes()  # a bad value fails here, before the collective Dup
+        except ValueError as exc:
+            error = exc
+        # every rank learns of a refused rank, and of differing check flags, before the Dup
+        agree_on_construction(comm, self.name, self.check, error)
         self._comm = comm.Dup()
         self._check_comm = self._comm
         self.nodes = node_map(self._comm)
@@ -108,6 +117,11 @@ class P2P(Collectives):
         _env.segment_bytes()
         if algorithm is None:
             _env.check_env_algorithm(collective)
+
+    def _check_usable(self) -> None:
+        """After :meth:`Free`: RuntimeError, before any MPI call."""
+        if self._comm == MPI.COMM_NULL:
+            raise RuntimeError("this p2p backend was freed")
 
     def _segment_field(self) -> int:
         try:
@@ -135,8 +149,7 @@ class P2P(Collectives):
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:
-        if self._comm == MPI.COMM_NULL:
-            raise RuntimeError("this p2p backend was freed")
+        self._check_usable()
         call.schedule = self.select(call, algorithm).schedule
         if nonblocking:
             return self._engine.start(call)

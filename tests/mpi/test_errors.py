@@ -1636,3 +1636,92 @@ def test_checked_mode_reduce_scatter_gathered_counts(checked: Any) -> None:
             problems.append("recvbuf changed")
     problems += _recover(checked)
     _agree(problems, "checked mode: Reduce_scatter(recvcounts=None)")
+
+
+# ---- checked mode: blocking vs non-blocking, forced algorithm, construction, after Free ------
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_checked_mode_blocking_vs_nonblocking(kind: str) -> None:
+    """The last rank calls Iallreduce, the others Allreduce: MPI never matches them (native
+    hangs); checked mode raises MismatchError on every rank instead."""
+    if WORLD.size < 2:
+        pytest.skip("needs 2 ranks")
+    mk = mpicoll.native if kind == "native" else mpicoll.p2p
+    c = mk(WORLD, check=True)
+    x, y = np.ones(4), np.zeros(4)
+    last = WORLD.rank == WORLD.size - 1
+    run = (lambda: c.Iallreduce(x, y).Wait()) if last else (lambda: c.Allreduce(x, y))
+    with pytest.raises(mpicoll.MismatchError, match=r"non-blocking form \(Iallreduce\)"):
+        run()
+    c.Free()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+def test_checked_mode_forced_algorithm_message_is_readable() -> None:
+    if WORLD.size < 2:
+        pytest.skip("needs 2 ranks")
+    with mpicoll.p2p(WORLD, check=True) as c:
+        alg = "ring" if WORLD.rank == 0 else None
+        with pytest.raises(mpicoll.MismatchError) as info:
+            c.Allreduce(np.ones(4), np.zeros(4), algorithm=alg)
+        msg = str(info.value)
+        others = "[" + ", ".join(str(r) for r in range(1, WORLD.size)) + "]"
+        if WORLD.rank == 0:
+            assert "this rank (0) forces 'ring'" in msg
+            assert f"ranks {others} force other algorithms" in msg
+        else:
+            assert "forces no algorithm ('auto')" in msg
+            assert "ranks [0] force other algorithms" in msg
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_construction_check_flag_on_one_rank(monkeypatch: pytest.MonkeyPatch,
+                                             kind: str) -> None:
+    """$MPICOLL_CHECK on rank 1 only: every rank raises MismatchError at construction
+    (before: the checked rank's agreement hung against the others' plain call)."""
+    if WORLD.size < 2:
+        pytest.skip("needs 2 ranks")
+    monkeypatch.delenv("MPICOLL_CHECK", raising=False)
+    if WORLD.rank == 1:
+        monkeypatch.setenv("MPICOLL_CHECK", "1")
+    mk = mpicoll.native if kind == "native" else mpicoll.p2p
+    with pytest.raises(mpicoll.MismatchError, match=r"on for rank\(s\) \[1\]"):
+        mk(WORLD)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+def test_construction_bad_segment_size_on_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad $MPICOLL_SEGMENT_SIZE on rank 1 only: every rank raises ValueError from p2p()
+    (before: rank 1 raised, the others hung in the Dup)."""
+    if WORLD.size < 2:
+        pytest.skip("needs 2 ranks")
+    if WORLD.rank == 1:
+        monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "0")
+        with pytest.raises(ValueError, match="MPICOLL_SEGMENT_SIZE"):
+            mpicoll.p2p(WORLD)
+    else:
+        monkeypatch.delenv("MPICOLL_SEGMENT_SIZE", raising=False)
+        with pytest.raises(ValueError, match=r"refused on rank\(s\) \[1\]"):
+            mpicoll.p2p(WORLD)
+    monkeypatch.delenv("MPICOLL_SEGMENT_SIZE", raising=False)
+    with mpicoll.p2p(WORLD) as c:  # the ranks are still in step
+        c.Barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("check", [False, True])
+def test_use_after_free_raises_freed(check: bool) -> None:
+    c = mpicoll.p2p(WORLD, check=check)
+    c.Free()
+    with pytest.raises(RuntimeError, match="freed"):
+        c.Allreduce(np.ones(2), np.zeros(2))
+    with pytest.raises(RuntimeError, match="freed"):
+        c.Reduce_scatter(np.ones(2 * WORLD.size), np.zeros(2))
