@@ -36,6 +36,20 @@ def _same(a: object, b: object, what: tuple) -> None:
     assert a.time == b.time, what  # type: ignore[attr-defined]
 
 
+def _both(coll: str, p: int, count: int, **kw: object) -> str | None:
+    """Simulate with the per-rank engine and with ``auto``; assert identical results when
+    ``auto`` ran the vector engine.  The engine ``auto`` ran, or None where a restriction
+    forbids the call."""
+    try:
+        ref = simulate(coll, p, count, engine="rank", **kw)  # type: ignore[arg-type]
+    except registry.RestrictionError:
+        return None
+    got = simulate(coll, p, count, **kw)  # type: ignore[arg-type]
+    if got.engine == "vector":
+        _same(ref, got, (coll, p, count, kw))
+    return got.engine
+
+
 def test_branch_free_set_is_registered() -> None:
     for coll, name in BRANCH_FREE:
         assert coll in SYMMETRIC
@@ -51,16 +65,11 @@ def test_vector_engine_equals_per_rank_engine(coll: str) -> None:
                 continue
             for count in COUNTS if coll != "barrier" else [0]:
                 for in_place in (False, True) if coll != "barrier" else (False,):
-                    kw = dict(algorithm=alg.name, model=MODEL, in_place=in_place)
-                    try:
-                        ref = simulate(coll, p, count, engine="rank", **kw)  # type: ignore[arg-type]
-                    except registry.RestrictionError:
-                        continue
-                    got = simulate(coll, p, count, **kw)  # type: ignore[arg-type]
-                    if got.engine == "vector":
+                    engine = _both(coll, p, count, algorithm=alg.name, model=MODEL,
+                                   in_place=in_place)
+                    if engine == "vector":
                         used.add((alg.name, p))
-                        _same(ref, got, (coll, alg.name, p, count, in_place))
-                    elif (coll, alg.name) in BRANCH_FREE:
+                    elif engine == "rank" and (coll, alg.name) in BRANCH_FREE:
                         pytest.fail(f"{coll}/{alg.name} p={p} count={count} ran per rank")
     assert used, f"the vector engine ran no {coll} algorithm"
 
@@ -91,15 +100,7 @@ def test_two_level_model(two: TwoLevel) -> None:
                 if alg.why_not(p) is not None:
                     continue
                 for count in (0, 7, 100):
-                    kw = dict(algorithm=alg.name, model=two)
-                    try:
-                        ref = simulate(coll, p, count, engine="rank", **kw)  # type: ignore[arg-type]
-                    except registry.RestrictionError:
-                        continue
-                    got = simulate(coll, p, count, **kw)  # type: ignore[arg-type]
-                    if got.engine == "vector":
-                        used += 1
-                        _same(ref, got, (coll, alg.name, p, count))
+                    used += _both(coll, p, count, algorithm=alg.name, model=two) == "vector"
     ring = simulate("allreduce", 12, 100, algorithm="ring", model=two)
     assert ring.engine == "vector"
     assert ring.inter_bytes_sent.sum() > 0
