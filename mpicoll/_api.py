@@ -123,8 +123,20 @@ def agree_on_construction(comm: MPI.Comm, name: str, check: bool,
 
 
 def env_check() -> bool:
-    """``$MPICOLL_CHECK`` set to 1/true/yes turns checked mode on by default."""
-    return os.environ.get("MPICOLL_CHECK", "").lower() in ("1", "true", "yes", "on")
+    """``$MPICOLL_CHECK``: 1/true/yes/on turns checked mode on by default; unset, empty or
+    0/false/no/off leaves it off.
+
+    Raises:
+        ValueError: any other value, naming the variable (a typo must not silently turn the
+            checks off).
+    """
+    raw = os.environ.get("MPICOLL_CHECK", "")
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"MPICOLL_CHECK={raw!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
 class Collectives:
@@ -166,7 +178,12 @@ class Collectives:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self.check = env_check() if check is None else bool(check)
+        #: a refused environment, raised by :func:`agree_on_construction` on every rank
+        self._refused: ValueError | None = None
+        try:
+            self.check = env_check() if check is None else bool(check)
+        except ValueError as exc:
+            self.check, self._refused = False, exc
         self._check_comm = comm
 
     def __repr__(self) -> str:

@@ -39,7 +39,7 @@ class Native(Collectives):
 
     def __init__(self, comm: MPI.Comm, *, check: bool | None = None) -> None:
         super().__init__(comm, check=check)
-        agree_on_construction(comm, self.name, self.check, None)
+        agree_on_construction(comm, self.name, self.check, self._refused)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:

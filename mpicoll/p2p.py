@@ -91,7 +91,7 @@ class P2P(Collectives):
         super().__init__(comm, check=check)
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
-        error: ValueError | None = None
+        error = self._refused  # $MPICOLL_CHECK
         try:
             if not 1 <= tag_ub <= limit:
                 raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")

@@ -88,3 +88,16 @@ def test_simulate_takes_int_ranks_only() -> None:
     assert mpicoll.simulate("allreduce", np.int64(5), 7).p == 5
     with pytest.raises(TypeError, match="ranks"):
         mpicoll.simulate("allreduce", True, 7)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", [mpicoll.native, mpicoll.p2p])
+def test_mpicoll_check_values(monkeypatch: pytest.MonkeyPatch, backend: object) -> None:
+    """``$MPICOLL_CHECK``: the on and off words, and a typo refused (not silently off)."""
+    for value, on in (("1", True), ("YES", True), (" on ", True), ("", False), ("0", False),
+                      ("off", False), ("false", False)):
+        monkeypatch.setenv("MPICOLL_CHECK", value)
+        with backend(MPI.COMM_SELF) as c:  # type: ignore[operator]
+            assert c.check is on, value
+    monkeypatch.setenv("MPICOLL_CHECK", "maybe")
+    with pytest.raises(ValueError, match="MPICOLL_CHECK='maybe'"):
+        backend(MPI.COMM_SELF)  # type: ignore[operator]
