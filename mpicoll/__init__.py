@@ -9,13 +9,13 @@ point-to-point (``p2p``), with the same mpi4py API, cross-checked and benchmarke
 
 from __future__ import annotations
 
-from . import registry
-from ._api import MismatchError
-from .engine import ScheduleRequest, Testall, Traffic, Waitall
-from .native import Native, native
-from .p2p import P2P, p2p
-from .registry import RestrictionError
-from .sim import simulate
+from .algorithms import registry
+from .algorithms.registry import RestrictionError
+from .backends.base import MismatchError
+from .backends.native import Native, native
+from .backends.p2p import P2P, p2p
+from .engines.mpi import ScheduleRequest, Testall, Traffic, Waitall
+from .engines.sim import simulate
 
 __version__ = "0.1.0"
 

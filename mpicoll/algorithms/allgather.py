@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..registry import algorithm, clg, default_rule, lg
-from ..schedule import Context, Schedule, contiguous_span
+from .registry import algorithm, clg, default_rule, lg
+from .schedule import Context, Schedule, contiguous_span
 
 
 def _views(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],

@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .. import registry
-from ..registry import algorithm, clg, default_rule, lg
-from ..schedule import Context, Schedule, block_counts, displacements, pof2_floor
-from . import _pof2
+from . import fold as _pof2
+from . import registry
 from .allgather import ring as _allgather_ring
 from .bcast import binomial as _bcast_binomial
 from .reduce import binomial as _reduce_binomial
 from .reduce_scatter import ring_core as _reduce_scatter_ring
+from .registry import algorithm, clg, default_rule, lg
+from .schedule import Context, Schedule, block_counts, displacements, pof2_floor
 
 
 @algorithm(

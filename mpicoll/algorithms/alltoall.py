@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..registry import algorithm, clg, default_rule
-from ..schedule import Context, Recv, Schedule, Send, is_pof2
+from .registry import algorithm, clg, default_rule
+from .schedule import Context, Recv, Schedule, Send, is_pof2
 
 
 def _blk(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:

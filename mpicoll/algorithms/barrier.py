@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..registry import algorithm, clg, default_rule
-from ..schedule import Context, Schedule
+from .registry import algorithm, clg, default_rule
+from .schedule import Context, Schedule
 
 
 @algorithm(

@@ -6,18 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..registry import algorithm, clg, default_rule, lg
-from ..schedule import (
-    Context,
-    Recv,
-    Schedule,
-    Send,
-    block_counts,
-    displacements,
-    segment_count,
-)
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
+from .registry import algorithm, clg, default_rule, lg
+from .schedule import Context, Recv, Schedule, Send, block_counts, displacements, segment_count
 
 
 @algorithm(

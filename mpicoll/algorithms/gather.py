@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..registry import algorithm, clg, default_rule
-from ..schedule import Context, Schedule
+from .registry import algorithm, clg, default_rule
+from .schedule import Context, Schedule
 
 
 @algorithm(

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ..registry import algorithm, clg, default_rule, lg
-from ..schedule import Context, Schedule, block_counts, displacements, pof2_floor
-from . import _pof2
+from . import fold as _pof2
+from .registry import algorithm, clg, default_rule, lg
+from .schedule import Context, Schedule, block_counts, displacements, pof2_floor
 
 
 @algorithm(

@@ -12,11 +12,11 @@ from collections.abc import Generator, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ..registry import algorithm, clg, default_rule, lg
-from ..schedule import Context, Round, Schedule, displacements, pof2_floor
-from . import _pof2
+from . import fold as _pof2
 from .reduce import binomial as _reduce_binomial
+from .registry import algorithm, clg, default_rule, lg
 from .scatter import linear as _scatter_linear
+from .schedule import Context, Round, Schedule, displacements, pof2_floor
 
 _BOTH = ("reduce_scatter_block", "reduce_scatter")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ..registry import algorithm, clg, default_rule
-from ..schedule import Context, Schedule
+from .registry import algorithm, clg, default_rule
+from .schedule import Context, Schedule
 
 
 def _recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op,

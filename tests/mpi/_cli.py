@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mpi4py import MPI
 
-from mpicoll import cli
+from mpicoll.tools import cli
 
 WORLD = MPI.COMM_WORLD
 

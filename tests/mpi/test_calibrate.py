@@ -1,4 +1,4 @@
-"""``mpicoll.calibrate`` and ``mpicoll calibrate`` on every rank of the job.
+"""``mpicoll.model.calibrate`` and ``mpicoll calibrate`` on every rank of the job.
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_calibrate.py`` (P = 1..5).
 Calibration needs two ranks (a ping-pong between ranks 0 and 1): at P = 1 only the usage error
@@ -16,7 +16,9 @@ import pytest
 from _cli import run_all
 from mpi4py import MPI
 
-from mpicoll import bench, calibrate, model
+from mpicoll.model import alphabeta as model
+from mpicoll.model import calibrate
+from mpicoll.tools import bench
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()

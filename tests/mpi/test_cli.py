@@ -2,7 +2,7 @@
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_cli.py`` (P = 1..5).
 
-Every rank calls ``mpicoll.cli.main`` with the same arguments, as under ``mpiexec``; only rank 0
+Every rank calls ``cli.main`` with the same arguments, as under ``mpiexec``; only rank 0
 prints; every rank must return the same exit status.  A deliberately broken p2p algorithm,
 registered in this test process only, must show as WRONG in bench (never timed) and make verify
 exit non-zero, naming the case and the rank.  Timings are never asserted.
@@ -18,7 +18,8 @@ import pytest
 from _cli import run_all
 from mpi4py import MPI
 
-from mpicoll import bench, cli, registry
+from mpicoll import registry
+from mpicoll.tools import bench, cli
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
@@ -170,7 +171,7 @@ def test_verify_reports_a_native_error_on_one_rank(
     """The native Gather raises an MPI error on the last rank after the call (no rank is
     stranded): verify names the backend, the case, the rank and MPI's error, goes on with the
     p2p algorithms and the next collective, and every rank exits 1."""
-    from mpicoll.native import Native
+    from mpicoll.backends.native import Native
 
     real = Native._run
 

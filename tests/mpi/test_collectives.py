@@ -7,7 +7,7 @@ waiting in a collective when another one's check fails).
 
 Implementations: ``native``, ``p2p`` with ``algorithm="auto"`` (the default), and ``p2p`` forced to
 every algorithm the registry lists for the collective.  A forced algorithm whose restrictions
-forbid a case must raise :class:`mpicoll.registry.RestrictionError` on every rank, with the output
+forbid a case must raise :class:`mpicoll.RestrictionError` on every rank, with the output
 buffers untouched.
 
 Every rank computes every other rank's input (they are functions of rank and index, see
@@ -39,7 +39,7 @@ import mpicoll
 
 try:
     from mpicoll import registry as _registry
-    from mpicoll.registry import RestrictionError
+    from mpicoll.algorithms.registry import RestrictionError
 except ImportError:  # pragma: no cover - package not there yet
     _registry = None  # type: ignore[assignment]
 

@@ -3,7 +3,7 @@
 For every kind of bad input of the issue, on ``native`` and on ``p2p``:
 
 * the call raises the expected exception type (``TypeError``/``ValueError``, or
-  :class:`mpicoll.registry.RestrictionError` for a forced algorithm), and its message names the
+  :class:`mpicoll.RestrictionError` for a forced algorithm), and its message names the
   argument and what was expected;
 * no buffer of the call changed (every send and receive buffer is compared with a copy taken
   before the call): nothing is half-written;
@@ -43,7 +43,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 import mpicoll
-from mpicoll.registry import RestrictionError
+from mpicoll.algorithms.registry import RestrictionError
 
 WORLD = MPI.COMM_WORLD
 KINDS = ("native", "p2p")
@@ -443,7 +443,7 @@ def _(r: int, p: int) -> Attempt | None:
 def _overlap_check_pending() -> str | None:
     """The check for overlapping receive blocks is a proposed addition (not in the acceptance
     list); skip its cases until ``_buffers.parse_v`` refuses overlaps."""
-    from mpicoll import _buffers
+    from mpicoll.backends import buffers as _buffers
 
     try:
         _buffers.parse_v([np.zeros(4), ([2, 2], [0, 1]), MPI.DOUBLE], "recvbuf", 2,

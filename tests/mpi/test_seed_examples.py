@@ -24,7 +24,7 @@ import mpicoll
 
 try:
     from mpicoll import registry as _registry
-    from mpicoll.registry import RestrictionError
+    from mpicoll.algorithms.registry import RestrictionError
 except ImportError:  # pragma: no cover - package not there yet
     _registry = None  # type: ignore[assignment]
 

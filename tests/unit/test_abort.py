@@ -6,8 +6,8 @@ never complete; the job must exit non-zero well within the subprocess timeout, w
 traceback on stderr.  Three ways of running the script are checked:
 
 * ``python -m mpi4py script.py`` (mpi4py's own abort-on-exception runner), the reference;
-* ``raise SystemExit(abort_on_exception(main))`` with :mod:`mpicoll._abort`;
-* ``with aborting(): ...`` with :mod:`mpicoll._abort`, and a non-zero ``sys.exit`` on one rank.
+* ``raise SystemExit(abort_on_exception(main))`` with :mod:`mpicoll.tools.abort`;
+* ``with aborting(): ...`` with :mod:`mpicoll.tools.abort`, and a non-zero ``sys.exit`` on one rank.
 
 ``mpiexec`` is the one next to ``sys.executable`` (a virtualenv's MPI wheel), else the first on
 ``PATH``; Open MPI gets ``--oversubscribe`` (and, as root, its allow-run-as-root variables).
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from _launch import job_env, launcher
 
-from mpicoll import _abort
+from mpicoll.tools import abort as _abort
 
 REPO = Path(__file__).resolve().parents[2]
 NPROCS = 3
@@ -66,18 +66,18 @@ SCRIPTS = {
     "mpi4py": BODY.format(fail=RAISE) + "\nmain()\n",
     # mpicoll's wrapper function
     "wrapper": BODY.format(fail=RAISE) + textwrap.dedent("""
-        from mpicoll._abort import abort_on_exception
+        from mpicoll.tools.abort import abort_on_exception
         raise SystemExit(abort_on_exception(main))
         """),
     # mpicoll's context manager
     "context": BODY.format(fail=RAISE) + textwrap.dedent("""
-        from mpicoll._abort import aborting
+        from mpicoll.tools.abort import aborting
         with aborting():
             main()
         """),
     # a non-zero sys.exit on one rank strands the others just the same
     "sys_exit": BODY.format(fail="sys.exit(3)") + textwrap.dedent("""
-        from mpicoll._abort import aborting
+        from mpicoll.tools.abort import aborting
         with aborting():
             main()
         """),

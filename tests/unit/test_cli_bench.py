@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mpicoll import bench, cli, registry
+from mpicoll import registry
+from mpicoll.tools import bench, cli
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

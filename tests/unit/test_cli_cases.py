@@ -1,4 +1,4 @@
-"""``mpicoll._cases``: the deterministic inputs, exact expectations and comparison that bench and
+"""``mpicoll.tools.cases``: deterministic inputs, exact expectations and comparison that bench and
 verify stand on (single process; the multi-rank check is ``mpicoll verify`` itself)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpicoll import _cases
-from mpicoll._cases import Case, compare
-from mpicoll.registry import COLLECTIVES
+from mpicoll.algorithms.registry import COLLECTIVES
+from mpicoll.tools import cases as _cases
+from mpicoll.tools.cases import Case, compare
 
 
 def test_compare() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from mpi4py import MPI
 
-from mpicoll import bench, cli
-from mpicoll.native import Native
+from mpicoll.backends.native import Native
+from mpicoll.tools import bench, cli
 
 # An MPICH 5 error stack, as str(MPI.Exception) gives it (cut where MPI cuts it).
 MPICH_STACK = (

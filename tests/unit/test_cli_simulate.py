@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mpicoll import bench, cli, model, registry
+from mpicoll import registry
+from mpicoll.model import alphabeta as model
+from mpicoll.tools import bench, cli
 
 # a model given in full on the command line: no calibrated file is read
 FLAGS = ["--alpha", "1e-6", "--beta", "1e-9", "--gamma", "1e-10"]

@@ -16,7 +16,8 @@ from _launch import job_env, launcher
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll import bench, registry
+from mpicoll import registry
+from mpicoll.tools import bench
 
 REPO = Path(mpicoll.__file__).resolve().parent.parent
 TIMEOUT = 180
@@ -73,7 +74,8 @@ def test_verify_exit_status(tmp_path: Path) -> None:
 
 _BROKEN_SCRIPT = """
 import sys
-from mpicoll import cli, registry
+from mpicoll.tools import cli
+from mpicoll import registry
 good = registry.algorithms("allreduce")[0].schedule
 def broken(ctx, *args, **kw):
     yield from good(ctx, *args, **kw)
@@ -100,7 +102,7 @@ def test_broken_algorithm_fails_bench_and_verify(tmp_path: Path) -> None:
 
 _RAISE_SCRIPT = """
 import sys
-from mpicoll import cli
+from mpicoll.tools import cli
 def boom(args, comm, argv, out):
     if comm.rank == 1:
         raise RuntimeError("deliberate failure on rank 1")
@@ -122,7 +124,8 @@ def test_uncaught_exception_aborts_every_rank(tmp_path: Path) -> None:
 
 _STRANDED_SCRIPT = """
 import sys
-from mpicoll import cli, registry
+from mpicoll.tools import cli
+from mpicoll import registry
 good = registry.algorithms("allreduce")[0].schedule
 def stranded(ctx, *args, **kw):
     if ctx.rank == 1:
@@ -154,8 +157,8 @@ def test_stranded_rank_is_aborted_not_hung(tmp_path: Path) -> None:
 _NATIVE_ERROR_SCRIPT = """
 import sys
 from mpi4py import MPI
-from mpicoll import cli
-from mpicoll.native import Native
+from mpicoll.tools import cli
+from mpicoll.backends.native import Native
 real = Native._run
 def failing(self, call, nonblocking, algorithm, args):
     if call.collective == "bcast" and self.rank == call.root:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mpicoll import bench, cli, model
-from mpicoll.bench import MAX_ITERATIONS, MIN_ITERATIONS, Settings
+from mpicoll.model import alphabeta as model
+from mpicoll.tools import bench, cli
+from mpicoll.tools.bench import MAX_ITERATIONS, MIN_ITERATIONS, Settings
 
 FAST = ["-c", "bcast", "-m", "8", "-q"]
 FLAGS = ["--alpha", "1e-6", "--beta", "1e-9", "--gamma", "1e-10"]

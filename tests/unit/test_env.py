@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import registry
-from mpicoll.schedule import Context, segment_count
+from mpicoll.algorithms.schedule import Context, segment_count
 
 BAD_SEGMENTS = ["0", "-1", "-65536", "abc", "1.5", "64k", "0x40"]
 

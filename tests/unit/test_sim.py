@@ -8,9 +8,9 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll import registry
-from mpicoll.model import Model
-from mpicoll.schedule import Context, Schedule
-from mpicoll.sim import DeadlockError, Simulator, make_args, simulate
+from mpicoll.algorithms.schedule import Context, Schedule
+from mpicoll.engines.sim import DeadlockError, Simulator, make_args, simulate
+from mpicoll.model.alphabeta import Model
 
 ROOTED = {"bcast", "scatter", "scatterv", "gather", "gatherv", "reduce"}
 REDUCING = {"reduce", "allreduce", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"}
@@ -243,7 +243,7 @@ def test_simulate_rejects_what_mpi_rejects() -> None:
 
 # --- node-aware algorithms and the two-level model ------------------------------------------
 
-TWO = __import__("mpicoll.sim", fromlist=["TwoLevel"]).TwoLevel
+TWO = __import__("mpicoll.engines.sim", fromlist=["TwoLevel"]).TwoLevel
 
 
 def _two_level(k: int) -> object:

@@ -9,8 +9,8 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll import registry
-from mpicoll.model import Model
-from mpicoll.sim import SYMMETRIC, NotVectorizableError, TwoLevel, simulate
+from mpicoll.engines.sim import SYMMETRIC, NotVectorizableError, TwoLevel, simulate
+from mpicoll.model.alphabeta import Model
 
 FIELDS = ("clocks", "messages_sent", "bytes_sent", "messages_recv", "bytes_recv",
           "inter_bytes_sent")
@@ -154,8 +154,8 @@ def test_what_runs_per_rank() -> None:
 def test_one_extra_byte_is_counted_by_both_engines() -> None:
     """A ring step that sends one element too many: the vector engine counts it exactly as
     the per-rank engine does, so the traffic tests fail on either."""
-    from mpicoll.schedule import Context, Schedule
-    from mpicoll.sim import Simulator, run_vector
+    from mpicoll.algorithms.schedule import Context, Schedule
+    from mpicoll.engines.sim import Simulator, run_vector
 
     def extra(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
         p, r = ctx.size, ctx.rank

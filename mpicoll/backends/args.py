@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ._buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
-from ._ops import check_op
-from .schedule import Context, block_counts, displacements
+from ..algorithms.schedule import Context, block_counts, displacements
+from .buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
+from .ops import check_op
 
 __all__ = ["Call", "PARSERS"]
 

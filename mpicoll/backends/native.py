@@ -6,8 +6,8 @@ from typing import Any
 
 from mpi4py import MPI
 
-from ._api import Collectives, agree_on_construction
-from ._args import Call
+from .args import Call
+from .base import Collectives, agree_on_construction
 
 __all__ = ["Native", "native"]
 

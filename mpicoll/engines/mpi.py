@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ._args import Call
-from .schedule import Context, Recv, Round, Schedule
+from ..algorithms.schedule import Context, Recv, Round, Schedule
+from ..backends.args import Call
 
 __all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
 

@@ -68,9 +68,9 @@ from typing import Any, NoReturn, TextIO
 import numpy as np
 from mpi4py import MPI
 
-from . import _cases
-from ._cases import Case, compare
-from .model import Model
+from ..model.alphabeta import Model
+from . import cases as _cases
+from .cases import Case, compare
 
 __all__ = [
     "BUSBW_FACTORS",
@@ -112,7 +112,7 @@ DEFAULT_WARMUP = 2
 #: it native is the reference unchecked, ``check: "none"``; the p2p results are still checked).
 EXPECTED_LIMIT = 1 << 25
 #: The JSON schema the ``--json`` output follows.
-SCHEMA_PATH = Path(__file__).with_name("schemas") / "bench.schema.json"
+SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "bench.schema.json"
 SCHEMA_ID = "mpicoll-bench/1"
 
 #: Bus-bandwidth factor per collective as a function of P (nccl-tests doc/PERFORMANCE.md).
@@ -459,7 +459,7 @@ def run_checked(
 
     Local only: the caller makes the verdict collective.
     """
-    from .registry import RestrictionError
+    from ..algorithms.registry import RestrictionError
 
     try:
         r = fn()
@@ -577,7 +577,7 @@ class CallGuard:
         return True
 
     def _abandon(self, label: str, detail: str | None) -> NoReturn:
-        from ._abort import report
+        from .abort import report
 
         report(f"mpicoll: {label}: {detail}\n"
                f"mpicoll: the other ranks did not finish this call within {self.grace:g} s of "
@@ -883,7 +883,7 @@ def resolve_model(path: str | None = None) -> tuple[Model, str]:
     calibrated file :func:`mpicoll.model.load` finds (``$MPICOLL_MODEL`` or
     ``~/.cache/mpicoll/model.json``), else :data:`mpicoll.model.DEFAULT`.
     """
-    from . import model as _model
+    from ..model import alphabeta as _model
 
     if path is not None:
         m = _model.load(path)
@@ -912,7 +912,7 @@ def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
     """
     if case.collective in _cases.V_COLLECTIVES:
         return None
-    from .sim import simulate
+    from ..engines.sim import simulate
 
     try:
         r = simulate(case.collective, case.size, case.count, algorithm=algorithm,
@@ -929,7 +929,7 @@ def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
 
 def _algorithms_for(coll: str, requested: Sequence[str]) -> list[str]:
     """The p2p algorithm names of ``coll`` that a ``-a`` list selects (``auto`` first)."""
-    from . import registry
+    from ..algorithms import registry
 
     names = [a.name for a in registry.algorithms(coll)]
     out: list[str] = []
@@ -954,7 +954,7 @@ def _auto_choice(case: Case, p2p: Any) -> str | None:
     if select is None:
         return None
     try:
-        from ._args import PARSERS
+        from ..backends.args import PARSERS
 
         args, kw = case.arguments()
         call = PARSERS[case.collective](case.size, case.rank, *args, **kw)
@@ -1045,7 +1045,7 @@ def _bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard,
 ) -> list[dict[str, Any]]:
-    from . import registry
+    from ..algorithms import registry
 
     p, rank = comm.Get_size(), comm.Get_rank()
     itemsize = _cases.numpy_dtype(plan.dtype).itemsize
@@ -1498,7 +1498,7 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` options."""
-    from .registry import COLLECTIVES
+    from ..algorithms.registry import COLLECTIVES
 
     g = parser.add_argument_group("what to run")
     g.add_argument(
@@ -1569,7 +1569,7 @@ def selection(args: argparse.Namespace, default_collectives: Sequence[str],
     """The ``-c`` collectives and ``-a`` algorithms of bench, verify and simulate, checked
     against the registry (``all`` for -c means every collective; ``keywords`` are the -a words
     besides algorithm names, e.g. auto/all/none); ``error(message)`` raises."""
-    from . import registry
+    from ..algorithms import registry
 
     colls = _split(args.collective) or list(default_collectives)
     if colls == ["all"]:

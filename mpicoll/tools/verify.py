@@ -34,8 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TextIO
 
-from . import _cases
-from ._cases import Case, compare
+from . import cases as _cases
 from .bench import (
     WATCHDOG,
     CallGuard,
@@ -46,6 +45,7 @@ from .bench import (
     seconds_problem,
     selection,
 )
+from .cases import Case, compare
 
 __all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "main", "make_plan",
            "run"]
@@ -143,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]) -> Plan:
     """Validate ``verify`` arguments (the same verdict on every rank)."""
-    from . import registry
+    from ..algorithms import registry
 
     colls, algs = selection(args, registry.COLLECTIVES, ["all", "auto"], ("all", "auto", "none"),
                             error)
@@ -210,7 +210,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
 
 
 def _impl_names(coll: str, requested: Sequence[str]) -> list[str]:
-    from . import registry
+    from ..algorithms import registry
 
     names = [a.name for a in registry.algorithms(coll)]
     out: list[str] = []
@@ -260,7 +260,7 @@ def _check_case(
         the local ``(impl, form, status, detail)`` verdicts, and the native backend to use
         from now on (``native``, or a fresh one if a native call raised on some rank).
     """
-    from . import registry
+    from ..algorithms import registry
 
     out: list[tuple[str, str, str, str | None]] = []
     problem = case.problem()

@@ -196,7 +196,7 @@ def algorithm(
 
 
 def _load() -> None:
-    from . import algorithms  # noqa: F401  (registers every schedule)
+    from .. import algorithms  # noqa: F401  (registers every schedule)
 
 
 def algorithms(collective: str) -> list[Algorithm]:
@@ -262,7 +262,7 @@ def choose(
     ok = [a for a in _REGISTRY[collective].values() if a.auto and a.why_not(p, **kw) is None]
     if not ok:
         raise RestrictionError(f"no {collective} algorithm applies to this call")
-    from . import model
+    from ..model import alphabeta as model
 
     m = model.current()
     if m is not None:

@@ -18,11 +18,11 @@ from typing import Any, Self
 import numpy as np
 from mpi4py import MPI
 
-from ._args import PARSERS, Call
-from ._buffers import Buf, is_in_place, parse
-from ._env import algorithm_var
-from .engine import Waitall
-from .registry import COLLECTIVES
+from ..algorithms.registry import COLLECTIVES
+from ..engines.mpi import Waitall
+from .args import PARSERS, Call
+from .buffers import Buf, is_in_place, parse
+from .env import algorithm_var
 
 __all__ = ["Collectives", "MismatchError"]
 

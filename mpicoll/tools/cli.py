@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from mpi4py import MPI
 
 if TYPE_CHECKING:
-    from .model import Model
-    from .sim import TwoLevel
+    from ..engines.sim import TwoLevel
+    from ..model.alphabeta import Model
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "register", "run"]
 
@@ -172,7 +172,7 @@ def _algorithms_configure(p: argparse.ArgumentParser) -> None:
 def _algorithms_validate(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
-    from .registry import COLLECTIVES
+    from ..algorithms.registry import COLLECTIVES
 
     names = [x for v in args.collective or [] for x in v.replace(",", " ").split()]
     for c in names:
@@ -184,7 +184,7 @@ def _algorithms_validate(
 
 def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
     """Rows ``[collective, algorithm, restrictions, cost formula, n, source]`` of the registry."""
-    from . import registry
+    from ..algorithms import registry
 
     rows = []
     for coll in collectives or registry.COLLECTIVES:
@@ -319,7 +319,8 @@ def _simulate_validate(
 ) -> None:
     import math
 
-    from . import _cases, bench
+    from . import bench
+    from . import cases as _cases
 
     if args.ranks < 1:
         error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
@@ -343,7 +344,7 @@ def _simulate_validate(
             error("argument --inter-alpha/--inter-beta: only with --ranks-per-node K")
     elif args.ranks_per_node < 1:
         error(f"argument --ranks-per-node: must be >= 1, got {args.ranks_per_node}")
-    from . import _env
+    from ..backends import env as _env
 
     try:  # the environment the schedules read (nodes, pipeline segments)
         _env.ranks_per_node()
@@ -376,8 +377,8 @@ def simulation_model(
     """
     from dataclasses import replace
 
+    from ..engines.sim import TwoLevel
     from .bench import resolve_model
-    from .sim import TwoLevel
 
     base, source = resolve_model(args.model)
     given = {k: getattr(args, k) for k in ("alpha", "beta", "gamma")
@@ -404,7 +405,7 @@ def simulation_model(
 def _simulation_algorithms(coll: str, requested: Sequence[str], two_level: bool) -> list[str]:
     """Registry names of ``coll`` that ``-a`` selects (``all``: node-aware ones only if
     ``two_level``)."""
-    from . import registry
+    from ..algorithms import registry
 
     every = registry.algorithms(coll)
     out: list[str] = []
@@ -434,9 +435,9 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     (:func:`mpicoll.sim.vcounts`).  ``progress(text)``, if given, is called as each
     simulation starts (``allreduce 4K ring (3/40)``).
     """
-    from . import _cases
+    from ..engines.sim import simulate
+    from . import cases as _cases
     from .bench import count_for, human_size
-    from .sim import simulate
 
     np_dtype = _cases.numpy_dtype(dtype)
     item = np_dtype.itemsize
@@ -547,8 +548,8 @@ def _simulate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out:
     import json
     from pathlib import Path
 
+    from ..engines.sim import TwoLevel
     from .bench import Progress, describe_model
-    from .sim import TwoLevel
 
     if comm.Get_rank() != 0:  # one process simulates every rank: the others have nothing to do
         return 0
@@ -638,7 +639,7 @@ def _calibrate_check(args: argparse.Namespace) -> str | None:
     import os
     from pathlib import Path
 
-    from .model import default_path
+    from ..model.alphabeta import default_path
 
     path = Path(args.output) if args.output else default_path()
     if path.is_dir():
@@ -655,7 +656,8 @@ def _calibrate_check(args: argparse.Namespace) -> str | None:
 def _calibrate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     import numpy as np
 
-    from . import calibrate, model
+    from ..model import alphabeta as model
+    from ..model import calibrate
     from .bench import human_size, provenance
 
     prov = provenance(comm, ["calibrate", *argv])
@@ -757,7 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
         "benchmark, verify, list. Run bench/verify under mpiexec -n P.",
     )
     try:
-        from . import __version__ as version
+        from .. import __version__ as version
     except ImportError:  # pragma: no cover - before the package exports it
         version = "unknown"
     parser.add_argument("--version", action="version", version=f"mpicoll {version}")
@@ -823,7 +825,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     the whole job (``MPI.COMM_WORLD.Abort``, see :mod:`mpicoll._abort`), so the other ranks are
     never left waiting; in a single process the exception propagates as usual.
     """
-    from ._abort import abort_on_exception
+    from .abort import abort_on_exception
 
     try:
         return abort_on_exception(lambda: run(argv))

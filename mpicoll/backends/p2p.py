@@ -27,12 +27,13 @@ from typing import Any
 
 from mpi4py import MPI
 
-from . import _env, registry
-from ._api import Collectives, agree_on_construction
-from ._args import Call
-from ._env import algorithm_var, env_algorithm
-from .engine import Engine, Traffic
-from .sim import select
+from ..algorithms import registry
+from ..engines.mpi import Engine, Traffic
+from ..engines.sim import select
+from . import env as _env
+from .args import Call
+from .base import Collectives, agree_on_construction
+from .env import algorithm_var, env_algorithm
 
 __all__ = ["P2P", "p2p"]
 
@@ -47,7 +48,7 @@ def node_map(comm: MPI.Comm) -> tuple[int, ...]:
     machine); otherwise ranks sharing memory (``Split_type(COMM_TYPE_SHARED)``) form a node,
     numbered by their lowest rank.
     """
-    from .sim import node_size_env
+    from ..engines.sim import node_size_env
 
     k = node_size_env()
     if k is not None:

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import registry
-from ._args import PARSERS, Call
-from .model import DEFAULT, Model
-from .schedule import Context, Recv, Schedule, Send, Table
+from ..algorithms import registry
+from ..algorithms.schedule import Context, Recv, Schedule, Send, Table
+from ..backends.args import PARSERS, Call
+from ..model.alphabeta import DEFAULT, Model
 
 __all__ = [
     "DeadlockError", "NotVectorizableError", "SimResult", "Simulator", "TwoLevel", "simulate",
@@ -55,7 +55,7 @@ __all__ = [
 def node_size_env() -> int | None:
     """``$MPICOLL_RANKS_PER_NODE``: emulate nodes of k consecutive ranks (None if unset);
     ValueError naming the variable for a value that is not a positive integer."""
-    from ._env import ranks_per_node
+    from ..backends.env import ranks_per_node
 
     return ranks_per_node()
 

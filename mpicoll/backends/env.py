@@ -85,7 +85,7 @@ def check_env_algorithm(collective: str) -> str | None:
     name = env_algorithm(collective)
     if name is None or name == "auto":
         return name
-    from . import registry
+    from ..algorithms import registry
 
     try:
         registry.get(collective, name)

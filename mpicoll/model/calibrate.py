@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .model import Model
+from .alphabeta import Model
 
 __all__ = ["Fit", "calibrate", "fit_line"]
 

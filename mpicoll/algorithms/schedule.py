@@ -288,6 +288,6 @@ def segment_count(ctx: Context, default_bytes: int = 65536) -> int:
     (see :func:`mpicoll._env.segment_bytes`).  The p2p backend validates the variable before
     each call sends anything, so a schedule never meets a bad value halfway through.
     """
-    from ._env import segment_bytes
+    from ..backends.env import segment_bytes
 
     return max(1, segment_bytes(default_bytes) // max(1, ctx.dtype.itemsize))

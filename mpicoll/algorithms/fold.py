@@ -13,7 +13,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ..schedule import Context, Round, pof2_floor
+from .schedule import Context, Round, pof2_floor
 
 Sub = Generator[Round, None, int]
 
