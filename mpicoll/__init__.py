@@ -15,7 +15,7 @@ from .backends.base import MismatchError
 from .backends.native import Native, native
 from .backends.p2p import P2P, p2p
 from .engines.mpi import ScheduleRequest, Testall, Traffic, Waitall
-from .engines.sim import simulate
+from .tools.simulate import simulate
 
 __version__ = "0.1.0"
 

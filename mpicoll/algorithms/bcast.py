@@ -9,7 +9,16 @@ import numpy as np
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
 from .registry import algorithm, clg, default_rule, lg
-from .schedule import Context, Recv, Schedule, Send, block_counts, displacements, segment_count
+from .schedule import (
+    DEFAULT_SEGMENT_BYTES,
+    Context,
+    Recv,
+    Schedule,
+    Send,
+    block_counts,
+    displacements,
+    segment_count,
+)
 
 
 @algorithm(
@@ -110,7 +119,7 @@ def scatter_ring_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule
     yield from _allgather_ring(c, buf, counts, displs)
 
 
-_SEG = 65536
+_SEG = DEFAULT_SEGMENT_BYTES  # the cost formula assumes the default segment size
 
 
 @algorithm(

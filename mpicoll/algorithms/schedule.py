@@ -47,6 +47,10 @@ __all__ = [
 ]
 
 
+#: bytes per pipeline segment when ``MPICOLL_SEGMENT_SIZE`` is not set (64 KiB)
+DEFAULT_SEGMENT_BYTES = 65536
+
+
 class Send(NamedTuple):
     """Send ``buf`` (a 1-D numpy view) to rank ``peer``."""
 
@@ -76,13 +80,16 @@ class Context:
     """
 
     def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype,
-                 nodes: tuple[int, ...] | None = None) -> None:
+                 nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         self.rank = rank
         self.size = size
         self.datatype = datatype
         self.dtype = dtype
         #: node id of every rank (node-aware algorithms); None: one rank per node
         self.nodes = nodes
+        #: bytes per pipeline segment (the backend's ``MPICOLL_SEGMENT_SIZE``, read once)
+        self.segment_bytes = segment_bytes
 
     # --- communication (yielded, never executed here) ---
     def send(self, buf: np.ndarray, dest: int) -> Send:
@@ -162,7 +169,7 @@ class _View(Context):
     """
 
     def __init__(self, base: Context, rank: int, size: int) -> None:
-        super().__init__(rank, size, base.datatype, base.dtype)
+        super().__init__(rank, size, base.datatype, base.dtype, None, base.segment_bytes)
         self._base = base
 
     def _to_base(self, peer: int) -> int:
@@ -281,13 +288,7 @@ def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: i
     return (displs[lo], displs[hi - 1] + counts[hi - 1])
 
 
-def segment_count(ctx: Context, default_bytes: int = 65536) -> int:
-    """Elements per pipeline segment: ``MPICOLL_SEGMENT_SIZE`` bytes (default 64 KiB), >= 1.
-
-    Raises ``ValueError`` naming the variable for a value that is not a positive integer
-    (see :func:`mpicoll._env.segment_bytes`).  The p2p backend validates the variable before
-    each call sends anything, so a schedule never meets a bad value halfway through.
-    """
-    from ..backends.env import segment_bytes
-
-    return max(1, segment_bytes(default_bytes) // max(1, ctx.dtype.itemsize))
+def segment_count(ctx: Context) -> int:
+    """Elements per pipeline segment: ``ctx.segment_bytes`` bytes (the backend's
+    ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element."""
+    return max(1, ctx.segment_bytes // max(1, ctx.dtype.itemsize))

@@ -15,56 +15,18 @@ non-contiguous or read-only buffers, aliased send and receive buffers).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms import registry
 from ..algorithms.schedule import Context, block_counts, displacements
+from ..engines.call import Call
 from .buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
 from .ops import check_op
 
-__all__ = ["Call", "PARSERS"]
-
-
-@dataclass
-class Call:
-    """A checked collective call.
-
-    Attributes:
-        collective: registry name (``allreduce``, ...).
-        datatype / dtype: the MPI and numpy element type every message of the call uses.
-        prepare: ``prepare(ctx) -> args`` for the schedule (does in-place copies via ctx).
-        nbytes: the message size the ``auto`` choice uses; identical on every rank.
-        count: element count for the ``count_ge_p`` restriction (None if not meaningful).
-        commutative / in_place / uniform: what the restrictions are checked against.
-        counts / send_counts / own_count: what checked mode compares across ranks for the
-            v-collectives (see :meth:`mpicoll._api.Collectives._agree`).
-    """
-
-    collective: str
-    datatype: MPI.Datatype
-    dtype: np.dtype
-    prepare: Callable[[Context], tuple[Any, ...]]
-    nbytes: int = 0
-    count: int | None = None
-    commutative: bool = True
-    in_place: bool = False
-    uniform: bool = True
-    op: MPI.Op | None = field(default=None, repr=False)
-    root: int = -1
-    #: the per-rank counts list this rank passes that must agree with the other ranks':
-    #: allgatherv's and alltoallv's recvcounts, reduce_scatter's recvcounts, the root's counts
-    #: of scatterv/gatherv (None elsewhere, and at the non-roots)
-    counts: tuple[int, ...] | None = field(default=None, repr=False)
-    #: alltoallv's sendcounts (rank j's recvcounts[i] must equal rank i's sendcounts[j])
-    send_counts: tuple[int, ...] | None = field(default=None, repr=False)
-    #: scatterv/gatherv: this rank's own count (recvbuf's / sendbuf's), which must equal the
-    #: root's counts[rank]
-    own_count: int | None = None
-    #: the chosen algorithm's schedule, set by the p2p backend before the call starts
-    schedule: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
+__all__ = ["Call", "PARSERS", "select"]
 
 
 def _root(root: Any, size: int) -> int:
@@ -464,3 +426,12 @@ PARSERS: dict[str, Callable[..., Call]] = {
     "allgather": allgather, "allgatherv": allgatherv, "alltoall": alltoall,
     "alltoallv": alltoallv, "scan": scan, "exscan": exscan,
 }
+
+
+def select(call: Call, p: int, algorithm: str | None) -> registry.Algorithm:
+    """The algorithm ``call`` runs on p ranks: ``algorithm`` checked against the call's
+    restrictions, or for None/``"auto"`` the registry's choice (see
+    :func:`mpicoll.algorithms.registry.select`, which raises the errors)."""
+    return registry.select(call.collective, p, algorithm, nbytes=call.nbytes,
+                           commutative=call.commutative, count=call.count,
+                           in_place=call.in_place, uniform=call.uniform)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 
+from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES
+
 __all__ = ["DEFAULT_SEGMENT_BYTES", "RANKS_PER_NODE_VAR", "SEGMENT_VAR", "algorithm_var",
            "check_env_algorithm", "env_algorithm", "ranks_per_node", "segment_bytes"]
 
 #: The variable that sets the segment size in bytes.
 SEGMENT_VAR = "MPICOLL_SEGMENT_SIZE"
-#: Segment size when the variable is unset.
-DEFAULT_SEGMENT_BYTES = 65536
-
 
 #: The variable that emulates nodes of k consecutive ranks.
 RANKS_PER_NODE_VAR = "MPICOLL_RANKS_PER_NODE"

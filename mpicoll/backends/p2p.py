@@ -29,9 +29,8 @@ from mpi4py import MPI
 
 from ..algorithms import registry
 from ..engines.mpi import Engine, Traffic
-from ..engines.sim import select
 from . import env as _env
-from .args import Call
+from .args import Call, select
 from .base import Collectives, agree_on_construction
 from .env import algorithm_var, env_algorithm
 
@@ -48,9 +47,7 @@ def node_map(comm: MPI.Comm) -> tuple[int, ...]:
     machine); otherwise ranks sharing memory (``Split_type(COMM_TYPE_SHARED)``) form a node,
     numbered by their lowest rank.
     """
-    from ..engines.sim import node_size_env
-
-    k = node_size_env()
+    k = _env.ranks_per_node()
     if k is not None:
         return tuple(r // k for r in range(comm.Get_size()))
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -104,7 +101,7 @@ class P2P(Collectives):
         self._comm = comm.Dup()
         self._check_comm = self._comm
         self.nodes = node_map(self._comm)
-        self._engine = Engine(self._comm, tag_ub, self.nodes)
+        self._engine = Engine(self._comm, tag_ub, self.nodes, _env.segment_bytes())
 
     @property
     def traffic(self) -> Traffic:

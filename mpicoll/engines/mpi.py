@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms.schedule import Context, Recv, Round, Schedule
-from ..backends.args import Call
+from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
+from .call import Call
 
 __all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
 
@@ -56,8 +56,9 @@ class MPIContext(Context):
     """A schedule context bound to a communicator and the tag of one collective call."""
 
     def __init__(self, comm: MPI.Comm, tag: int, datatype: MPI.Datatype, dtype: np.dtype,
-                 traffic: Traffic, nodes: tuple[int, ...] | None = None) -> None:
-        super().__init__(comm.Get_rank(), comm.Get_size(), datatype, dtype, nodes)
+                 traffic: Traffic, nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        super().__init__(comm.Get_rank(), comm.Get_size(), datatype, dtype, nodes, segment_bytes)
         self.comm = comm
         self.tag = tag
         self.traffic = traffic
@@ -158,9 +159,11 @@ class Engine:
     """
 
     def __init__(self, comm: MPI.Comm, tag_ub: int,
-                 nodes: tuple[int, ...] | None = None) -> None:
+                 nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         self.comm = comm
         self.nodes = nodes
+        self.segment_bytes = segment_bytes
         self.tag_ub = tag_ub
         self.tag = 0
         self.active: list[ScheduleRequest] = []
@@ -179,7 +182,8 @@ class Engine:
             # one tag would cross-match their messages.  Every rank does the same, so every
             # rank posts the new call's receives only after the old call's are all matched.
             self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
-        ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes)
+        ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
+                         self.segment_bytes)
         return ctx, call.schedule(ctx, *call.prepare(ctx))
 
     def start(self, call: Call) -> ScheduleRequest:

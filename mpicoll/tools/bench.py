@@ -912,7 +912,7 @@ def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
     """
     if case.collective in _cases.V_COLLECTIVES:
         return None
-    from ..engines.sim import simulate
+    from .simulate import simulate
 
     try:
         r = simulate(case.collective, case.size, case.count, algorithm=algorithm,

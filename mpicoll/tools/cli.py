@@ -435,9 +435,9 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     (:func:`mpicoll.sim.vcounts`).  ``progress(text)``, if given, is called as each
     simulation starts (``allreduce 4K ring (3/40)``).
     """
-    from ..engines.sim import simulate
     from . import cases as _cases
     from .bench import count_for, human_size
+    from .simulate import simulate
 
     np_dtype = _cases.numpy_dtype(dtype)
     item = np_dtype.itemsize

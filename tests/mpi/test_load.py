@@ -295,8 +295,12 @@ def test_pipeline_bcast_tiny_segments(monkeypatch: pytest.MonkeyPatch, seg_bytes
     counts; a segment size that is not a multiple of the item size; one element per segment)
     from two roots is exact, and every non-root receives exactly one message per segment."""
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", str(seg_bytes))
+    with mpicoll.p2p(WORLD) as b:  # the segment size is read once, when the backend is made
+        _pipeline_bcast_tiny_segments(b, seg_bytes, dtype, count)
+
+
+def _pipeline_bcast_tiny_segments(b: mpicoll.P2P, seg_bytes: int, dtype: str, count: int) -> None:
     p, r = WORLD.size, WORLD.rank
-    b = backend("p2p")
     dt = np.dtype(dtype)
     want = (np.arange(count) % 251 + 1).astype(dt)
     if dt.kind == "c":

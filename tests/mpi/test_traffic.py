@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import registry
-from mpicoll.engines.sim import make_args, simulate
+from mpicoll.tools.simulate import make_args, simulate
 
 COMM = MPI.COMM_WORLD
 METHOD = {c: "".join([c[0].upper(), c[1:]]) for c in registry.COLLECTIVES}

@@ -10,6 +10,7 @@ from mpi4py import MPI
 import mpicoll
 from mpicoll import registry
 from mpicoll.algorithms.schedule import Context, segment_count
+from mpicoll.backends import env
 
 BAD_SEGMENTS = ["0", "-1", "-65536", "abc", "1.5", "64k", "0x40"]
 
@@ -18,22 +19,29 @@ def ctx(dtype: str = "float64") -> Context:
     return Context(0, 2, MPI.DOUBLE, np.dtype(dtype))
 
 
-def test_segment_count_reads_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_segment_count_comes_from_the_context() -> None:
+    """Schedules never read the environment: the segment size arrives through the context."""
+    assert segment_count(ctx()) == 65536 // 8  # the default
+    assert segment_count(Context(0, 2, MPI.DOUBLE, np.dtype("float64"), None, 128)) == 16
+    # smaller than an element: one element
+    assert segment_count(Context(0, 2, MPI.DOUBLE, np.dtype("complex128"), None, 1)) == 1
+    assert segment_count(ctx().relative(1)) == 65536 // 8  # views keep the base's
+
+
+def test_segment_size_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MPICOLL_SEGMENT_SIZE", raising=False)
-    assert segment_count(ctx()) == 65536 // 8
+    assert env.segment_bytes() == 65536
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "")  # empty: the default, as unset
-    assert segment_count(ctx()) == 65536 // 8
+    assert env.segment_bytes() == 65536
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", " 128 ")
-    assert segment_count(ctx()) == 16
-    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "1")  # smaller than an element: one element
-    assert segment_count(ctx("complex128")) == 1
+    assert env.segment_bytes() == 128
 
 
 @pytest.mark.parametrize("value", BAD_SEGMENTS)
-def test_segment_count_refuses_bad_values(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+def test_segment_size_refuses_bad_values(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", value)
     with pytest.raises(ValueError, match="MPICOLL_SEGMENT_SIZE") as info:
-        segment_count(ctx())
+        env.segment_bytes()
     assert repr(value) in str(info.value)
 
 

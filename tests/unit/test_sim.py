@@ -9,8 +9,9 @@ from mpi4py import MPI
 
 from mpicoll import registry
 from mpicoll.algorithms.schedule import Context, Schedule
-from mpicoll.engines.sim import DeadlockError, Simulator, make_args, simulate
+from mpicoll.engines.sim import DeadlockError, Simulator
 from mpicoll.model.alphabeta import Model
+from mpicoll.tools.simulate import make_args, simulate
 
 ROOTED = {"bcast", "scatter", "scatterv", "gather", "gatherv", "reduce"}
 REDUCING = {"reduce", "allreduce", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"}

@@ -9,8 +9,9 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll import registry
-from mpicoll.engines.sim import SYMMETRIC, NotVectorizableError, TwoLevel, simulate
+from mpicoll.engines.sim import NotVectorizableError, TwoLevel
 from mpicoll.model.alphabeta import Model
+from mpicoll.tools.simulate import SYMMETRIC, simulate
 
 FIELDS = ("clocks", "messages_sent", "bytes_sent", "messages_recv", "bytes_recv",
           "inter_bytes_sent")

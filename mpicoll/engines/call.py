@@ -1,0 +1,57 @@
+"""What an engine runs: a checked collective call with its algorithm chosen.
+
+The backends' argument checking (:mod:`mpicoll.backends.args`) makes a :class:`Call`; the MPI
+engines (:mod:`mpicoll.engines.mpi`) and the simulator (:mod:`mpicoll.engines.sim`) run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..algorithms.schedule import Context
+
+__all__ = ["Call"]
+
+
+@dataclass
+class Call:
+    """A checked collective call.
+
+    Attributes:
+        collective: registry name (``allreduce``, ...).
+        datatype / dtype: the MPI and numpy element type every message of the call uses.
+        prepare: ``prepare(ctx) -> args`` for the schedule (does in-place copies via ctx).
+        nbytes: the message size the ``auto`` choice uses; identical on every rank.
+        count: element count for the ``count_ge_p`` restriction (None if not meaningful).
+        commutative / in_place / uniform: what the restrictions are checked against.
+        counts / send_counts / own_count: what checked mode compares across ranks for the
+            v-collectives (see :meth:`mpicoll._api.Collectives._agree`).
+    """
+
+    collective: str
+    datatype: MPI.Datatype
+    dtype: np.dtype
+    prepare: Callable[[Context], tuple[Any, ...]]
+    nbytes: int = 0
+    count: int | None = None
+    commutative: bool = True
+    in_place: bool = False
+    uniform: bool = True
+    op: MPI.Op | None = field(default=None, repr=False)
+    root: int = -1
+    #: the per-rank counts list this rank passes that must agree with the other ranks':
+    #: allgatherv's and alltoallv's recvcounts, reduce_scatter's recvcounts, the root's counts
+    #: of scatterv/gatherv (None elsewhere, and at the non-roots)
+    counts: tuple[int, ...] | None = field(default=None, repr=False)
+    #: alltoallv's sendcounts (rank j's recvcounts[i] must equal rank i's sendcounts[j])
+    send_counts: tuple[int, ...] | None = field(default=None, repr=False)
+    #: scatterv/gatherv: this rank's own count (recvbuf's / sendbuf's), which must equal the
+    #: root's counts[rank]
+    own_count: int | None = None
+    #: the chosen algorithm's schedule, set by the p2p backend before the call starts
+    schedule: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
