@@ -7,10 +7,12 @@
 * o_msg, o_call (LogP's software overhead, given an :class:`OverheadProbe`: it needs the p2p
   backend, which lives above this module): between ranks 0 and 1, interleaved in each batch,
   a raw round (``Irecv`` + ``Isend`` + ``Waitall``), the p2p engine running schedules of
-  k = 1, 2, 4, 8 such rounds, and one tiny one-round p2p collective call.  The engine's time
-  is fitted as ``c + k r``; ``o_msg = (r - raw round) / 2`` (a round posts two messages);
-  ``o_call = call - (alpha + n beta + n_r gamma + 2 o_msg)``, the call minus what the rest of
-  the model predicts for it.
+  k = 1, 2, 4, 8 such rounds, and one tiny one-round p2p collective call (each batch: the
+  mean of :data:`OVERHEAD_REPS` runs, max over the two ranks; each kind: the median over
+  batches).  The engine's time is fitted as ``c + k r``; ``o_msg = (r - raw round) / 2`` (a
+  round posts two messages); ``o_call = call - (alpha + n beta + n_r gamma + 2 o_msg)``, the
+  call minus what the rest of the model predicts for it.  The raw round is also compared with
+  the ping-pong's ``alpha + n beta`` (``round_fit``): the same message, timed apart.
 
 Every fit has a quality (:func:`fit_quality`): R^2 where the term is a line's slope or
 intercept, and the largest relative residual.  :func:`fit_warnings` turns a poor one (R^2 below
@@ -56,6 +58,8 @@ FITS = {
     "gamma_fit": "n gamma (Reduce_local time against bytes reduced)",
     "o_msg_fit": "o_msg (p2p engine time against rounds per call)",
     "o_call_fit": "o_call (a one-round p2p call, batch times about their median)",
+    "round_fit": "the raw round of the o_msg measurement against alpha + n beta (the two "
+                 "are measured apart: they disagree on a loaded machine)",
 }
 
 #: How to get a better fit: the last warning :func:`fit_warnings` returns.
@@ -232,6 +236,7 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
     call = float(np.median(times["call"]))
     rest = (partial.alpha + probe_bytes * partial.beta + probe_reduce_bytes * partial.gamma
             + 2 * _clamp(o_msg))
+    predicted_raw = partial.alpha + probe_bytes * partial.beta
     details = {
         "overhead": {
             "probe_bytes": probe_bytes, "probe_reduce_bytes": probe_reduce_bytes,
@@ -242,6 +247,8 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
         },
         "o_msg_fit": fit_quality(line),
         "o_call_fit": fit_quality(samples=times["call"]),
+        "round_fit": {"r2": None,
+                      "max_rel_residual": abs(raw - predicted_raw) / raw if raw > 0 else math.inf},
     }
     return call - rest, o_msg, details
 

@@ -81,7 +81,8 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
     assert WORLD.allgather(details) == [details] * SIZE
     for fit in calibrate.FITS:  # every fitted term has its quality
         r2 = details[fit]["r2"]
-        assert r2 is None if fit == "o_call_fit" else r2 <= 1.0
+        # R^2 where the term is a line's (a constant estimated by a median has none)
+        assert r2 is None if fit in ("o_call_fit", "round_fit") else r2 <= 1.0
         assert details[fit]["max_rel_residual"] >= 0.0
     # the model is the fitted values, negative ones set to 0
     assert sorted(details["unclamped"]) == sorted(TERMS)

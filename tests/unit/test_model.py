@@ -123,8 +123,18 @@ def test_overhead_formulas_on_synthetic_times() -> None:
     assert details["o_msg_fit"]["r2"] == pytest.approx(1.0)
     assert details["o_msg_fit"]["max_rel_residual"] == pytest.approx(0.0, abs=1e-9)
     assert details["o_call_fit"] == {"r2": None, "max_rel_residual": 0.0}
+    raw_vs_model = (3 * us - (2 * us + 8e-9)) / (3 * us)  # the raw round against alpha + n beta
+    assert details["round_fit"]["max_rel_residual"] == pytest.approx(raw_vs_model)
     assert details["overhead"]["engine_call_setup_s"] == pytest.approx(6 * us, rel=1e-9)
     assert calibrate.fit_warnings(details) == []
+    # a raw round 50x the ping-pong's alpha (every wait preempted on a loaded machine) warns,
+    # even though the engine's line fits well
+    times["raw"] = [100 * us] * 5
+    details = calibrate._fit_overhead(times, partial, 8, 8)[2]
+    assert details["o_msg_fit"]["max_rel_residual"] == pytest.approx(0.0, abs=1e-9)
+    out = calibrate.fit_warnings(details)
+    assert "poor fit of the raw round" in out[0]
+    assert out[-1] == calibrate.ADVICE
 
 
 def _line_details(noise: np.ndarray) -> dict:
