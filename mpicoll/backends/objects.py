@@ -30,8 +30,9 @@ rank that would wait for those bytes then raises an exception of the same type (
 rank), so nobody hangs.  Ranks that need nothing from the failed one (the non-roots of a
 ``gather`` or ``reduce``) return normally.
 
-Security: pickle runs code chosen by whoever wrote the bytes.  As mpi4py says, the object
-methods trust every peer: never use them on a communicator with untrusted ranks.
+Security: unpickling runs code chosen by whoever wrote the bytes (Python's ``pickle`` docs:
+"Never unpickle data received from an untrusted or unauthenticated source"), as in mpi4py's
+own object methods: they trust every peer; never use them with untrusted ranks.
 """
 
 from __future__ import annotations
