@@ -240,12 +240,36 @@ def test_reductions(kind: str, cname: str, label: str, op: Any,
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_reduction_defaults(kind: str) -> None:
-    """op=MPI.SUM and root=0 by default; reduce of one rank returns a copy."""
+    """op=MPI.SUM and root=0 by default; the result is a copy, even of one rank's object;
+    exscan gives None on rank 0."""
     mine = [WORLD.rank]
-    for method in ("reduce", "allreduce", "scan", "exscan"):
+    for method in ("reduce", "allreduce", "scan"):
         got = check(kind, "world", method, lambda: (mine,))
         assert got is not mine
-    assert check(kind, "world", "exscan", lambda: (5,)) is None or WORLD.rank > 0
+    got = check(kind, "world", "exscan", lambda: (mine,))
+    if WORLD.rank == 0:
+        assert got is None
+    else:
+        assert got == list(range(WORLD.rank))
+
+
+def test_checked_mode() -> None:
+    """p2p in checked mode: every buffer collective an object method runs agrees on every rank,
+    also when one rank's input is refused (every rank still takes part in the same calls)."""
+    p, me = WORLD.size, WORLD.rank
+    with mpicoll.p2p(WORLD, check=True) as b:
+        calls: tuple[tuple[str, tuple[Any, ...]], ...] = (
+            ("bcast", (obj("arrays", me),)), ("gather", (obj("nested", me),)),
+            ("scatter", ([obj("small", i) for i in range(p)],)), ("allgather", (me,)),
+            ("alltoall", (list(range(p)),)), ("reduce", (str(me),)), ("allreduce", ([me],)),
+            ("scan", ([me],)), ("exscan", ([me],)), ("barrier", ()),
+        )
+        for method, args in calls:
+            assert_same(getattr(b, method)(*args), getattr(WORLD, method)(*args),
+                        f"checked {method}")
+        assert raised(lambda: b.scatter(list(range(p + 1)))) is ValueError
+        assert raised(lambda: b.allgather(Unpicklable() if me == p - 1 else me)) is TypeError
+        assert b.bcast("ok", root=p - 1) == "ok"
 
 
 # ---- MPI.pickle --------------------------------------------------------------------------------
