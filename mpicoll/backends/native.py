@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 from .args import Call
 from .base import Collectives, agree_on_construction
+from .objects import NativeObjects
 
 __all__ = ["Native", "native"]
 
@@ -20,7 +21,7 @@ _METHOD = {
 }
 
 
-class Native(Collectives):
+class Native(NativeObjects, Collectives):
     """MPI's own collectives (``MPI_Allreduce``, ``MPI_Iallgather``, ...) behind mpicoll's
     argument checks.  Non-blocking methods return the ``MPI.Request`` itself.
 

@@ -33,6 +33,7 @@ from . import env as _env
 from .args import Call, select
 from .base import Collectives, agree_on_construction
 from .env import algorithm_var, env_algorithm
+from .objects import P2PObjects
 
 __all__ = ["P2P", "p2p"]
 
@@ -58,7 +59,7 @@ def node_map(comm: MPI.Comm) -> tuple[int, ...]:
     return tuple(comm.allgather(lowest))
 
 
-class P2P(Collectives):
+class P2P(P2PObjects, Collectives):
     """Hand-rolled collectives with the methods of ``mpi4py.MPI.Comm``.
 
     Args:
