@@ -22,8 +22,7 @@ from .schedule import Context, Schedule, block_counts, displacements
 
 @algorithm(
     "allreduce", "recursive_doubling",
-    cost=Cost("lg(P)*(alpha + n*beta + n*gamma) + " + _pof2.FOLD,
-              where="p' = 2^floor(lg p), fold = [p != p']"),
+    cost=_pof2.DOUBLING,
     source="MPICH allreduce_intra_recursive_doubling; Thakur, Rabenseifner & Gropp 2005",
 )
 def recursive_doubling(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
@@ -78,8 +77,7 @@ def ring(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
 @algorithm(
     "allreduce", "rabenseifner",
-    cost=Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + _pof2.FOLD,
-              where="p' = 2^floor(lg p), fold = [p != p']", exact=("even",), bound=0.5),
+    cost=_pof2.RABENSEIFNER,
     restrictions=("commutative",),
     source="Rabenseifner 2004; MPICH allreduce_intra_reduce_scatter_allgather",
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from . import tree
@@ -61,11 +63,7 @@ def scatter_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     Each rank ends the scatter with one block (n/p); lg p exchanges of doubling size rebuild
     the whole message everywhere.
     """
-    c = ctx.relative(root)
-    counts = block_counts(buf.size, c.size)
-    displs = displacements(counts)
-    yield from tree.scatter_blocks(c, buf, counts, displs)
-    yield from _allgather_rd(c, buf, counts, displs)
+    yield from _scatter_then(ctx, buf, root, _allgather_rd)
 
 
 @algorithm(
@@ -81,11 +79,18 @@ def scatter_ring_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule
 
     The long-message broadcast of MPICH.
     """
+    yield from _scatter_then(ctx, buf, root, _allgather_ring)
+
+
+def _scatter_then(ctx: Context, buf: np.ndarray, root: int,
+                  allgather: Callable[..., Schedule]) -> Schedule:
+    """Binomial scatter of p blocks of ``buf`` from ``root``, then ``allgather`` of them
+    (ranks relative to the root)."""
     c = ctx.relative(root)
     counts = block_counts(buf.size, c.size)
     displs = displacements(counts)
     yield from tree.scatter_blocks(c, buf, counts, displs)
-    yield from _allgather_ring(c, buf, counts, displs)
+    yield from allgather(c, buf, counts, displs)
 
 
 @algorithm(

@@ -17,6 +17,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from .registry import Cost
 from .schedule import Context, Round, pof2_floor, span
 
 Sub = Generator[Round, None, int]
@@ -24,6 +25,18 @@ Sub = Generator[Round, None, int]
 #: the cost of :func:`fold_in` plus :func:`fold_out` of a whole vector (a :class:`Cost` term;
 #: ``fold`` is 1 if p is not a power of two)
 FOLD = "fold*(2*(alpha + n*beta) + n*gamma)"
+_WHERE = "p' = 2^floor(lg p), fold = [p != p']"
+
+#: Rabenseifner's reduce and allreduce: halving reduce-scatter, then a doubling allgather or a
+#: binomial gather of the blocks (the same steps and bytes), plus the fold
+RABENSEIFNER = Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + FOLD, where=_WHERE,
+                    exact=("even",), bound=0.5)
+#: recursive doubling on whole vectors, plus the fold
+DOUBLING = Cost("lg(P)*(alpha + n*beta + n*gamma) + " + FOLD, where=_WHERE)
+#: recursive halving (reduce-scatter): the fold hands back one block instead of the vector
+HALVING = Cost("lg(P)*alpha + (P-1)/P*n*(beta + gamma) + "
+               "fold*(2*alpha + n*(beta + gamma) + n/p*beta)", where=_WHERE,
+               exact=("even", "pof2"), bound=0.5)
 
 
 def real_rank(newrank: int, rem: int) -> int:

@@ -14,8 +14,8 @@ import numpy as np
 
 from . import tree
 from .registry import Cost, algorithm, default_rule
-from .scatter import LINEAR
-from .schedule import Context, Schedule, block, blocks, equal_blocks, span
+from .scatter import LINEAR, linear_exchange
+from .schedule import Context, Schedule, block, equal_blocks, span
 
 
 @algorithm(
@@ -32,19 +32,7 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
 
     The root's single port receives them one after another.
     """
-    p, r = ctx.size, ctx.rank
-    if r != root:
-        yield (ctx.send(sendbuf, root),)
-        return
-    assert recvbuf is not None
-    assert counts is not None
-    assert displs is not None
-    ctx.copy(sendbuf, block(recvbuf, counts, displs, r))
-    others = [i for i in range(p) if i != r]
-    views = blocks(recvbuf, counts, displs, others)
-    ops = tuple(ctx.recv(v, i) for i, v in zip(others, views, strict=True))
-    if ops:
-        yield ops
+    yield from linear_exchange(ctx, root, sendbuf, recvbuf, counts, displs, gather=True)
 
 
 @algorithm(

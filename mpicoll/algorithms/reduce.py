@@ -92,8 +92,7 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MP
 
 @algorithm(
     "reduce", "rabenseifner",
-    cost=Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + _pof2.FOLD,
-              where="p' = 2^floor(lg p), fold = [p != p']", exact=("even",), bound=0.5),
+    cost=_pof2.RABENSEIFNER,
     restrictions=("commutative",),
     source="Rabenseifner 2004; MPICH reduce_intra_reduce_scatter_gather",
 )

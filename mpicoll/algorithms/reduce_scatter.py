@@ -88,9 +88,7 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Seq
 
 @algorithm(
     _BOTH, "recursive_halving",
-    cost=Cost("lg(P)*alpha + (P-1)/P*n*(beta + gamma) + "
-              "fold*(2*alpha + n*(beta + gamma) + n/p*beta)",
-              where="p' = 2^floor(lg p), fold = [p != p']", exact=("even", "pof2"), bound=0.5),
+    cost=_pof2.HALVING,
     restrictions=("commutative",),
     source="Thakur, Rabenseifner & Gropp 2005; MPICH reduce_scatter_intra_recursive_halving",
 )

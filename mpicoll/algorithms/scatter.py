@@ -34,19 +34,28 @@ def linear(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | Non
     The root's single port sends them one after another.  The only choice for scatterv, whose
     counts are known only at the root.
     """
-    p, r = ctx.size, ctx.rank
-    if r != root:
-        yield (ctx.recv(recvbuf, root),)
+    yield from linear_exchange(ctx, root, recvbuf, sendbuf, counts, displs, gather=False)
+
+
+def linear_exchange(ctx: Context, root: int, mine: np.ndarray, buf: np.ndarray | None,
+                    counts: Sequence[int] | None, displs: Sequence[int] | None,
+                    gather: bool) -> Schedule:
+    """The linear scatter (``gather=False``) and its mirror, the linear gather: the root
+    exchanges block i of ``buf`` with rank i, all in one round; ``mine`` is this rank's block
+    (at the root, copied from or to its own block of ``buf``)."""
+    if ctx.rank != root:
+        yield ((ctx.send(mine, root) if gather else ctx.recv(mine, root)),)
         return
-    assert sendbuf is not None
+    assert buf is not None
     assert counts is not None
     assert displs is not None
-    ctx.copy(block(sendbuf, counts, displs, r), recvbuf)
-    others = [i for i in range(p) if i != r]
-    views = blocks(sendbuf, counts, displs, others)
-    ops = tuple(ctx.send(v, i) for i, v in zip(others, views, strict=True))
-    if ops:
-        yield ops
+    own = block(buf, counts, displs, root)
+    ctx.copy(*((mine, own) if gather else (own, mine)))
+    others = [i for i in range(ctx.size) if i != root]
+    make = ctx.recv if gather else ctx.send
+    if others:
+        yield tuple(make(v, i) for i, v in
+                    zip(others, blocks(buf, counts, displs, others), strict=True))
 
 
 @algorithm(
