@@ -26,7 +26,7 @@ def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
     """As the scan's recursive doubling, but the result starts empty (the first lower
     partner's partial is copied in, not reduced: one reduction fewer)::
 
-        p = 4:  k=0: 0<->1, 2<->3   (1: x0)
+        p = 4:  k=0: 0<->1, 2<->3   (1: x0, 3: x2)
                 k=1: 0<->2, 1<->3   (2: x0..1, 3: x0..2)
     """
     yield from prefix_doubling(ctx, sendbuf, recvbuf, op, inclusive=False)
