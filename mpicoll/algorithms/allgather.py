@@ -15,7 +15,7 @@ from .registry import Cost, algorithm, default_rule
 from .schedule import Context, Schedule, block, blocks, contiguous_span, displacements, span
 
 #: the ring's cost (also the allgather half of the ring allreduce and ring broadcast)
-RING = Cost("(p-1)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.5)
+RING = Cost("(p-1)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.1)
 
 
 @algorithm(
@@ -41,7 +41,7 @@ def ring(ctx: Context, buf: np.ndarray, counts: Sequence[int],
 
 @algorithm(
     "allgather", "recursive_doubling",
-    cost=Cost("lg(p)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.5),
+    cost=Cost("lg(p)*alpha + (p-1)/p*n*beta"),
     restrictions=("pof2",),
     source="MPICH allgather_intra_recursive_doubling; Thakur, Rabenseifner & Gropp 2005",
 )
@@ -75,7 +75,7 @@ def recursive_doubling(ctx: Context, buf: np.ndarray, counts: Sequence[int],
 
 @algorithm(
     ("allgather", "allgatherv"), "bruck",
-    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta", exact=("even", "pof2"), bound=0.5),
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.1),
     source="Bruck et al., IEEE TPDS 8(11) 1997; MPICH allgather_intra_brucks",
 )
 def bruck(ctx: Context, buf: np.ndarray, counts: Sequence[int],

@@ -55,7 +55,7 @@ def recursive_doubling(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
 @algorithm(
     "allreduce", "ring",
-    cost=Cost("2*(p-1)*alpha + (p-1)/p*n*(2*beta + gamma)", exact=("even",), bound=0.5),
+    cost=Cost("2*(p-1)*alpha + (p-1)/p*n*(2*beta + gamma)", exact=("even",), bound=0.1),
     restrictions=("commutative",),
     source="Patarasuk & Yuan, JPDC 69(2) 2009; MPICH allreduce_intra_ring; baidu-allreduce",
 )

@@ -26,7 +26,8 @@ def _own_block(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 _DIRECT = "(p-1)*alpha + (p-1)/p*n*beta"  # p-1 messages of one block each on every port
 
 
-@algorithm(("alltoall", "alltoallv"), "pairwise", cost=Cost(_DIRECT, exact=("even",), bound=1.0),
+@algorithm(("alltoall", "alltoallv"), "pairwise",
+           cost=Cost(_DIRECT, exact=("even",), bound=0.1),
            source="MPICH alltoall_intra_pairwise / alltoallv_intra_pairwise_sendrecv_replace")
 def pairwise(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
              sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
@@ -48,7 +49,7 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 
 
 @algorithm(("alltoall", "alltoallv"), "scattered",
-           cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 1"),
+           cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 0.1"),
            source="MPICH alltoall_intra_scattered / alltoallv_intra_scattered")
 def scattered(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
               sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],

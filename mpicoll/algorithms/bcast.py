@@ -49,7 +49,7 @@ def binomial(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
 
 @algorithm(
     "bcast", "scatter_allgather",
-    cost=Cost("2*lg(p)*alpha + 2*(p-1)/p*n*beta", exact=("even",), bound=0.5),
+    cost=Cost("2*lg(p)*alpha + 2*(p-1)/p*n*beta", exact=("even",), bound=0.1),
     restrictions=("pof2",),
     source="van de Geijn (Barnett et al. 1994); "
            "MPICH bcast_intra_scatter_recursive_doubling_allgather",
@@ -68,7 +68,7 @@ def scatter_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
 
 @algorithm(
     "bcast", "scatter_ring_allgather",
-    cost=Cost("(clg(p) + p - 1)*alpha + 2*(p-1)/p*n*beta", exact=("even", "pof2"), bound=0.5),
+    cost=Cost("(clg(p) + p - 1)*alpha + 2*(p-1)/p*n*beta", exact=("even", "pof2"), bound=0.1),
     source="MPICH bcast_intra_scatter_ring_allgather; Thakur, Rabenseifner & Gropp 2005",
 )
 def scatter_ring_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
@@ -97,7 +97,7 @@ def _scatter_then(ctx: Context, buf: np.ndarray, root: int,
     "bcast", "pipeline",
     cost=Cost("(p > 1)*(p - 2 + max(1, n/s))*(alpha + min(n, s)*beta)",
               where=f"s = segment bytes (MPICOLL_SEGMENT_SIZE, {DEFAULT_SEGMENT_BYTES >> 10} KiB)",
-              exact=("whole_segments",), bound=0.5),
+              exact=("whole_segments",), bound=0.1),
     source="Open MPI coll/tuned bcast pipeline (chain with fanout 1), segmented",
 )
 def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:

@@ -18,7 +18,7 @@ from .schedule import Context, Schedule
 @algorithm(
     "exscan", "recursive_doubling",
     cost=Cost("clg(p)*(alpha + n*beta + 2*n*gamma) - (p > 1)*n*gamma", exact=("pof2",),
-              bound=0.5),
+              bound=0.25),
     source="MPICH exscan_intra_recursive_doubling",
 )
 def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,

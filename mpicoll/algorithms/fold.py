@@ -30,13 +30,13 @@ _WHERE = "p' = 2^floor(lg p), fold = [p != p']"
 #: Rabenseifner's reduce and allreduce: halving reduce-scatter, then a doubling allgather or a
 #: binomial gather of the blocks (the same steps and bytes), plus the fold
 RABENSEIFNER = Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + FOLD, where=_WHERE,
-                    exact=("even",), bound=0.5)
+                    exact=("even",), bound=0.1)
 #: recursive doubling on whole vectors, plus the fold
 DOUBLING = Cost("lg(P)*(alpha + n*beta + n*gamma) + " + FOLD, where=_WHERE)
 #: recursive halving (reduce-scatter): the fold hands back one block instead of the vector
 HALVING = Cost("lg(P)*alpha + (P-1)/P*n*(beta + gamma) + "
                "fold*(2*alpha + n*(beta + gamma) + n/p*beta)", where=_WHERE,
-               exact=("even", "pof2"), bound=0.5)
+               exact=("even", "pof2"), bound=0.25)
 
 
 def real_rank(newrank: int, rem: int) -> int:

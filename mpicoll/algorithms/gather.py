@@ -37,7 +37,7 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
 
 @algorithm(
     "gather", "binomial",
-    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta", exact=("pof2",), bound=0.5),
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta"),
     source="MPICH gather_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,

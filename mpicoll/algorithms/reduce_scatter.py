@@ -43,7 +43,7 @@ def ring_core(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequ
 
 
 #: ring and pairwise move and reduce the same bytes in the same number of steps
-_STEPS = Cost("(p-1)*alpha + (p-1)/p*n*(beta + gamma)", exact=("even",), bound=0.5)
+_STEPS = Cost("(p-1)*alpha + (p-1)/p*n*(beta + gamma)", exact=("even",), bound=0.1)
 
 
 @algorithm(_BOTH, "ring", cost=_STEPS, restrictions=("commutative",),
@@ -124,7 +124,7 @@ def recursive_halving(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
 @algorithm(
     _BOTH, "reduce_scatterv",
     cost=Cost("clg(p)*(alpha + n*beta + n*gamma) + (p-1)*alpha + (p-1)/p*n*beta",
-              exact=("even",), bound=0.5),
+              exact=("even",), bound=0.1),
     source="MPI-1 reference implementations (MPICH 1.x): reduce to rank 0, then scatterv",
 )
 def reduce_scatterv(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,

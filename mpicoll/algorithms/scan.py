@@ -68,7 +68,7 @@ def prefix_chain(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI
 
 @algorithm(
     "scan", "recursive_doubling",
-    cost=Cost("clg(p)*(alpha + n*beta + 2*n*gamma)", exact=("pof2",), bound=0.5),
+    cost=Cost("clg(p)*(alpha + n*beta + 2*n*gamma)", exact=("pof2",), bound=0.25),
     source="MPICH scan_intra_recursive_doubling",
 )
 def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,

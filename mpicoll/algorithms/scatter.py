@@ -17,7 +17,7 @@ from .registry import Cost, algorithm, default_rule
 from .schedule import Context, Schedule, block, blocks, equal_blocks
 
 #: the root-to-all direct cost, shared with the linear gather (its mirror)
-LINEAR = Cost("(p-1)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.5)
+LINEAR = Cost("(p-1)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.1)
 
 
 @algorithm(
@@ -60,7 +60,7 @@ def linear_exchange(ctx: Context, root: int, mine: np.ndarray, buf: np.ndarray |
 
 @algorithm(
     "scatter", "binomial",
-    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta", exact=("pof2",), bound=0.5),
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta"),
     source="MPICH scatter_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | None,

@@ -45,7 +45,7 @@ def _reps(ctx: Context, root: int) -> tuple[list[list[int]], list[int], list[int
     "bcast", "smp",
     cost=Cost("clg(N)*(alpha_o + n*beta_o) + clg(k)*(alpha_i + n*beta_i)",
               where=_NODES,
-              exact=_FULL, bound=1.0, two_level=True),
+              exact=_FULL, bound=0.1, two_level=True),
     source="MPICH bcast_intra_smp; Open MPI coll/han",
     auto=False,
 )
@@ -70,7 +70,7 @@ def bcast(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     "reduce", "smp",
     cost=Cost("clg(k)*(alpha_i + n*beta_i + n*gamma) + clg(N)*(alpha_o + n*beta_o + n*gamma)",
               where=_NODES,
-              exact=_FULL, bound=1.0, two_level=True),
+              exact=_FULL, bound=0.1, two_level=True),
     restrictions=("commutative",),
     source="MPICH reduce_intra_smp; Open MPI coll/han",
     auto=False,
@@ -103,7 +103,7 @@ def reduce(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MP
               "T_allreduce(N, n, alpha_o, beta_o, gamma)",
               where=_NODES + ", T_allreduce = the cost of the flat allreduce auto picks for N",
               extra={"T_allreduce": _leaders_allreduce},
-              exact=(*_FULL, "even"), bound=1.0, two_level=True),
+              exact=(*_FULL, "even"), bound=0.1, two_level=True),
     restrictions=("commutative",),
     source="MPICH allreduce_intra_smp; Open MPI coll/han; Traff, 'SMP-aware message passing'",
     auto=False,
@@ -135,7 +135,7 @@ def allreduce(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     "allgather", "smp",
     cost=Cost("(k-1)*(alpha_i + n/p*beta_i) + (N-1)*(alpha_o + k*n/p*beta_o) + "
               "clg(k)*(alpha_i + n*beta_i)", where=_NODES,
-              exact=_FULL, bound=1.0, two_level=True),
+              two_level=True),
     source="MPICH allgather_intra_smp (gather, leaders' allgather, bcast); Open MPI coll/han",
     auto=False,
 )
@@ -188,7 +188,7 @@ def allgather(ctx: Context, buf: np.ndarray, counts: Sequence[int],
 @algorithm(
     "barrier", "smp",
     cost=Cost("(k-1)*alpha_i + clg(N)*alpha_o + clg(k)*alpha_i", where=_NODES,
-              exact=_FULL, bound=1.0, two_level=True),
+              two_level=True),
     source="MPICH barrier_intra_smp; Open MPI coll/han",
     auto=False,
 )
