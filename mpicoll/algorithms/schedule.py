@@ -296,7 +296,7 @@ def block(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int)
 def blocks(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
            ranks: Sequence[int]) -> list[np.ndarray]:
     """The views :func:`block` of ``buf`` for each block index in ``ranks``."""
-    return [buf[displs[i] : displs[i] + counts[i]] for i in ranks]
+    return [block(buf, counts, displs, i) for i in ranks]
 
 
 def span(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], lo: int, hi: int,
