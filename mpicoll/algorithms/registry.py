@@ -104,8 +104,6 @@ def clg(p: int) -> int:
 
 
 CostFn = Callable[[int, float, float, float, float], float]
-#: ``cost2(p, n, intra, inter, ranks_per_node) -> seconds`` under a two-level model
-Cost2Fn = Callable[[int, float, Any, Any, int], float]
 
 #: Conditions under which a cost is exact for the simulator's model (see :class:`Cost`).
 EXACT_WHEN: dict[str, str] = {
