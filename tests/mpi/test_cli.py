@@ -19,7 +19,7 @@ from _cli import run_all
 from mpi4py import MPI
 
 from mpicoll import registry
-from mpicoll.tools import bench, cli
+from mpicoll.tools import bench, cli, harness
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
@@ -188,7 +188,7 @@ def test_verify_reports_a_native_error_on_one_rank(
     if RANK == 0:
         fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
         assert fails == [f"FAIL gather/native: gather P={SIZE} dtype=float64 root=0 count=2: "
-                         f"rank {SIZE - 1}: {bench.describe_error(MPI.Exception(MPI.ERR_TYPE))}"]
+                         f"rank {SIZE - 1}: {harness.describe_error(MPI.Exception(MPI.ERR_TYPE))}"]
         rows = [line.split() for line in out.splitlines()
                 if line.startswith(("gather ", "allgather "))]
         assert rows

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import registry
-from mpicoll.tools import bench
+from mpicoll.tools import bench, harness
 
 REPO = Path(mpicoll.__file__).resolve().parent.parent
 TIMEOUT = 180
@@ -175,7 +175,7 @@ def test_native_error_that_strands_ranks_is_named(tmp_path: Path) -> None:
     r = mpirun(3, str(script), "verify", "-q", "-c", "bcast", "--counts", "5", "--dtypes",
                "float64", "--roots", "0", "--timeout", "8")
     assert r.returncode != 0
-    error = bench.describe_error(MPI.Exception(MPI.ERR_TYPE))  # the MPI library's own text
+    error = harness.describe_error(MPI.Exception(MPI.ERR_TYPE))  # the MPI library's own text
     assert ("[rank 0] mpicoll: verify bcast P=3 dtype=float64 root=0 count=5 native blocking: "
             f"{error}") in r.stderr, r.stderr
     assert "aborting the MPI job" in r.stderr
