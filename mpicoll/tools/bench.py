@@ -68,12 +68,12 @@ from typing import Any, NoReturn, TextIO
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.collectives import BY_NAME
 from ..model.alphabeta import Model
 from . import cases as _cases
 from .cases import Case, compare
 
 __all__ = [
-    "BUSBW_FACTORS",
     "DEFAULT_COLLECTIVES",
     "DEFAULT_SIZES",
     "SCHEMA_PATH",
@@ -115,35 +115,14 @@ EXPECTED_LIMIT = 1 << 25
 SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "bench.schema.json"
 SCHEMA_ID = "mpicoll-bench/1"
 
-#: Bus-bandwidth factor per collective as a function of P (nccl-tests doc/PERFORMANCE.md).
-BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
-    "allreduce": lambda p: 2.0 * (p - 1) / p,
-    "reduce_scatter_block": lambda p: (p - 1) / p,
-    "reduce_scatter": lambda p: (p - 1) / p,
-    "allgather": lambda p: (p - 1) / p,
-    "allgatherv": lambda p: (p - 1) / p,
-    "alltoall": lambda p: (p - 1) / p,
-    "alltoallv": lambda p: (p - 1) / p,
-    "gather": lambda p: (p - 1) / p,
-    "gatherv": lambda p: (p - 1) / p,
-    "scatter": lambda p: (p - 1) / p,
-    "scatterv": lambda p: (p - 1) / p,
-    "bcast": lambda p: 1.0,
-    "reduce": lambda p: 1.0,
-    "scan": lambda p: 1.0,
-    "exscan": lambda p: 1.0,
-}
-_FACTOR_TEXT = {
-    "allreduce": "2(P-1)/P", "bcast": "1", "reduce": "1", "scan": "1", "exscan": "1",
-}
-
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def busbw_factor(collective: str, p: int) -> float | None:
-    """nccl-tests bus-bandwidth factor of ``collective`` at ``p`` ranks (None: barrier)."""
-    f = BUSBW_FACTORS.get(collective)
-    return None if f is None else f(p)
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md) of ``collective`` at ``p`` ranks,
+    from its record's ``busbw_factor`` (None: barrier)."""
+    rec = BY_NAME.get(collective)
+    return None if rec is None else rec.busbw(p)
 
 
 def parse_size(text: str) -> int:
@@ -1209,7 +1188,7 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
     for r in records:
         by_size.setdefault(r["size_bytes"], {})[r["implementation"]] = r
     factor = busbw_factor(coll, p)
-    ftext = _FACTOR_TEXT.get(coll, "(P-1)/P")
+    ftext = BY_NAME[coll].busbw_factor
     head = f"# {coll}: S = {_size_meaning(coll)}" + (
         f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
     )
@@ -1306,19 +1285,8 @@ def _nonblocking_rows(
 
 
 def _size_meaning(coll: str) -> str:
-    return {
-        "bcast": "buffer per rank", "reduce": "vector per rank", "allreduce": "vector per rank",
-        "scan": "vector per rank", "exscan": "vector per rank",
-        "allgather": "gathered output per rank (P blocks)",
-        "allgatherv": "gathered output per rank (P blocks)",
-        "reduce_scatter_block": "input vector per rank (P blocks)",
-        "reduce_scatter": "input vector per rank (P blocks)",
-        "alltoall": "bytes one rank sends in all (P blocks)",
-        "alltoallv": "bytes one rank sends in all (P blocks)",
-        "gather": "root's output (P blocks)", "gatherv": "root's output (P blocks)",
-        "scatter": "root's input (P blocks)", "scatterv": "root's input (P blocks)",
-        "barrier": "0",
-    }.get(coll, "bytes")
+    rec = BY_NAME.get(coll)
+    return rec.bench_size if rec is not None else "bytes"
 
 
 def header(plan: Plan, prov: dict[str, Any]) -> str:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from mpi4py import MPI
 
+from ..algorithms.collectives import BY_NAME
+
 if TYPE_CHECKING:
     from ..engines.sim import TwoLevel
     from ..model.alphabeta import Model
@@ -193,7 +195,7 @@ def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
             if not a.auto:
                 labels.append("node-aware: forced only")
             restr = ", ".join(labels) or "-"
-            rows.append([coll, a.name, restr, a.formula, registry.SIZE_MEANING.get(coll, ""),
+            rows.append([coll, a.name, restr, a.formula, BY_NAME[coll].size_meaning,
                          a.source or "-"])
     return rows
 
