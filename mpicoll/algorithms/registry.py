@@ -7,7 +7,8 @@ else lists algorithms.  This plays the part of MPICH's ``coll_algorithms.txt``.
 
 Costs use the Hockney alpha-beta-gamma model (Thakur, Rabenseifner & Gropp, IJHPCA 19(1),
 2005): ``alpha`` seconds per message, ``beta`` seconds per byte sent, ``gamma`` seconds per
-byte reduced.  ``n`` is in bytes; its meaning per collective is given by :data:`SIZE_MEANING`.
+byte reduced.  ``n`` is in bytes; its meaning per collective is the record's ``size_meaning``
+(:mod:`mpicoll.algorithms.collectives`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .collectives import NAMES
+
 __all__ = [
     "COLLECTIVES",
-    "SIZE_MEANING",
     "Algorithm",
     "RestrictionError",
     "algorithm",
@@ -31,45 +33,9 @@ __all__ = [
     "select",
 ]
 
-#: Every collective of the API, in the order the docs list them.
-COLLECTIVES: tuple[str, ...] = (
-    "barrier",
-    "bcast",
-    "scatter",
-    "scatterv",
-    "gather",
-    "gatherv",
-    "reduce",
-    "allreduce",
-    "reduce_scatter_block",
-    "reduce_scatter",
-    "allgather",
-    "allgatherv",
-    "alltoall",
-    "alltoallv",
-    "scan",
-    "exscan",
-)
-
-#: What ``n`` (bytes) means in each collective's cost formula.
-SIZE_MEANING: dict[str, str] = {
-    "barrier": "unused",
-    "bcast": "message size",
-    "scatter": "bytes at the root in all (p blocks)",
-    "scatterv": "bytes at the root in all",
-    "gather": "bytes at the root in all (p blocks)",
-    "gatherv": "bytes at the root in all",
-    "reduce": "vector size per rank",
-    "allreduce": "vector size per rank",
-    "reduce_scatter_block": "input vector size per rank (p blocks)",
-    "reduce_scatter": "input vector size per rank",
-    "allgather": "bytes gathered in all (p blocks)",
-    "allgatherv": "bytes gathered in all",
-    "alltoall": "bytes a rank sends in all (p blocks)",
-    "alltoallv": "bytes a rank sends in all",
-    "scan": "vector size per rank",
-    "exscan": "vector size per rank",
-}
+#: Every collective of the API, in the order the docs list them (the names of
+#: :data:`mpicoll.algorithms.collectives.RECORDS`, which holds each one's facts).
+COLLECTIVES: tuple[str, ...] = NAMES
 
 #: Restriction names, with the sentence an error shows.
 RESTRICTIONS: dict[str, str] = {
@@ -106,7 +72,8 @@ class Algorithm:
         collective: one of :data:`COLLECTIVES`.
         name: the field's name for it (``ring``, ``recursive_doubling``, ``bruck``, ...).
         schedule: the generator function (see :mod:`mpicoll.schedule`).
-        formula: the alpha-beta-gamma cost as text, ``n`` in bytes (see :data:`SIZE_MEANING`).
+        formula: the alpha-beta-gamma cost as text, ``n`` in bytes (see
+            :attr:`~mpicoll.algorithms.collectives.Collective.size_meaning`).
         cost: ``cost(p, n, alpha, beta, gamma) -> seconds``, the same formula as code.
         restrictions: names from :data:`RESTRICTIONS`.
         source: paper or library the algorithm follows.

@@ -95,7 +95,6 @@ from .options import (
     selection,
 )
 from .report import (
-    BUSBW_FACTORS,
     CSV_COLUMNS,
     SCHEMA_ID,
     SCHEMA_PATH,
@@ -115,7 +114,6 @@ from .simulate import predict_us
 #: The names this module offered before measuring, reporting and the harness became modules of
 #: their own (``bench.validate``, ``bench.parse_sizes``, ...): re-exported, not redefined.
 __all__ = [
-    "BUSBW_FACTORS",
     "CSV_COLUMNS",
     "DEFAULT_COLLECTIVES",
     "DEFAULT_SIZES",

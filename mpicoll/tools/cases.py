@@ -42,6 +42,8 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
+from ..algorithms.collectives import BY_NAME, RECORDS
+
 __all__ = [
     "BLOCK_COLLECTIVES",
     "DTYPES",
@@ -63,31 +65,17 @@ __all__ = [
     "numpy_dtype",
 ]
 
+# Views of the records of :mod:`mpicoll.algorithms.collectives` (the facts live there).
 #: Collectives whose ``count`` is one block of ``P`` (sizes in bytes are per block x P).
-BLOCK_COLLECTIVES: frozenset[str] = frozenset(
-    {
-        "scatter", "scatterv", "gather", "gatherv", "allgather", "allgatherv",
-        "alltoall", "alltoallv", "reduce_scatter_block", "reduce_scatter",
-    }
-)
+BLOCK_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.blocks)
 #: Collectives with a root.
-ROOTED: frozenset[str] = frozenset({"bcast", "scatter", "scatterv", "gather", "gatherv", "reduce"})
+ROOTED: frozenset[str] = frozenset(c.name for c in RECORDS if c.rooted)
 #: Collectives that reduce with an op.
-REDUCTIONS: frozenset[str] = frozenset(
-    {"reduce", "allreduce", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"}
-)
+REDUCTIONS: frozenset[str] = frozenset(c.name for c in RECORDS if c.reduction)
 #: Collectives that accept ``MPI.IN_PLACE`` (bcast is in place by nature: the flag is moot).
-IN_PLACE_COLLECTIVES: frozenset[str] = frozenset(
-    {
-        "scatter", "scatterv", "gather", "gatherv", "reduce", "allreduce",
-        "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv",
-        "alltoall", "alltoallv", "scan", "exscan",
-    }
-)
+IN_PLACE_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.in_place)
 #: Collectives whose counts may differ per rank (``uniform`` applies).
-V_COLLECTIVES: frozenset[str] = frozenset(
-    {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"}
-)
+V_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.vector)
 
 #: Predefined pair types (value, int) for MAXLOC / MINLOC, by the name the CLI accepts.
 PAIR_DTYPES: dict[str, Any] = {
@@ -228,8 +216,7 @@ def dtype_op_problem(dtype: str, op: str, size: int = 1) -> str | None:
 
 def method_name(collective: str, nonblocking: bool = False) -> str:
     """Backend method of a collective: ``reduce_scatter_block`` -> ``Reduce_scatter_block``."""
-    name = collective[0].upper() + collective[1:]
-    return "I" + collective if nonblocking else name
+    return BY_NAME[collective].method_for(nonblocking)
 
 
 def count_for(coll: str, size: int, p: int, itemsize: int) -> int:
@@ -473,7 +460,7 @@ class Case:
         """Whether this call passes ``MPI.IN_PLACE`` on this rank."""
         if not self.in_place or self.collective not in IN_PLACE_COLLECTIVES:
             return False
-        if self.collective in ("scatter", "scatterv", "gather", "gatherv", "reduce"):
+        if BY_NAME[self.collective].in_place_at == "root":
             return self.rank == self.root
         return True
 

@@ -22,6 +22,8 @@ from typing import Any, NoReturn, TextIO
 
 from mpi4py import MPI
 
+from ..algorithms.collectives import BY_NAME
+
 __all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "register", "run"]
 
 
@@ -191,7 +193,7 @@ def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
             if not a.auto:
                 labels.append("node-aware: forced only")
             restr = ", ".join(labels) or "-"
-            rows.append([coll, a.name, restr, a.formula, registry.SIZE_MEANING.get(coll, ""),
+            rows.append([coll, a.name, restr, a.formula, BY_NAME[coll].size_meaning,
                          a.source or "-"])
     return rows
 

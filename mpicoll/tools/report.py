@@ -10,17 +10,16 @@ import csv
 import json
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..algorithms.collectives import BY_NAME
 from ..model.alphabeta import Model
 
 if TYPE_CHECKING:
     from .harness import Plan
 
 __all__ = [
-    "BUSBW_FACTORS",
     "CSV_COLUMNS",
     "SCHEMA_ID",
     "SCHEMA_PATH",
@@ -44,33 +43,11 @@ __all__ = [
 SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "bench.schema.json"
 SCHEMA_ID = "mpicoll-bench/1"
 
-#: Bus-bandwidth factor per collective as a function of P (nccl-tests doc/PERFORMANCE.md).
-BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
-    "allreduce": lambda p: 2.0 * (p - 1) / p,
-    "reduce_scatter_block": lambda p: (p - 1) / p,
-    "reduce_scatter": lambda p: (p - 1) / p,
-    "allgather": lambda p: (p - 1) / p,
-    "allgatherv": lambda p: (p - 1) / p,
-    "alltoall": lambda p: (p - 1) / p,
-    "alltoallv": lambda p: (p - 1) / p,
-    "gather": lambda p: (p - 1) / p,
-    "gatherv": lambda p: (p - 1) / p,
-    "scatter": lambda p: (p - 1) / p,
-    "scatterv": lambda p: (p - 1) / p,
-    "bcast": lambda p: 1.0,
-    "reduce": lambda p: 1.0,
-    "scan": lambda p: 1.0,
-    "exscan": lambda p: 1.0,
-}
-_FACTOR_TEXT = {
-    "allreduce": "2(P-1)/P", "bcast": "1", "reduce": "1", "scan": "1", "exscan": "1",
-}
-
-
 def busbw_factor(collective: str, p: int) -> float | None:
-    """nccl-tests bus-bandwidth factor of ``collective`` at ``p`` ranks (None: barrier)."""
-    f = BUSBW_FACTORS.get(collective)
-    return None if f is None else f(p)
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md) of ``collective`` at ``p`` ranks,
+    from its record's ``busbw_factor`` (None: barrier)."""
+    rec = BY_NAME.get(collective)
+    return None if rec is None else rec.busbw(p)
 
 
 def human_size(n: int) -> str:
@@ -192,7 +169,7 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
     for r in records:
         by_size.setdefault(r["size_bytes"], {})[r["implementation"]] = r
     factor = busbw_factor(coll, p)
-    ftext = _FACTOR_TEXT.get(coll, "(P-1)/P")
+    ftext = BY_NAME[coll].busbw_factor
     head = f"# {coll}: S = {size_meaning(coll)}" + (
         f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
     )
@@ -290,19 +267,8 @@ def _nonblocking_rows(
 
 def size_meaning(coll: str) -> str:
     """What the message size S of ``coll`` is, in words (the tables' headings)."""
-    return {
-        "bcast": "buffer per rank", "reduce": "vector per rank", "allreduce": "vector per rank",
-        "scan": "vector per rank", "exscan": "vector per rank",
-        "allgather": "gathered output per rank (P blocks)",
-        "allgatherv": "gathered output per rank (P blocks)",
-        "reduce_scatter_block": "input vector per rank (P blocks)",
-        "reduce_scatter": "input vector per rank (P blocks)",
-        "alltoall": "bytes one rank sends in all (P blocks)",
-        "alltoallv": "bytes one rank sends in all (P blocks)",
-        "gather": "root's output (P blocks)", "gatherv": "root's output (P blocks)",
-        "scatter": "root's input (P blocks)", "scatterv": "root's input (P blocks)",
-        "barrier": "0",
-    }.get(coll, "bytes")
+    rec = BY_NAME.get(coll)
+    return rec.bench_size if rec is not None else "bytes"
 
 
 def header(plan: Plan, prov: dict[str, Any]) -> str:

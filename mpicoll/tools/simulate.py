@@ -24,6 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from ..algorithms.collectives import RECORDS
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
@@ -107,8 +108,7 @@ def make_args(collective: str, p: int, rank: int, count: int, dtype: Any, *,
 #: collectives without a root whose ranks all pass the same counts (each its own block aside):
 #: the vector engine prepares rank 0's call for all ranks.  tests/unit/test_sim_vector.py
 #: checks every algorithm of these against the per-rank engine.
-SYMMETRIC = frozenset({"barrier", "allreduce", "allgather", "allgatherv", "reduce_scatter_block",
-                       "reduce_scatter", "alltoall"})
+SYMMETRIC = frozenset(c.name for c in RECORDS if c.symmetric)
 
 
 def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
