@@ -155,16 +155,14 @@ EXPECTED_LIMIT = 1 << 25
 
 @dataclass
 class Impl:
-    """One implementation in a run: native, or a p2p algorithm (``auto`` or a registry name)."""
+    """One implementation in a run: native, the plain mpi4py call, or a p2p algorithm
+    (``auto`` or a registry name)."""
 
     label: str
     backend: Any
     algorithm: str | None = None
-
-    @property
-    def kind(self) -> str:
-        """``"native"`` or ``"p2p"``."""
-        return "native" if self.algorithm is None else "p2p"
+    #: ``"native"``, ``"mpi4py"`` (the same call on a plain ``MPI.Comm``, no mpicoll) or ``"p2p"``
+    kind: str = "p2p"
 
 
 def _auto_choice(case: Case, p2p: Any) -> str | None:
@@ -243,9 +241,12 @@ def _bandwidths(rec: dict[str, Any]) -> None:
 def bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None = None,
-    guard: CallGuard | None = None,
+    guard: CallGuard | None = None, plain: Any = None,
 ) -> list[dict[str, Any]]:
     """Check and time every size x implementation of one collective; records for all of them.
+
+    ``plain``: an ``MPI.Comm`` on which the same call is also made with mpi4py alone (the
+    ``mpi4py`` column: what native costs on top of MPI); None: no such column.
 
     ``guard``: settles each check call across ranks (see :class:`CallGuard`); after a native
     call raised, the rest runs on ``guard.native``, a fresh native backend (default: a guard
@@ -254,7 +255,7 @@ def bench_collective(
     if guard is None:
         guard = CallGuard(comm, plan.timeout)
     try:
-        return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard)
+        return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard, plain)
     finally:
         if own_guard:
             guard.Free()
@@ -262,13 +263,15 @@ def bench_collective(
 
 def _bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
-    on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard,
+    on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard, plain: Any,
 ) -> list[dict[str, Any]]:
     from ..algorithms import registry
 
     p, rank = comm.Get_size(), comm.Get_rank()
     itemsize = _cases.numpy_dtype(plan.dtype).itemsize
-    impls = [Impl("native", native)]
+    impls = [Impl("native", native, kind="native")]
+    if plain is not None:
+        impls.append(Impl("mpi4py", plain, kind="mpi4py"))
     if p2p is not None:
         impls += [Impl(a, p2p, a) for a in algorithms_of(coll, plan.algorithms)]
     sizes = [0] if coll == "barrier" else plan.sizes
@@ -290,7 +293,7 @@ def _bench_collective(
             row.append(rec)
             label = f"{coll} {human_size(case.nbytes())}B {impl.kind}:{impl.label}"
             progress.show(f"[mpicoll bench] {label}")
-            if impl.algorithm is not None and not native_ok:
+            if impl.kind != "native" and not native_ok:
                 rec.update(status="n/a", reason="no reference: the native result failed its check")
                 continue
             if impl.algorithm not in (None, "auto"):
@@ -305,12 +308,12 @@ def _bench_collective(
                 # ---- check (outside timing) -------------------------------------------------
                 case.reset()
                 status, detail = run_checked(comm, fn, plan.nonblocking)
-                guard.settle(status, detail, f"bench {label}", native=impl.algorithm is None)
+                guard.settle(status, detail, f"bench {label}", native=impl.kind == "native")
                 if guard.raised(native=True):
                     impls[0].backend = guard.fresh_native(impl.backend)
                 got = case.result() if status == "ok" else None
                 if status == "ok":
-                    if impl.algorithm is None:
+                    if impl.kind == "native":
                         reference = got
                         # the NumPy reference builds every rank's input: P x S work
                         cheap = case.size * case.nbytes() // itemsize <= EXPECTED_LIMIT
@@ -325,7 +328,7 @@ def _bench_collective(
                 if status != "ok":
                     rec.update(status=status, reason=detail, wrong_rank=bad_rank)
                     continue
-                if impl.algorithm is None:
+                if impl.kind == "native":
                     native_ok = True
                 # ---- timing ------------------------------------------------------------------
                 rec.update(measure(comm, fn, plan.settings))
@@ -492,10 +495,11 @@ def run(
         out.flush()
     all_records: list[dict[str, Any]] = []
     guard = CallGuard(comm, plan.timeout)
+    plain = comm.Dup()  # the mpi4py column's communicator: no message of mpicoll's on it
     try:
         for coll in plan.collectives:
             recs = bench_collective(comm, plan, coll, guard.native or native, p2p, progress,
-                                    guard=guard)
+                                    guard=guard, plain=plain)
             all_records += recs
             progress.clear()
             if rank == 0:
@@ -504,6 +508,7 @@ def run(
     finally:
         progress.clear()
     guard.Free()
+    plain.Free()
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
         doc = document(plan, prov, all_records)

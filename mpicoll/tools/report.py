@@ -84,7 +84,8 @@ def describe_model(m: Model) -> str:
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (collective, size): fastest implementation, best p2p, speed-up over native, #wrong."""
+    """Per (collective, size): fastest of mpicoll's implementations (native, p2p), best p2p,
+    its speed-up over native, native's time over plain mpi4py's, #wrong."""
     rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in records:
         rows.setdefault((r["collective"], r["size_bytes"]), []).append(r)
@@ -93,7 +94,12 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ok = [r for r in recs if r["status"] == "ok" and r["time_us"]]
         nat = next((r for r in ok if r["backend"] == "native"), None)
         p2ps = [r for r in ok if r["backend"] == "p2p"]
-        fastest = min(ok, key=lambda r: r["time_us"]["median"]) if ok else None
+        mine = [r for r in ok if r["backend"] != "mpi4py"]
+        fastest = min(mine, key=lambda r: r["time_us"]["median"]) if mine else None
+        plain = next((r for r in ok if r["backend"] == "mpi4py"), None)
+        overhead = None
+        if nat and plain and plain["time_us"]["median"] > 0:
+            overhead = nat["time_us"]["median"] / plain["time_us"]["median"]
         best = min(p2ps, key=lambda r: r["time_us"]["median"]) if p2ps else None
         speedup = None
         if nat and best and best["time_us"]["median"] > 0:
@@ -106,6 +112,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "fastest": fastest["implementation"] if fastest else None,
                 "best_p2p": best["implementation"] if best else None,
                 "speedup_best_p2p_vs_native": speedup,
+                "native_over_mpi4py": overhead,
                 "algbw_gbps": fastest["algbw_gbps"] if fastest else None,
                 "busbw_gbps": fastest["busbw_gbps"] if fastest else None,
                 "wrong": sum(r["status"] in ("wrong", "error") for r in recs),
@@ -288,6 +295,8 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
             "time = median over iterations of the max over ranks",
             "# every result checked before timing (native vs NumPy, p2p vs native); "
             "WRONG results are never timed",
+            "# mpi4py = the same call on the plain MPI.Comm, no mpicoll (native - mpi4py: "
+            "mpicoll's own cost per call); fastest: of native and p2p",
             "# speedup = native / best p2p (> 1: hand-rolled faster); algbw = S/t, "
             "busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md), GB/s = 1e9 B/s",
             *_model_lines(plan),
