@@ -57,6 +57,38 @@ def test_bench_every_algorithm_against_native(
 
 
 @pytest.mark.mpi
+def test_bench_predicts_the_v_collectives_with_its_own_counts(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    """bench and the simulator build the same call (tools/cases.py): each timed p2p result of
+    a v-collective carries the time the simulator gives for bench's (equal) counts, under the
+    model the JSON records; the mpi4py column is timed and never predicted."""
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    path = shared_dir / "v.json"
+    colls = ["allgatherv", "alltoallv", "gatherv", "reduce_scatter", "scatterv"]
+    status, out, err = run_all(capsys, "bench", "-c", *colls, "-a", "all", "-m", "64:256",
+                               "--root", str(SIZE - 1), *FAST, "--json", str(path))
+    assert status == 0, out + err
+    if RANK == 0:
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        m = doc["settings"]["model"]
+        model = Model(m["alpha"], m["beta"], m["gamma"])
+        timed = [r for r in doc["results"] if r["backend"] == "p2p" and r["status"] == "ok"]
+        assert {r["collective"] for r in timed} == set(colls)
+        for r in timed:
+            alg = r["auto_choice"] or r["algorithm"]
+            want = simulate(r["collective"], SIZE, r["count"], algorithm=alg, root=SIZE - 1,
+                            model=model, uniform=True)
+            assert r["predicted_us"] == pytest.approx(want.time * 1e6), r
+        for r in doc["results"]:
+            if r["backend"] == "mpi4py":
+                assert (r["status"], r["predicted_us"]) == ("ok", None)
+
+
+@pytest.mark.mpi
 def test_bench_reports_a_broken_algorithm_as_wrong(
     capsys: pytest.CaptureFixture[str], shared_dir: Path, broken_allreduce: str
 ) -> None:
