@@ -33,6 +33,7 @@ barrier                     unused (0)
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +113,7 @@ NONCOMM_MAX_P: dict[str, int] = {"int64": 18, "float64": 15}
 _SENTINEL = 77
 
 
+@functools.cache
 def numpy_dtype(name: str) -> np.dtype[Any]:
     """NumPy dtype of a dtype name of :data:`DTYPES` (pair types: the aligned structured dtype)."""
     if name in PAIR_DTYPES:
@@ -127,7 +129,11 @@ def dtype_name(dt: Any) -> str:
     Raises:
         ValueError: no name of :data:`DTYPES` has this dtype.
     """
-    dt = np.dtype(dt)
+    return _dtype_name(np.dtype(dt))
+
+
+@functools.cache
+def _dtype_name(dt: np.dtype[Any]) -> str:
     for name in PAIR_DTYPES:
         if numpy_dtype(name) == dt:
             return name
@@ -871,7 +877,7 @@ class Case:
         return " ".join(parts)
 
 
-def _selftest() -> None:  # pragma: no cover - manual check: python -m mpicoll._cases
+def _selftest() -> None:  # pragma: no cover - manual check: python -m mpicoll.tools.cases
     comm = MPI.COMM_WORLD
     bad = 0
     for coll in ("bcast", "allreduce", "alltoallv", "gatherv"):
