@@ -35,6 +35,10 @@ communication time ``t_pure`` (start + wait), then start + a busy compute of len
 
 with times per iteration taken from the rank with the largest ``t_total`` (IMB).
 
+Beside native, the ``mpi4py`` column times the same call on a plain duplicate of the
+``MPI.Comm`` (no mpicoll at all), checked against native like the p2p results: native minus
+mpi4py is what mpicoll's front door costs per call (``native_over_mpi4py`` in the summary).
+
 Defaults: the main collectives (:data:`DEFAULT_COLLECTIVES`), native and p2p ``auto``, sizes
 8 B to 4 MiB (``make bench``, 4 ranks on 2 cores, stays within a few minutes; ask for more with
 ``-m 8:16M``), float64 and MPI.SUM, root 0, out of place, a time budget of 0.1 s per size and
