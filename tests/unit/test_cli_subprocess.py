@@ -48,8 +48,9 @@ def test_acceptance_command(tmp_path: Path) -> None:
     names = {a.name for a in registry.algorithms("allreduce")}
     for size in [8 << k for k in range(13)]:
         row = {r["implementation"]: r for r in doc["results"] if r["size_bytes"] == size}
-        assert set(row) == {"native"} | names, size
+        assert set(row) == {"native", "mpi4py"} | names, size
         assert row["native"]["time_us"]["median"] > 0
+        assert row["mpi4py"]["time_us"]["median"] > 0
         for name in names:
             assert row[name]["status"] in ("ok", "n/a")
             if row[name]["status"] == "ok":
