@@ -265,3 +265,20 @@ def test_validator_reports_errors() -> None:
     assert bench.validate({"a": True, "b": []}, schema) == ["$.a: True is not of type 'integer'"]
     assert bench.validate([], schema) == ["$: [] is not of type 'object'"]
     assert bench.validate({"a": 2}, schema) == ["$: 'b' is a required property"]
+
+
+def test_one_resolver_of_the_algorithm_option() -> None:
+    """bench, verify and simulate resolve -a with options.algorithms_of: auto, all, none and
+    names in the order asked, names of another collective skipped, node-aware ones only when
+    asked for (simulate without --ranks-per-node)."""
+    from mpicoll.tools.options import algorithms_of
+
+    names = [a.name for a in registry.algorithms("allreduce")]
+    flat = [a.name for a in registry.algorithms("allreduce") if a.auto]
+    assert algorithms_of("allreduce", ["auto"]) == ["auto"]
+    assert algorithms_of("allreduce", ["none"]) == []
+    assert algorithms_of("allreduce", ["all", "auto"]) == [*names, "auto"]
+    assert algorithms_of("allreduce", ["ring", "bruck", "auto", "ring"]) == ["ring", "auto"]
+    assert algorithms_of("allreduce", ["all"], node_aware=False) == flat
+    assert "smp" in names
+    assert "smp" not in flat
