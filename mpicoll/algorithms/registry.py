@@ -7,11 +7,11 @@ else lists algorithms.  This plays the part of MPICH's ``coll_algorithms.txt``.
 
 Costs use the Hockney alpha-beta-gamma model (Thakur, Rabenseifner & Gropp, IJHPCA 19(1),
 2005): ``alpha`` seconds per message, ``beta`` seconds per byte sent, ``gamma`` seconds per
-byte reduced.  ``n`` is in bytes; its meaning per collective is given by :data:`SIZE_MEANING`.
-Each algorithm's cost is written once, as a :class:`Cost` (one expression): the text the CLI and
-the README show (:attr:`Algorithm.formula`) and the function the model evaluates
-(:attr:`Algorithm.cost`, :attr:`Algorithm.cost2`) are both made from it, and the decorator
-appends it to the schedule's docstring.
+byte reduced.  ``n`` is in bytes; its meaning per collective is the record's ``size_meaning``
+(:mod:`mpicoll.algorithms.collectives`).  Each algorithm's cost is written once, as a
+:class:`Cost` (one expression): the text the CLI and the docs show (:attr:`Algorithm.formula`)
+and the function the model evaluates (:attr:`Algorithm.cost`, :attr:`Algorithm.cost2`) are both
+made from it, and the decorator appends it to the schedule's docstring.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .collectives import BY_NAME, NAMES
 from .schedule import DEFAULT_SEGMENT_BYTES
 
 __all__ = [
     "COLLECTIVES",
     "Cost",
-    "SIZE_MEANING",
     "Algorithm",
     "RestrictionError",
     "algorithm",
@@ -39,45 +39,9 @@ __all__ = [
     "select",
 ]
 
-#: Every collective of the API, in the order the docs list them.
-COLLECTIVES: tuple[str, ...] = (
-    "barrier",
-    "bcast",
-    "scatter",
-    "scatterv",
-    "gather",
-    "gatherv",
-    "reduce",
-    "allreduce",
-    "reduce_scatter_block",
-    "reduce_scatter",
-    "allgather",
-    "allgatherv",
-    "alltoall",
-    "alltoallv",
-    "scan",
-    "exscan",
-)
-
-#: What ``n`` (bytes) means in each collective's cost formula.
-SIZE_MEANING: dict[str, str] = {
-    "barrier": "unused",
-    "bcast": "message size",
-    "scatter": "bytes at the root in all (p blocks)",
-    "scatterv": "bytes at the root in all",
-    "gather": "bytes at the root in all (p blocks)",
-    "gatherv": "bytes at the root in all",
-    "reduce": "vector size per rank",
-    "allreduce": "vector size per rank",
-    "reduce_scatter_block": "input vector size per rank (p blocks)",
-    "reduce_scatter": "input vector size per rank",
-    "allgather": "bytes gathered in all (p blocks)",
-    "allgatherv": "bytes gathered in all",
-    "alltoall": "bytes a rank sends in all (p blocks)",
-    "alltoallv": "bytes a rank sends in all",
-    "scan": "vector size per rank",
-    "exscan": "vector size per rank",
-}
+#: Every collective of the API, in the order the docs list them (the names of
+#: :data:`mpicoll.algorithms.collectives.RECORDS`, which holds each one's facts).
+COLLECTIVES: tuple[str, ...] = NAMES
 
 #: Restriction names, with the sentence an error shows.
 RESTRICTIONS: dict[str, str] = {
@@ -135,8 +99,8 @@ class Cost:
 
     ``expr`` is a Python expression that reads as the formula: ``*`` is shown as a space,
     ``lg(p)`` as ``lg p``, ``clg(p)`` as ``ceil(lg p)``, ``P`` as ``p'``.  Flat costs use ``p``,
-    ``n`` (bytes, see :data:`SIZE_MEANING`), ``alpha``, ``beta``, ``gamma``, ``P`` (the largest
-    power of two <= p), ``fold`` (1 if p is not a power of two, else 0) and ``s`` (segment
+    ``n`` (bytes, see the record's ``size_meaning``), ``alpha``, ``beta``, ``gamma``, ``P`` (the
+    largest power of two <= p), ``fold`` (1 if p is not a power of two, else 0) and ``s`` (segment
     bytes).  Two-level costs (``two_level=True``, node-aware algorithms) use ``alpha_i``,
     ``beta_i`` (inside a node), ``alpha_o``, ``beta_o`` (between nodes), ``gamma``, ``k`` (ranks
     per node, at most p) and ``N`` (nodes); the flat cost of such an algorithm is its two-level
@@ -230,7 +194,8 @@ class Algorithm:
         collective: one of :data:`COLLECTIVES`.
         name: the field's name for it (``ring``, ``recursive_doubling``, ``bruck``, ...).
         schedule: the generator function (see :mod:`mpicoll.schedule`).
-        formula: the alpha-beta-gamma cost as text, ``n`` in bytes (see :data:`SIZE_MEANING`).
+        formula: the alpha-beta-gamma cost as text, ``n`` in bytes (see
+            :attr:`~mpicoll.algorithms.collectives.Collective.size_meaning`).
         cost: ``cost(p, n, alpha, beta, gamma) -> seconds``, the same formula as code.
         restrictions: names from :data:`RESTRICTIONS`.
         source: paper or library the algorithm follows.
@@ -338,7 +303,7 @@ def _document(fn: Callable[..., Any], collectives: tuple[str, ...], cost: Cost,
     import inspect
 
     doc = inspect.cleandoc(fn.__doc__ or "")
-    n = "; ".join(f"{c}: {SIZE_MEANING[c]}" for c in collectives)
+    n = "; ".join(f"{c}: {BY_NAME[c].size_meaning}" for c in collectives)
     lines = [doc, "", f"Cost: {cost.text}  (n = {n}).",
              "Restrictions: " + (", ".join(RESTRICTIONS[r] for r in restrictions) or "none") + "."]
     if cost.exact:

@@ -18,7 +18,7 @@ from typing import Any, Self
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms.registry import COLLECTIVES
+from ..algorithms.collectives import BY_NAME, NAMES
 from ..engines.mpi import Waitall
 from .args import PARSERS, Call
 from .buffers import Buf, is_in_place, parse
@@ -270,7 +270,7 @@ class Collectives:
             The table of every rank's signature (one row per rank).
         """
         sig = np.full(len(_FIELDS), -1, dtype=np.int64)
-        sig[_COLL] = COLLECTIVES.index(collective)
+        sig[_COLL] = NAMES.index(collective)
         forced = algorithm if algorithm is not None else (
             os.environ.get(algorithm_var(collective), "").strip() or "auto")
         sig[_FORCED] = zlib.crc32(str(forced).encode())
@@ -321,7 +321,7 @@ class Collectives:
             if (col != col[0]).any():
                 vals: dict[int, Any] = {int(r): int(v) for r, v in enumerate(col)}
                 if f == _COLL:
-                    vals = {r: COLLECTIVES[v] for r, v in vals.items()}
+                    vals = {r: NAMES[v] for r, v in vals.items()}
                 what = "recvcounts given (a list, or None)" if f == _STAGE else _FIELDS[f]
                 raise MismatchError(
                     f"{collective}: ranks disagree on {what}: {vals} (rank: value)")
@@ -329,11 +329,11 @@ class Collectives:
         same(_COLL)
         nb = table[:, _NB]
         if (nb != nb[0]).any():
-            name = collective.capitalize()  # Allreduce, Reduce_scatter_block, ...
+            rec = BY_NAME[collective]
             raise MismatchError(
                 f"{collective}: ranks {_ranks(np.flatnonzero(nb))} call the non-blocking form "
-                f"(I{name[0].lower()}{name[1:]}), ranks {_ranks(np.flatnonzero(nb == 0))} the "
-                f"blocking one ({name}); MPI never matches the two")
+                f"({rec.nonblocking}), ranks {_ranks(np.flatnonzero(nb == 0))} the "
+                f"blocking one ({rec.method}); MPI never matches the two")
         same(_STAGE)
 
         def same_forced() -> None:  # each rank knows only its own name: say which ranks differ

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from ..algorithms.collectives import BY_NAME
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "RANKS_PER_NODE_VAR", "SEGMENT_VAR", "algorithm_var",
@@ -65,7 +66,7 @@ def ranks_per_node() -> int | None:
 
 def algorithm_var(collective: str) -> str:
     """The variable that forces ``collective``'s algorithm: ``MPICOLL_ALLREDUCE_ALGORITHM``."""
-    return f"MPICOLL_{collective.upper()}_ALGORITHM"
+    return BY_NAME[collective].algorithm_var
 
 
 def env_algorithm(collective: str) -> str | None:

@@ -6,19 +6,12 @@ from typing import Any
 
 from mpi4py import MPI
 
+from ..algorithms.collectives import BY_NAME
 from .args import Call
 from .base import Collectives, agree_on_construction
 from .objects import NativeObjects
 
 __all__ = ["Native", "native"]
-
-_METHOD = {
-    "barrier": "Barrier", "bcast": "Bcast", "scatter": "Scatter", "scatterv": "Scatterv",
-    "gather": "Gather", "gatherv": "Gatherv", "reduce": "Reduce", "allreduce": "Allreduce",
-    "reduce_scatter_block": "Reduce_scatter_block", "reduce_scatter": "Reduce_scatter",
-    "allgather": "Allgather", "allgatherv": "Allgatherv", "alltoall": "Alltoall",
-    "alltoallv": "Alltoallv", "scan": "Scan", "exscan": "Exscan",
-}
 
 
 class Native(NativeObjects, Collectives):
@@ -49,10 +42,7 @@ class Native(NativeObjects, Collectives):
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
                 "(use mpicoll.p2p to choose one)"
             )
-        name = _METHOD[call.collective]
-        if nonblocking:
-            name = "I" + name[0].lower() + name[1:]
-        return getattr(self.comm, name)(*args)
+        return getattr(self.comm, BY_NAME[call.collective].method_for(nonblocking))(*args)
 
     def Free(self) -> None:
         """Nothing to free (the native backend owns no communicator)."""

@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _reference as ref
 
 import mpicoll
+from mpicoll.algorithms.collectives import BY_NAME, RECORDS
 
 try:
     from mpicoll import registry as _registry
@@ -56,8 +57,8 @@ COLLECTIVES = (
     "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv", "alltoall",
     "alltoallv", "scan", "exscan",
 )
-ROOTED = {"bcast", "scatter", "scatterv", "gather", "gatherv", "reduce"}
-REDUCTIONS = {"reduce", "allreduce", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"}
+ROOTED = {c.name for c in RECORDS if c.rooted}
+REDUCTIONS = {c.name for c in RECORDS if c.reduction}
 VECTOR = {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"}
 
 
@@ -100,7 +101,9 @@ def backend(kind: str) -> Any:
 
 def method_name(coll: str) -> str:
     """"reduce_scatter_block" -> "Reduce_scatter_block"; "iallreduce" -> "Iallreduce"."""
-    return coll[0].upper() + coll[1:]
+    if coll.startswith("i") and coll[1:] in BY_NAME:
+        return BY_NAME[coll[1:]].nonblocking
+    return BY_NAME[coll].method
 
 
 def invoke(impl: Impl, coll: str, *args: Any, **kw: Any) -> Any:

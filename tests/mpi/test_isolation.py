@@ -26,6 +26,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import registry
+from mpicoll.algorithms.collectives import RECORDS
 
 WORLD = MPI.COMM_WORLD
 ROUNDS = 12
@@ -168,8 +169,9 @@ def test_split_subcommunicators_with_user_traffic(kind: str) -> None:
 def _every_collective(b: Any, p: int, r: int, nonblocking: bool) -> list[str]:
     """One call of every collective on ``b`` (blocking, or all outstanding then Waitall);
     returns the problems found."""
-    f = (lambda name: getattr(b, "I" + name[0].lower() + name[1:])) if nonblocking else (
-        lambda name: getattr(b, name))
+    def f(name: str) -> Any:
+        rec = next(c for c in RECORDS if c.method == name)
+        return getattr(b, rec.method_for(nonblocking))
     n = 3
     x = np.full(n, r + 1, np.int64)
     xs = np.repeat(np.arange(p, dtype=np.int64) + 10 * r, n)

@@ -4,7 +4,7 @@ For every collective and every algorithm of it (``registry.algorithms``, nothing
 what an entry's own restrictions forbid), at p = 1, 2, 3, 4, 5, 7, 8, 16 and several counts,
 a cost-only simulation (the same one bench's predicted column runs) must give the entry's
 cost at the same n: ``n`` is the call's ``nbytes`` as the simulator reports it (what ``auto``
-chooses by, :data:`~mpicoll.algorithms.registry.SIZE_MEANING`), and for the v-variants, whose
+chooses by, the record's ``size_meaning``), and for the v-variants, whose
 call carries no size, the bytes of their blocks in all.  Where the entry says its cost is
 exact (:attr:`Cost.exact`: power-of-two p, equal blocks, whole segments, full nodes) the two
 agree to 1e-9 relative; elsewhere within the entry's stated ``bound``.  The node-aware entries
@@ -20,7 +20,8 @@ from mpicoll.algorithms import registry
 from mpicoll.algorithms.schedule import DEFAULT_SEGMENT_BYTES, pof2_floor
 from mpicoll.engines.sim import TwoLevel
 from mpicoll.model.alphabeta import Model
-from mpicoll.tools.simulate import simulate, vcounts
+from mpicoll.tools.cases import Case
+from mpicoll.tools.simulate import simulate
 
 PS = (1, 2, 3, 4, 5, 7, 8, 16)
 #: 1680 = lcm(PS): equal blocks at every p; 1, 5, 1000, 20000 uneven somewhere; 20000 and
@@ -33,6 +34,11 @@ ITEM = 8  # float64, simulate's default dtype
 #: collectives whose count is per rank's whole vector (blocks are count / p)
 PER_VECTOR = {"bcast", "reduce", "allreduce", "scan", "exscan"}
 V = {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"}
+
+
+def vcounts(count: int, p: int) -> list[int]:
+    """The per-rank counts the simulator's v-collectives use (the one builder's uneven ones)."""
+    return Case("allgatherv", count, size=p, uniform=False).counts()
 
 ENTRIES = [(c, a.name) for c in registry.COLLECTIVES for a in registry.algorithms(c)]
 

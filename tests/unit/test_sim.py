@@ -8,12 +8,13 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll import registry
+from mpicoll.algorithms.collectives import RECORDS
 from mpicoll.algorithms.schedule import Context, Schedule
 from mpicoll.engines.sim import DeadlockError, Simulator
 from mpicoll.model.alphabeta import Model
 from mpicoll.tools.simulate import make_args, simulate
 
-ROOTED = {"bcast", "scatter", "scatterv", "gather", "gatherv", "reduce"}
+ROOTED = {c.name for c in RECORDS if c.rooted}
 REDUCING = {"reduce", "allreduce", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"}
 SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 24, 32, 100]
 
