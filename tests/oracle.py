@@ -523,16 +523,18 @@ def expected(coll: str, args: Sequence[Sequence[Any]],
             out[q] = r.result("recvbuf")
     elif coll in ("gather", "gatherv", "allgather", "allgatherv"):
         rooted = coll.startswith("gather")
+        blocks = []
+        for j in range(p):
+            if _in_place(b[j]["sendbuf"]):
+                if rooted and j != root:
+                    raise ValueError(f"{coll}: IN_PLACE at rank {j}, not the root")
+                blocks.append(recv(j, p, vector).block(j))
+            else:
+                blocks.append(send(j).block(0))
         for q in (root,) if rooted else range(p):
             r = recv(q, p, vector)
             for j in range(p):
-                if _in_place(b[j]["sendbuf"]):
-                    if rooted and j != root:
-                        raise ValueError(f"{coll}: IN_PLACE at rank {j}, not the root")
-                    data = recv(j, p, vector).block(j)
-                else:
-                    data = send(j).block(0)
-                r.write(j, data)
+                r.write(j, blocks[j])
             out[q] = r.result("recvbuf")
     elif coll in ("alltoall", "alltoallv"):
         sends = [recv(j, p, vector) if _in_place(b[j]["sendbuf"]) else send(j, p, vector)

@@ -119,6 +119,20 @@ class Call:
     uniform: bool = True
 
 
+def _fresh(spec: Any) -> Any:
+    """A copy of an argument: every array in it copied (a call writes into its buffers)."""
+    if isinstance(spec, np.ndarray):
+        return spec.copy()
+    if isinstance(spec, list):
+        return [_fresh(x) for x in spec]
+    return spec
+
+
+#: this rank's arguments and the oracle's verdict per (collective, case, P): the same for every
+#: implementation of a collective, so made once (only the current collective's are kept)
+_PREPARED: dict[tuple[str, Case, int], tuple[Call, oracle.Expected | None]] = {}
+
+
 def _array_of(spec: Any) -> np.ndarray | None:
     if isinstance(spec, np.ndarray):
         return spec
@@ -178,10 +192,17 @@ class Run:
         output buffer holds exactly what the oracle says (blocks, gaps and the elements past
         the count), every other buffer of the call is unchanged."""
         self.case = case
-        make = MAKERS[self.coll]
-        calls = [make(self, q) for q in range(self.p)]
-        want = oracle.expected(self.coll, [c.args for c in calls], [c.kw for c in calls])
-        mine, wanted = calls[self.rank], want[self.rank]
+        key = (self.coll, case, self.p)
+        if key not in _PREPARED:
+            if any(k[0] != self.coll for k in _PREPARED):
+                _PREPARED.clear()
+            make = MAKERS[self.coll]
+            calls = [make(self, q) for q in range(self.p)]
+            want = oracle.expected(self.coll, [c.args for c in calls], [c.kw for c in calls])
+            _PREPARED[key] = (calls[self.rank], want[self.rank])
+        prepared, wanted = _PREPARED[key]
+        mine = Call(tuple(_fresh(a) for a in prepared.args), prepared.kw, prepared.count,
+                    prepared.uniform)
         names = oracle.SIGNATURES[self.coll]
         arrays = [(names[i], a) for i, s in enumerate(mine.args)
                   if (a := _array_of(s)) is not None]

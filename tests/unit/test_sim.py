@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from mpicoll import registry
 from mpicoll.algorithms.schedule import Context, Schedule
-from mpicoll.engines.sim import DeadlockError, Simulator
+from mpicoll.engines.sim import DeadlockError, Simulator, TwoLevel
 from mpicoll.model.alphabeta import Model
 from mpicoll.tools.simulate import make_args, simulate
 
@@ -65,6 +65,7 @@ def _check(coll: str, alg: registry.Algorithm, p: int, count: int, root: int,
 @pytest.mark.parametrize("coll", [c for c in registry.COLLECTIVES if c != "barrier"])
 def test_every_algorithm_with_data(coll: str) -> None:
     """Every algorithm at p in {1..9, 13, 16, 24, 32, 100} and counts {0, 1, 64, 1000}."""
+    checked = set()
     for alg in registry.algorithms(coll):
         for p in SIZES:
             if alg.why_not(p) is not None:
@@ -73,16 +74,21 @@ def test_every_algorithm_with_data(coll: str) -> None:
             for count in counts:
                 root = (p // 2) if coll in ROOTED else 0
                 _check(coll, alg, p, count, root, MPI.SUM)
+                checked.add(alg.name)
+    assert checked == {a.name for a in registry.algorithms(coll)}, "an algorithm ran at no p"
 
 
 @pytest.mark.parametrize("coll", sorted(REDUCING))
 def test_non_commutative_ops_keep_rank_order(coll: str) -> None:
+    checked = 0
     for alg in registry.algorithms(coll):
         for p in (2, 3, 5, 7, 8, 13):
             if alg.why_not(p, commutative=False) is not None:
                 continue
             for root in {0, p - 1, p // 2} if coll == "reduce" else {0}:
                 _check(coll, alg, p, 5, root, CONCAT)
+                checked += 1
+    assert checked, f"no {coll} algorithm takes a non-commutative op"
 
 
 def test_barrier_dissemination_messages() -> None:
@@ -200,7 +206,7 @@ def test_simulate_rejects_what_mpi_rejects() -> None:
 
 # --- node-aware algorithms and the two-level model ------------------------------------------
 
-TWO = __import__("mpicoll.engines.sim", fromlist=["TwoLevel"]).TwoLevel
+TWO = TwoLevel
 
 
 def _two_level(k: int) -> object:
