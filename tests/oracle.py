@@ -305,12 +305,7 @@ def combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def reference_reduce(op: str, arrays: Sequence[np.ndarray]) -> np.ndarray:
     """Fold ``arrays`` (one per rank, rank order) with ``op``: arrays[0] op arrays[1] op ...."""
-    if not arrays:
-        raise ValueError("nothing to reduce")
-    acc = np.array(arrays[0], copy=True)
-    for x in arrays[1:]:
-        acc = combine(op, acc, x)
-    return acc
+    return fold(op, arrays)
 
 
 def reference_scan(op: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
