@@ -18,13 +18,13 @@ are not involved, and the recovery collective proves it.
 
 Also: explicit counts on the block side of Scatter/Gather/Allgather/Alltoall/Reduce_scatter_block
 are per block, as in mpi4py (a total-count spec is refused before MPI could write past the
-buffer); overlapping receive blocks of the v-collectives are refused (those cases skip until the
-check exists); ``Reduce_scatter(recvcounts=None)`` with a recvbuf refused on one rank must not
+buffer); overlapping receive blocks of the v-collectives are refused;
+``Reduce_scatter(recvcounts=None)`` with a recvbuf refused on one rank must not
 strand the others.
 
 Checked mode (``mpicoll.p2p(comm, check=True)``, ``MPICOLL_CHECK=1``): ranks that disagree on
 (collective, root, count, dtype, op) all raise :class:`mpicoll.MismatchError`, instead of
-truncating or hanging; these tests are skipped while ``mpicoll.MismatchError`` does not exist.
+truncating or hanging.
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_errors.py`` (P = 1..5; some cases
 need P >= 2, or a P that is not a power of two).
@@ -32,7 +32,6 @@ need P >= 2, or a P that is not a power of two).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +46,7 @@ from mpicoll.algorithms.registry import RestrictionError
 
 WORLD = MPI.COMM_WORLD
 KINDS = ("native", "p2p")
-MismatchError: type[ValueError] | None = getattr(mpicoll, "MismatchError", None)
+MismatchError = mpicoll.MismatchError
 
 _BACKENDS: dict[str, Any] = {}
 
@@ -98,7 +97,6 @@ class Bad:
     make: Callable[[int, int], Attempt | None]
     applies: Callable[[int], bool]
     kinds: tuple[str, ...]
-    pending: Callable[[], str | None] | None = None
 
 
 CASES: list[Bad] = []
@@ -106,16 +104,14 @@ CASES: list[Bad] = []
 
 def bad(group: str, name: str, exc: type[BaseException], *words: str, min_p: int = 1,
         when: Callable[[int], bool] | None = None, kinds: tuple[str, ...] = KINDS,
-        pending: Callable[[], str | None] | None = None,
         ) -> Callable[[Callable[[int, int], Attempt | None]], Callable[[int, int], Any]]:
-    """Register a case (decorator on its ``make(rank, size)``).  ``pending()`` returns a
-    reason to skip while the package does not have the check yet (None once it does)."""
+    """Register a case (decorator on its ``make(rank, size)``)."""
 
     def deco(make: Callable[[int, int], Attempt | None]) -> Callable[[int, int], Any]:
         def applies(p: int) -> bool:
             return p >= min_p and (when is None or when(p))
 
-        CASES.append(Bad(group, name, exc, words, make, applies, kinds, pending))
+        CASES.append(Bad(group, name, exc, words, make, applies, kinds))
         return make
 
     return deco
@@ -440,21 +436,7 @@ def _(r: int, p: int) -> Attempt | None:
     return Attempt(lambda b: b.Gatherv(s, [rb, [1] * (p + 2), MPI.DOUBLE], root=p - 1), [s, rb])
 
 
-def _overlap_check_pending() -> str | None:
-    """The check for overlapping receive blocks is a proposed addition (not in the acceptance
-    list); skip its cases until ``_buffers.parse_v`` refuses overlaps."""
-    from mpicoll.backends import buffers as _buffers
-
-    try:
-        _buffers.parse_v([np.zeros(4), ([2, 2], [0, 1]), MPI.DOUBLE], "recvbuf", 2,
-                         writable=True)
-    except ValueError:
-        return None
-    return "receive blocks that overlap are not refused yet (proposed check)"
-
-
-@bad("counts", "allgatherv_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2,
-     pending=_overlap_check_pending)
+@bad("counts", "allgatherv_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2)
 def _(r: int, p: int) -> Attempt:
     s, rb = fill(2, r), fill(2 * p, -7)
     displs = [2 * k for k in range(p)]
@@ -462,8 +444,7 @@ def _(r: int, p: int) -> Attempt:
     return Attempt(lambda b: b.Allgatherv(s, [rb, ([2] * p, displs), MPI.DOUBLE]), [s, rb])
 
 
-@bad("counts", "gatherv_root_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2,
-     pending=_overlap_check_pending)
+@bad("counts", "gatherv_root_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2)
 def _(r: int, p: int) -> Attempt | None:
     if r != 0:
         return None
@@ -918,9 +899,6 @@ def check_bad(case: Bad, kind: str) -> None:
         pytest.skip(f"{case.name} is for {'/'.join(case.kinds)} only")
     if not case.applies(p):
         pytest.skip(f"{case.name} does not apply at P={p}")
-    why = case.pending() if case.pending is not None else None
-    if why:
-        pytest.skip(why)
     b = backend(kind)
     problems: list[str] = []
     attempt = case.make(r, p)
@@ -1243,17 +1221,6 @@ def test_block_counts_are_per_block_as_in_mpi4py(kind: str) -> None:
 # checked mode: ranks that disagree all raise MismatchError
 
 
-requires_checked_mode = pytest.mark.skipif(
-    MismatchError is None, reason="checked mode not there yet (no mpicoll.MismatchError)")
-
-
-def _native_has_check() -> bool:
-    try:
-        return "check" in inspect.signature(mpicoll.native).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 CHECKED = ("p2p-check", "native-check", "p2p-env")
 
 
@@ -1261,10 +1228,6 @@ CHECKED = ("p2p-check", "native-check", "p2p-env")
 def checked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A backend in checked mode: ``check=True`` (p2p, native), or ``MPICOLL_CHECK=1``."""
     how = request.param
-    if MismatchError is None:
-        pytest.skip("checked mode not there yet (no mpicoll.MismatchError)")
-    if how == "native-check" and not _native_has_check():
-        pytest.skip("mpicoll.native has no check= argument")
     if how == "p2p-env":
         monkeypatch.setenv("MPICOLL_CHECK", "1")
         b = mpicoll.p2p(WORLD)
@@ -1432,7 +1395,6 @@ def _v_count_mismatch_cases() -> list[Mismatch]:
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 @pytest.mark.parametrize("case", _mismatch_cases(), ids=lambda c: c.name)
 def test_checked_mode_mismatch(checked: Any, case: Mismatch) -> None:
@@ -1463,7 +1425,6 @@ def test_checked_mode_mismatch(checked: Any, case: Mismatch) -> None:
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 def test_checked_mode_local_error_on_one_rank(checked: Any) -> None:
     """Bad input seen by one rank only (the root's too-small receive buffer): that rank raises
@@ -1524,7 +1485,6 @@ def test_reduce_scatter_gathered_counts_local_error_on_one_rank(kind: str) -> No
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 def test_checked_mode_accepts_agreeing_calls(checked: Any) -> None:
     """No false alarms: calls whose ranks legitimately differ (v-collective counts, arguments
@@ -1577,8 +1537,6 @@ def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: 
                                           value: str) -> None:
     """A bad environment variable on one rank only (checked p2p): that rank raises its own
     ValueError naming the variable, every other rank a MismatchError; nothing is sent."""
-    if MismatchError is None:
-        pytest.skip("checked mode not there yet")
     p, r = WORLD.size, WORLD.rank
     if p < 2:
         pytest.skip("needs two ranks")
@@ -1608,7 +1566,6 @@ def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: 
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 def test_checked_mode_reduce_scatter_gathered_counts(checked: Any) -> None:
     """Checked Reduce_scatter(recvcounts=None): uneven receive counts are gathered in the
