@@ -100,8 +100,8 @@ def backend(kind: str) -> Any:
 
 
 def method_name(coll: str) -> str:
-    """"reduce_scatter_block" -> "Reduce_scatter_block"; "iallreduce" -> "Iallreduce"."""
-    if coll.startswith("i") and coll[1:] in BY_NAME:
+    """"reduce_scatter_block" -> "Reduce_scatter_block"; "Iallreduce" -> "Iallreduce"."""
+    if coll.startswith("I") and coll[1:] in BY_NAME:
         return BY_NAME[coll[1:]].nonblocking
     return BY_NAME[coll].method
 
