@@ -8,7 +8,8 @@ from mpi4py import MPI
 
 from ..algorithms.collectives import BY_NAME
 from .args import Call
-from .base import Collectives, agree_on_construction
+from .base import Collectives
+from .checked import agree_on_construction
 from .objects import NativeObjects
 
 __all__ = ["Native", "native"]
@@ -33,7 +34,7 @@ class Native(NativeObjects, Collectives):
 
     def __init__(self, comm: MPI.Comm, *, check: bool | None = None) -> None:
         super().__init__(comm, check=check)
-        agree_on_construction(comm, self.name, self.check, self._refused)
+        agree_on_construction(comm, self.name, self.settings)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:

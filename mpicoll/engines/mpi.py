@@ -14,6 +14,7 @@ non-blocking ones are outstanding does not starve them.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
 from .call import Call
 
@@ -147,6 +149,9 @@ class ScheduleRequest:
 #: waiting on one backend's request must not starve another backend's schedule that a peer
 #: is waiting on).
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: an engine's schedules in flight (as a C-level getter: the blocking fast path asks it of every
+#: engine on every call)
+_ACTIVE = operator.attrgetter("active")
 
 
 class Engine:
@@ -170,13 +175,10 @@ class Engine:
         self.traffic = Traffic()
         _ENGINES.add(self)
 
-    def next_tag(self) -> int:
-        self.tag = self.tag % self.tag_ub + 1
-        return self.tag
-
-    def _context(self, call: Call) -> tuple[MPIContext, Schedule]:
-        tag = self.next_tag()
-        if any(r._ctx.tag == tag for r in self.active):
+    def _context(self, call: Call, algorithm: Algorithm) -> tuple[MPIContext, Schedule]:
+        """A fresh tag and context for ``call``, and ``algorithm``'s schedule started on it."""
+        self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
+        if self.active and any(r._ctx.tag == tag for r in self.active):
             # More than tag_ub collectives outstanding: the tag comes round again while an
             # older call still uses it.  Finish that call here first; two calls in flight with
             # one tag would cross-match their messages.  Every rank does the same, so every
@@ -184,19 +186,20 @@ class Engine:
             self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
-        return ctx, call.schedule(ctx, *call.prepare(ctx))
+        return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
 
-    def start(self, call: Call) -> ScheduleRequest:
-        """Start ``call`` (its algorithm already chosen) and return its request."""
-        ctx, gen = self._context(call)
+    def start(self, call: Call, algorithm: Algorithm) -> ScheduleRequest:
+        """Start ``call`` with ``algorithm`` (chosen by the backend) and return its request."""
+        ctx, gen = self._context(call, algorithm)
         return ScheduleRequest(self, gen, ctx)
 
-    def run(self, call: Call) -> None:
-        """Blocking: run ``call`` to completion (progressing any outstanding others)."""
-        if any(e.active for e in list(_ENGINES)):  # keep everything in flight moving
-            self.start(call).Wait()
+    def run(self, call: Call, algorithm: Algorithm) -> None:
+        """Blocking: run ``call`` with ``algorithm`` to completion (progressing any
+        outstanding others)."""
+        if any(map(_ACTIVE, list(_ENGINES))):  # keep everything in flight moving
+            self.start(call, algorithm).Wait()
             return
-        ctx, gen = self._context(call)  # the common case: Waitall each round, no polling
+        ctx, gen = self._context(call, algorithm)  # the common case: Waitall each round
         for rnd in gen:
             reqs = ctx.post(rnd)
             if reqs:

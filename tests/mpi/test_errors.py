@@ -1059,23 +1059,18 @@ def _expect(problems: list[str], what: str, call: Callable[[], Any], exc: type[B
 def test_bad_segment_size_refused_before_any_message(monkeypatch: pytest.MonkeyPatch,
                                                      value: str) -> None:
     """``MPICOLL_SEGMENT_SIZE`` that is not a positive integer: ValueError naming the variable
-    and the value, at every p2p call (segmented algorithm or not) and when a backend is made,
-    before any message; no buffer changed; the backend works once the variable is fixed."""
+    and the value when a backend is made, before the ``Dup``, on every rank; the variable is
+    read once, so a backend made before it was set still works (no call re-reads it)."""
     b = backend("p2p")
-    p, r = WORLD.size, WORLD.rank
+    r = WORLD.rank
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", value)
     problems: list[str] = []
-    a = fill(1000, r)
-    s, y = fill(3, r), fill(3, -7)
-    before = _snapshot([a, s, y])
     words = ("MPICOLL_SEGMENT_SIZE", repr(value))
-    _expect(problems, "Bcast pipeline", lambda: b.Bcast(a, root=0, algorithm="pipeline"),
-            ValueError, *words)
-    _expect(problems, "Ibcast", lambda: b.Ibcast(a, root=p - 1).Wait(), ValueError, *words)
-    _expect(problems, "Allreduce", lambda: b.Allreduce(s, y), ValueError, *words)
     _expect(problems, "mpicoll.p2p()", lambda: mpicoll.p2p(WORLD).Free(), ValueError, *words)
-    if _snapshot([a, s, y]) != before:
-        problems.append("a buffer was changed by a refused call")
+    a = fill(1000, r)
+    b.Bcast(a, root=0, algorithm="pipeline")  # made before: its segment size stays
+    if not np.array_equal(a, fill(1000, 0)):
+        problems.append(f"Bcast pipeline after the variable was set gave {a[:4]}...")
     monkeypatch.delenv("MPICOLL_SEGMENT_SIZE")
     problems += _recover(b)
     _agree(problems, f"MPICOLL_SEGMENT_SIZE={value!r}")
@@ -1084,31 +1079,85 @@ def test_bad_segment_size_refused_before_any_message(monkeypatch: pytest.MonkeyP
 @pytest.mark.mpi
 def test_bad_env_algorithm_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     """An unknown ``MPICOLL_<COLLECTIVE>_ALGORITHM``: ValueError naming the variable, the value
-    and the valid names; one whose restriction the call breaks: RestrictionError naming the
-    variable; ``algorithm=`` on the call still wins over the variable."""
-    b = backend("p2p")
+    and the valid names, when the backend is made; one whose restriction a call breaks:
+    RestrictionError naming the variable at that call, before any message; ``algorithm=`` on
+    the call still wins over the variable."""
     p, r = WORLD.size, WORLD.rank
     problems: list[str] = []
     monkeypatch.setenv("MPICOLL_ALLREDUCE_ALGORITHM", "nope")
-    s, y = fill(3, r + 1.0), fill(3, -7)
-    _expect(problems, "Allreduce", lambda: b.Allreduce(s, y), ValueError,
+    _expect(problems, "mpicoll.p2p()", lambda: mpicoll.p2p(WORLD).Free(), ValueError,
             "MPICOLL_ALLREDUCE_ALGORITHM", "'nope'", "ring")
-    _expect(problems, "Iallreduce", lambda: b.Iallreduce(s, y).Wait(), ValueError,
-            "MPICOLL_ALLREDUCE_ALGORITHM")
-    if not np.array_equal(y, fill(3, -7)):
-        problems.append("recvbuf changed by a refused call")
-    b.Allreduce(s, y, algorithm="ring")
-    if not np.array_equal(y, fill(3, p * (p + 1) / 2)):
-        problems.append(f"Allreduce(algorithm='ring') under a bad variable gave {y}")
+    monkeypatch.setenv("MPICOLL_ALLREDUCE_ALGORITHM", "ring")
+    with mpicoll.p2p(WORLD) as c:
+        s, y = fill(3, r + 1.0), fill(3, -7)
+        c.Allreduce(s, y)
+        if not np.array_equal(y, fill(3, p * (p + 1) / 2)):
+            problems.append(f"Allreduce under MPICOLL_ALLREDUCE_ALGORITHM=ring gave {y}")
+        if c.traffic.messages_sent != (2 * (p - 1) if p > 1 else 0):
+            problems.append(f"not the ring: {c.traffic.messages_sent} messages sent")
     monkeypatch.delenv("MPICOLL_ALLREDUCE_ALGORITHM")
     if not_pof2(p):
         monkeypatch.setenv("MPICOLL_ALLGATHER_ALGORITHM", "recursive_doubling")
-        g = fill(2 * p, -7)
-        _expect(problems, "Allgather", lambda: b.Allgather(fill(2, r), g), RestrictionError,
-                "MPICOLL_ALLGATHER_ALGORITHM", "power-of-two")
+        with mpicoll.p2p(WORLD) as c:
+            g = fill(2 * p, -7)
+            _expect(problems, "Allgather", lambda: c.Allgather(fill(2, r), g), RestrictionError,
+                    "MPICOLL_ALLGATHER_ALGORITHM", "power-of-two")
+            if not np.array_equal(g, fill(2 * p, -7)):
+                problems.append("recvbuf changed by a refused call")
+            c.Allgather(fill(2, r), g, algorithm="ring")
+            if not np.array_equal(g, np.repeat(np.arange(p), 2).astype(g.dtype)):
+                problems.append(f"Allgather(algorithm='ring') under the variable gave {g}")
+            problems += _recover(c)
         monkeypatch.delenv("MPICOLL_ALLGATHER_ALGORITHM")
-    problems += _recover(b)
     _agree(problems, "bad MPICOLL_<COLLECTIVE>_ALGORITHM")
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("check", [False, True])
+@pytest.mark.parametrize(("var", "last", "others"), [
+    ("MPICOLL_ALLREDUCE_ALGORITHM", "ring", "recursive_doubling"),
+    ("MPICOLL_BCAST_ALGORITHM", "binomial", None),
+    ("MPICOLL_SEGMENT_SIZE", "128", "4096"),
+    ("MPICOLL_RANKS_PER_NODE", "1", None),
+])
+def test_construction_env_differs_on_one_rank(monkeypatch: pytest.MonkeyPatch, check: bool,
+                                              var: str, last: str, others: str | None) -> None:
+    """A variable that changes what goes on the wire, different on the last rank (Open MPI's
+    mpiexec passes a variable only with -x): every rank raises MismatchError when the backend
+    is made, naming the variable and both values (before: wrong sums on some ranks, a hang on
+    the others); the ranks are still in step afterwards."""
+    p, r = WORLD.size, WORLD.rank
+    if p < 2:
+        pytest.skip("needs 2 ranks")
+    value = last if r == p - 1 else others
+    if value is None:
+        monkeypatch.delenv(var, raising=False)
+    else:
+        monkeypatch.setenv(var, value)
+    problems: list[str] = []
+    try:
+        mpicoll.p2p(WORLD, check=check).Free()
+    except MismatchError as exc:
+        unset = "'auto'" if var.endswith("_ALGORITHM") else "unset"
+        if var == "MPICOLL_SEGMENT_SIZE" and others is None:
+            unset = "65536"
+        shown = ([repr(v) if var.endswith("_ALGORITHM") else v for v in (last, others)]
+                 if others is not None else
+                 [repr(last) if var.endswith("_ALGORITHM") else last, unset])
+        words = [var, f"{shown[0]} on rank(s) [{p - 1}]",
+                 f"{shown[1]} on rank(s) [{', '.join(map(str, range(p - 1)))}]"]
+        missing = [w for w in words if w not in str(exc)]
+        if missing:
+            problems.append(f"message {str(exc)!r} does not name {missing}")
+    except Exception as exc:
+        problems.append(f"raised {type(exc).__name__}: {exc}; expected MismatchError")
+    else:
+        problems.append("no exception")
+    monkeypatch.delenv(var, raising=False)
+    with mpicoll.p2p(WORLD) as c:  # the ranks are still in step
+        problems += _recover(c)
+    _agree(problems, f"{var} different on rank {p - 1}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1535,18 +1584,17 @@ def test_checked_mode_accepts_agreeing_calls(checked: Any) -> None:
                                             ("MPICOLL_ALLREDUCE_ALGORITHM", "nope")])
 def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: str,
                                           value: str) -> None:
-    """A bad environment variable on one rank only (checked p2p): that rank raises its own
-    ValueError naming the variable, every other rank a MismatchError; nothing is sent."""
+    """A bad environment variable on one rank only (checked p2p): when the backend is made,
+    that rank raises its own ValueError naming the variable, every other rank a ValueError
+    naming that rank; nothing is sent, and the ranks are still in step."""
     p, r = WORLD.size, WORLD.rank
     if p < 2:
         pytest.skip("needs two ranks")
-    b = backend("p2p-check")
     if r == p - 1:
         monkeypatch.setenv(var, value)
     problems: list[str] = []
-    s, y = fill(3, r), fill(3, -7)
     try:
-        b.Allreduce(s, y)
+        mpicoll.p2p(WORLD, check=True).Free()
     except Exception as exc:
         if r == p - 1:
             if isinstance(exc, MismatchError) or not isinstance(exc, ValueError):
@@ -1554,14 +1602,13 @@ def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: 
                                 "ValueError")
             elif var not in str(exc):
                 problems.append(f"message {str(exc)!r} does not name {var}")
-        elif not isinstance(exc, MismatchError):
-            problems.append(f"raised {type(exc).__name__}: {exc}; expected MismatchError")
+        elif not (isinstance(exc, ValueError) and f"refused on rank(s) [{p - 1}]" in str(exc)):
+            problems.append(f"raised {type(exc).__name__}: {exc}; expected a ValueError "
+                            f"naming rank {p - 1}")
     else:
         problems.append("no exception")
-    if not np.array_equal(y, fill(3, -7)):
-        problems.append("recvbuf changed")
     monkeypatch.delenv(var, raising=False)
-    problems += _recover(b)
+    problems += _recover(backend("p2p-check"))
     _agree(problems, f"checked mode: {var}={value!r} on rank {p - 1} only")
 
 
