@@ -47,6 +47,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from .checked import check_algorithm_type
 
 __all__ = ["NativeObjects", "P2PObjects"]
 
@@ -228,10 +229,8 @@ class NativeObjects:
     if TYPE_CHECKING:  # provided by Collectives
         comm: MPI.Comm
 
-        def _check_options(self, collective: str, algorithm: Any) -> None: ...
-
     def _native(self, collective: str, algorithm: Any) -> MPI.Intracomm:
-        self._check_options(collective, algorithm)
+        check_algorithm_type(algorithm)
         if algorithm not in (None, "native"):
             raise ValueError(
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
@@ -313,16 +312,14 @@ class P2PObjects:
         Allgatherv: Callable[..., None]
         Alltoall: Callable[..., None]
         Alltoallv: Callable[..., None]
-
-        def _check_options(self, collective: str, algorithm: Any) -> None: ...
-
-        def _check_usable(self) -> None: ...
+        _freed: bool
+        name: str
 
     def _forward(self, algorithm: Any, *collectives: str) -> tuple[str | None, ...]:
         """The ``algorithm=`` of each buffer collective used (see the class docstring)."""
-        self._check_usable()
-        if algorithm is not None and not isinstance(algorithm, str):
-            self._check_options(collectives[0], algorithm)  # TypeError
+        if self._freed:
+            raise RuntimeError(f"this {self.name} backend was freed")
+        check_algorithm_type(algorithm)
         if algorithm is None or algorithm == "auto":
             picked: tuple[str | None, ...] = (algorithm,) * len(collectives)
         else:
@@ -332,8 +329,6 @@ class P2PObjects:
                 known = sorted(set().union(*names))
                 raise ValueError(f"algorithm: {algorithm!r} is not an algorithm of "
                                  f"{' or '.join(collectives)}; expected one of {known}")
-        for c, a in zip(collectives, picked, strict=True):
-            self._check_options(c, a)  # the environment, before any message
         return picked
 
     # -- the building blocks: (result, error); each rank takes part in every message --

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NoReturn, TextIO
 
 import numpy as np
+from mpi4py import MPI
 
+from ..algorithms.schedule import Context, Schedule
+from ..backends.p2p import p2p
+from ..engines.call import Call
+from ..engines.mpi import Engine
 from ..model import alphabeta as _model
 from ..model import calibrate as _calibrate
 from ..model.alphabeta import default_path
@@ -22,7 +29,37 @@ from .harness import provenance
 from .options import parse_size
 from .report import human_size, table
 
-__all__ = ["add_arguments", "check_arguments", "environment_problem", "run"]
+__all__ = ["add_arguments", "check_arguments", "environment_problem", "overhead_probe", "run"]
+
+
+def overhead_probe(comm: MPI.Comm) -> _calibrate.OverheadProbe:
+    """What fits o_call and o_msg on a two-rank ``comm``: one float64 Allreduce by recursive
+    doubling (one round at P = 2) through the p2p front door, and schedules of k rounds of one
+    Isend + one Irecv run by the p2p engine directly (no front door)."""
+    hand = p2p(comm)
+    x, y = np.ones(1), np.empty(1)
+    dup = comm.Dup()
+    engine = Engine(dup, int(dup.Get_attr(MPI.TAG_UB) or 32767))
+
+    def rounds(k: int) -> Callable[[], object]:
+        s, r = np.zeros(1), np.empty(1)
+
+        def schedule(ctx: Context) -> Schedule:
+            peer = 1 - ctx.rank
+            for _ in range(k):
+                yield ctx.sendrecv(s, peer, r, peer)
+
+        call = Call("probe", MPI.DOUBLE, np.dtype(np.float64), lambda ctx: ())
+        alg: Any = SimpleNamespace(schedule=schedule)  # the engine reads only .schedule
+        return lambda: engine.run(call, alg)
+
+    def close() -> None:
+        hand.Free()
+        dup.Free()
+
+    return _calibrate.OverheadProbe(
+        call=lambda: hand.Allreduce(x, y, op=MPI.SUM, algorithm="recursive_doubling"),
+        call_bytes=8, call_reduce_bytes=8, rounds=rounds, close=close)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,7 +108,7 @@ def environment_problem(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     prov = provenance(comm, ["calibrate", *argv])
     m, details = _calibrate.calibrate(comm, max_bytes=args.max_bytes_n, iters=args.iterations,
-                                     warmup=args.warmup)
+                                      warmup=args.warmup, probe=overhead_probe)
     if comm.Get_rank() != 0:
         return 0
     sizes = details["pingpong_bytes"]
@@ -94,13 +131,21 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     out.write(f"alpha = {m.alpha * 1e6:.4g} us per message\n")
     out.write(f"beta  = {m.beta * 1e9:.4g} ns/B  ({bw})\n")
     out.write(f"gamma = {m.gamma * 1e9:.4g} ns/B  ({gw} reduced)\n")
+    if "overhead" in details:
+        out.write(f"o_call = {m.o_call * 1e6:.4g} us per p2p collective call\n")
+        out.write(f"o_msg  = {m.o_msg * 1e6:.4g} us per message the p2p engine posts\n")
     out.write(f"fit alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
               f"{100 * ab['max_rel_residual']:.1f}% ({len(sizes)} sizes)\n")
     out.write(f"fit n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
               f"{100 * gf['max_rel_residual']:.1f}% ({len(details['reduce_bytes'])} sizes)\n")
-    if m.alpha == 0.0 or m.beta == 0.0:
-        out.write("note: a fitted parameter came out negative and was set to 0: the timings "
-                  "are noisy (a loaded machine?); calibrate again on a quiet one\n")
+    for key in ("o_msg_fit", "o_call_fit", "round_fit"):
+        if key in details:
+            q = details[key]
+            r2 = "" if q["r2"] is None else f"R^2 = {q['r2']:.5f}, "
+            out.write(f"fit {_calibrate.FITS[key]}: {r2}max relative residual "
+                      f"{100 * q['max_rel_residual']:.1f}%\n")
+    for w in details["fit_warnings"]:
+        print(w, file=sys.stderr)
     path = _model.save(m, args.output, date=prov["date"], P=prov["P"],
                       mpi_library=prov["mpi_library"], hosts=prov["hosts"], **details)
     if args.output is None or path.absolute() == _model.default_path().absolute():

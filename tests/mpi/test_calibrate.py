@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 from _cli import run_all
 from mpi4py import MPI
 
-import mpicoll
-from mpicoll.algorithms.schedule import Context, Schedule
-from mpicoll.engines.call import Call
-from mpicoll.engines.mpi import Engine
 from mpicoll.model import alphabeta as model
 from mpicoll.model import calibrate
 from mpicoll.tools import bench
+from mpicoll.tools.calibrate import overhead_probe
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
@@ -34,36 +29,6 @@ QUICK = ["--max-bytes", "1M", "-i", "10", "-x", "2"]
 
 needs_two = pytest.mark.skipif(SIZE < 2, reason="calibrate needs at least 2 ranks")
 TERMS = ("alpha", "beta", "gamma", "o_call", "o_msg")
-
-
-def overhead_probe(comm: MPI.Comm) -> calibrate.OverheadProbe:
-    """The probe that fits o_call and o_msg on a two-rank ``comm``: one float64 Allreduce by
-    recursive doubling (one round at P = 2) through the p2p front door, and schedules of k
-    rounds of one Isend + one Irecv run by the p2p engine directly."""
-    hand = mpicoll.p2p(comm)
-    x, y = np.ones(1), np.empty(1)
-    dup = comm.Dup()
-    engine = Engine(dup, dup.Get_attr(MPI.TAG_UB))
-
-    def rounds(k: int) -> Callable[[], object]:
-        s, r = np.zeros(1), np.empty(1)
-
-        def schedule(ctx: Context) -> Schedule:
-            peer = 1 - ctx.rank
-            for _ in range(k):
-                yield ctx.sendrecv(s, peer, r, peer)
-
-        call = Call("probe", MPI.DOUBLE, np.dtype(np.float64), lambda ctx: (),
-                    schedule=schedule)
-        return lambda: engine.run(call)
-
-    def close() -> None:
-        hand.Free()
-        dup.Free()
-
-    return calibrate.OverheadProbe(
-        call=lambda: hand.Allreduce(x, y, op=MPI.SUM, algorithm="recursive_doubling"),
-        call_bytes=8, call_reduce_bytes=8, rounds=rounds, close=close)
 
 
 @pytest.mark.mpi
@@ -130,7 +95,14 @@ def test_calibrate_command_saves_a_loadable_model(
         assert doc["P"] == SIZE
         assert "r2" in doc["alpha_beta_fit"]
         assert isinstance(doc["fit_warnings"], list)  # the fit quality is recorded
-        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "R^2 =",
+        assert m.o_call > 0 or doc["unclamped"]["o_call"] <= 0  # the command fits o_call
+        for fit in calibrate.FITS:
+            assert fit in doc, fit
+        # the warnings go to stderr, as recorded, and only there
+        assert err.splitlines() == doc["fit_warnings"]
+        for w in doc["fit_warnings"]:
+            assert w not in out
+        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "o_call =", "o_msg  =", "R^2 =",
                      "max relative residual", f"saved to {path}"):
             assert word in out, word
         # the printed values are the saved ones
