@@ -28,7 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..algorithms import registry
-from ..engines.mpi import Engine, Traffic
+from ..engines.mpi import Engine, Traffic, check_thread
 from . import env as _env
 from .args import Call, select
 from .base import Collectives, agree_on_construction
@@ -117,9 +117,11 @@ class P2P(Collectives):
             _env.check_env_algorithm(collective)
 
     def _check_usable(self) -> None:
-        """After :meth:`Free`: RuntimeError, before any MPI call."""
+        """After :meth:`Free`: RuntimeError; from a thread MPI's thread level does not allow:
+        :class:`~mpicoll.ThreadLevelError`; both before any MPI call."""
         if self._comm == MPI.COMM_NULL:
             raise RuntimeError("this p2p backend was freed")
+        check_thread()
 
     def _segment_field(self) -> int:
         try:
