@@ -95,8 +95,9 @@ def _work(b: Any, tid: int, mode: str, calls: int) -> None:
         else:  # two allreduces (ring, auto) and an allgather outstanding, then complete them
             x2, y2, want2 = _inputs(tid, i + 1)
             g = np.full(3 * WORLD.size, -1, dtype=np.int64)
+            mine = np.array([WORLD.rank, tid, i], dtype=np.int64)  # alive until completion
             reqs = [b.Iallreduce(x, y, op=MPI.SUM, algorithm=_ring(x.size)),
-                    b.Iallgather(np.array([WORLD.rank, tid, i], dtype=np.int64), g),
+                    b.Iallgather(mine, g),
                     b.Iallreduce(x2, y2, op=MPI.SUM)]
             if mode == "waitall":
                 mpicoll.Waitall(reqs)
