@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,10 +119,12 @@ def _work(b: Any, tid: int, mode: str, calls: int) -> None:
 def _run_threads(targets: list[Callable[[], None]]) -> None:
     """Run each target in its own thread; re-raise the first failure of any."""
     errors: list[BaseException] = []
+    ready = threading.Barrier(len(targets))  # start together: they must meet in the engine
 
     def wrap(fn: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
             try:
+                ready.wait()
                 fn()
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
@@ -236,6 +239,83 @@ def test_thread_waits_while_another_holds_its_schedule() -> None:
         stop.set()
         t.join()
         b.Free()
+
+
+class _IsRequest(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, MPI.Request)
+
+
+class _Watched:
+    """Stands for the ``MPI`` module inside the engine: the same, except that its
+    ``Request.Testall/Waitall/Waitany`` record which requests are inside a test or wait call
+    and sleep there a millisecond (so other threads run meanwhile): two threads with a common
+    request inside such calls at once is what MPI forbids, and what the engine must prevent."""
+
+    def __init__(self) -> None:
+        self.inside: dict[int, tuple[int, ...]] = {}  # call id -> request ids
+        self.overlaps: list[str] = []
+        self.calls = 0
+        self.lock = threading.Lock()
+        watched = self
+
+        def wrap(name: str) -> Any:
+            real = getattr(MPI.Request, name)
+
+            def call(requests: Any, *args: Any) -> Any:
+                key = tuple(id(r) for r in requests)
+                me = object()
+                with watched.lock:
+                    watched.calls += 1
+                    for other in watched.inside.values():
+                        if set(other) & set(key):
+                            watched.overlaps.append(
+                                f"{name} by {threading.current_thread().name} on requests "
+                                f"another thread is testing or waiting on")
+                    watched.inside[id(me)] = key
+                try:
+                    time.sleep(0.001)
+                    return real(requests, *args)
+                finally:
+                    with watched.lock:
+                        del watched.inside[id(me)]
+            return staticmethod(call)
+
+        class Request(metaclass=_IsRequest):  # isinstance(x, Request): x is an MPI.Request
+            Testall = wrap("Testall")
+            Waitall = wrap("Waitall")
+            Waitany = wrap("Waitany")
+
+        self.Request = Request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(MPI, name)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["test", "wait"])
+def test_one_schedule_is_advanced_by_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch,
+                                                          mode: str) -> None:
+    """Deterministic form of issue 15's bug: while a thread is inside MPI testing or waiting
+    on a schedule's round (held there a millisecond), no other thread may test or wait on
+    the same requests.  The engine before the fix let every Test() loop poll every schedule:
+    this test saw such overlaps at once."""
+    if WORLD.size == 1:
+        pytest.skip("one rank: a schedule sends no message, there is no request to share")
+    from mpicoll.engines import mpi as engine
+
+    backends = [mpicoll.p2p(WORLD) for _ in range(2)]
+    watched = _Watched()
+    monkeypatch.setattr(engine, "MPI", watched)
+    try:
+        _run_threads([lambda b=b, t=t: _work(b, t, mode, 30) for t, b in enumerate(backends)])
+    finally:
+        monkeypatch.undo()
+        for b in backends:
+            b.Free()
+    assert watched.calls > 0
+    assert not watched.overlaps, watched.overlaps[:3]
 
 
 # --------------------------------------------------------------------------------------------
