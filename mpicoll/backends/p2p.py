@@ -77,6 +77,8 @@ class P2P(Collectives):
             allgather before the ``Dup``; the bad rank raises its own error, the others name
             it); the segment size is checked again at every call, before any message.
         MismatchError: the ranks' check flags (``check=`` / ``$MPICOLL_CHECK``) differ.
+        ThreadLevelError: called from a thread MPI's thread level does not allow (see
+            :func:`mpicoll.engines.mpi.check_thread`), before any message.
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
@@ -87,6 +89,7 @@ class P2P(Collectives):
     def __init__(self, comm: MPI.Comm, *, tag_ub: int | None = None,
                  check: bool | None = None) -> None:
         super().__init__(comm, check=check)
+        check_thread()  # a thread MPI's thread level does not allow: refused before any message
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
         error = self._refused  # $MPICOLL_CHECK

@@ -61,6 +61,7 @@ def main() -> None:
     assert np.array_equal(y, np.full(10, float(P)))
 
     if LEVEL in ("single", "funneled"):
+        refused(in_thread(lambda: mpicoll.p2p(WORLD)), "p2p() from a helper thread")
         refused(in_thread(lambda: b.Allreduce(x, y)), "Allreduce from a helper thread")
         refused(in_thread(lambda: b.Iallreduce(x, y)), "Iallreduce from a helper thread")
         req = b.Iallreduce(x * 2, y)

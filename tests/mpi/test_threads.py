@@ -43,6 +43,8 @@ WORLD = MPI.COMM_WORLD
 FULL = os.environ.get("MPICOLL_TEST_FULL", "") not in ("", "0")
 CALLS = 200 if FULL else 60
 REPEAT = 20 if FULL else 1
+#: per-test limit in seconds (20 repeats of 200 calls under FULL take minutes at P = 5)
+LIMIT = 1200 if FULL else 120
 #: element counts the calls cycle through (0, 1, not divisible by P, a few segments)
 COUNTS = (0, 1, 7, 1000, 3, 257)
 MODES = ("blocking", "test", "wait", "waitall", "waitany")
@@ -141,7 +143,7 @@ def _run_threads(targets: list[Callable[[], None]]) -> None:
 
 
 @pytest.mark.mpi
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(LIMIT)
 @pytest.mark.parametrize("nthreads", [2, 4])
 @pytest.mark.parametrize("mode", [*MODES, "mixed"])
 def test_threads_with_own_backends(nthreads: int, mode: str) -> None:
@@ -180,7 +182,7 @@ class _Turns:
 
 
 @pytest.mark.mpi
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(LIMIT)
 @pytest.mark.parametrize("how", ["blocking", "wait", "test"])
 def test_one_backend_shared_by_two_threads_with_a_user_lock(how: str) -> None:
     """Two threads share one backend: they start their calls in turns (the user's lock), and
@@ -293,7 +295,7 @@ class _Watched:
 
 
 @pytest.mark.mpi
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(LIMIT)
 @pytest.mark.parametrize("mode", ["test", "wait"])
 def test_one_schedule_is_advanced_by_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch,
                                                           mode: str) -> None:
