@@ -11,6 +11,10 @@ source runs on every engine:
   ``Test``/``Wait`` on the returned request (the libNBC / MPICH ``sched`` model);
 * the simulator matches all ranks' rounds in memory and advances a clock per rank.
 
+A round may also carry local work that runs while its messages are in flight (an
+:class:`Overlap`, rule 3): a segmented schedule posts the next segment's transfers, reduces the
+segment already received, then waits, so reduction (gamma) overlaps transfer (beta).
+
 Rules a schedule keeps, so that every engine can run it:
 
 1. All data movement between a rank's own buffers goes through ``ctx.copy``/``ctx.reduce``
@@ -18,7 +22,13 @@ Rules a schedule keeps, so that every engine can run it:
 2. Sends and receives between one pair of ranks are matched in the order they are yielded
    (MPI's non-overtaking rule); both sides yield the same number of messages per round.
 3. A buffer yielded for sending is not written, and one yielded for receiving is not read,
-   until the round has completed (the engine resumes the generator only then).
+   until the round has completed (the engine resumes the generator only then).  This holds
+   for what is in flight too: a round may carry local work to run *while* it is in flight
+   (``yield ctx.overlap(round, during)``, an :class:`Overlap`); every engine posts the round,
+   runs ``during()``, then waits.  ``during`` does local work only (``ctx.copy``/``ctx.reduce``
+   on buffers a previous round completed: never a message), and it touches no buffer of the
+   round in flight, neither its send buffers nor its receive buffers (the simulator checks
+   this in data mode).  :func:`pipelined` builds such rounds from steps.
 4. Zero-length messages are still sent: both sides then agree without looking at counts.
 5. Operations are made with ``ctx.send``/``ctx.recv``/``ctx.sendrecv`` (never ``Send(...)``
    directly), so :meth:`Context.relative` can renumber ranks for rooted trees.
@@ -26,7 +36,7 @@ Rules a schedule keeps, so that every engine can run it:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -35,6 +45,7 @@ from mpi4py import MPI
 
 __all__ = [
     "Context",
+    "Overlap",
     "Recv",
     "Round",
     "Schedule",
@@ -43,7 +54,11 @@ __all__ = [
     "block_counts",
     "displacements",
     "is_pof2",
+    "pipelined",
     "pof2_floor",
+    "segment",
+    "segment_count",
+    "segments",
 ]
 
 
@@ -66,7 +81,24 @@ class Recv(NamedTuple):
 
 
 Round = tuple[Send | Recv, ...]
-Schedule = Generator[Round, None, None]
+
+
+class Overlap(NamedTuple):
+    """A round with local work to do while it is in flight (rule 3 of the module docstring).
+
+    Engines post ``ops``, call ``during()``, then wait for ``ops``.  ``during`` must not
+    touch (read or write) any buffer of ``ops``, nor communicate.
+    """
+
+    ops: Round
+    during: Callable[[], None]
+
+
+Schedule = Generator[Round | Overlap, None, None]
+
+#: one step of :func:`pipelined`: (round, work on what it received or None, whether the
+#: previous step's work may run during this round)
+Step = tuple[Round, Callable[[], None] | None, bool]
 
 
 class Context:
@@ -101,6 +133,10 @@ class Context:
     def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
         """A round of one send and one receive (``MPI_Sendrecv``)."""
         return (Recv(rbuf, source), Send(sbuf, dest))
+
+    def overlap(self, ops: Round, during: Callable[[], None]) -> Overlap:
+        """``ops`` with ``during()`` to run while they are in flight (see :class:`Overlap`)."""
+        return Overlap(ops, during)
 
     def relative(self, root: int) -> Context:
         """This context seen from ``root``: ranks renumbered ``(rank - root) % size``.
@@ -292,3 +328,42 @@ def segment_count(ctx: Context) -> int:
     """Elements per pipeline segment: ``ctx.segment_bytes`` bytes (the backend's
     ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element."""
     return max(1, ctx.segment_bytes // max(1, ctx.dtype.itemsize))
+
+
+def segments(ctx: Context, count: Any) -> int:
+    """How many segments of at most :func:`segment_count` elements the largest of ``count``
+    (an int, or per-rank ints in the vector engine) needs: at least 1."""
+    seg = segment_count(ctx)
+    top = int(np.max(count)) if isinstance(count, np.ndarray) else int(count)
+    return max(1, -(-top // seg))
+
+
+def segment(start: Any, count: Any, nseg: int, j: int) -> tuple[Any, Any]:
+    """(start, stop) of segment ``j`` of ``nseg`` near-equal segments of the ``count`` elements
+    at ``start`` (the first ``count % nseg`` one larger, as :func:`block_counts`).  Works on
+    per-rank integer vectors too (the vector engine)."""
+    q, r = divmod(count, nseg)
+    lo = start + j * q + (j < r) * j + (j >= r) * r
+    return lo, lo + q + (j < r)
+
+
+def pipelined(steps: Iterable[Step]) -> Generator[Round | Overlap, None, None]:
+    """Yield each step's round, running the previous step's work *during* it where the step
+    allows, else before posting it (and the last step's work after the last round).
+
+    A step is ``(round, work, overlaps)``: ``work`` (or None) is the local work on what
+    ``round`` received, run once that round has completed; ``overlaps`` says that the
+    previous step's work touches no buffer of this ``round`` (rule 3), so it may run while
+    this round is in flight.  Each work still runs after its own round and before the next
+    step's work, in step order: overlapping changes when local work runs, never what it
+    computes.  ``steps`` is consumed lazily, one step per completed round.
+    """
+    pending: Callable[[], None] | None = None
+    for ops, work, overlaps in steps:
+        if pending is not None and not overlaps:
+            pending()
+            pending = None
+        yield ops if pending is None else Overlap(ops, pending)
+        pending = work
+    if pending is not None:
+        pending()

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
+from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 
 __all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
@@ -63,8 +63,13 @@ class MPIContext(Context):
         self.tag = tag
         self.traffic = traffic
 
-    def post(self, rnd: Round) -> list[MPI.Request]:
-        """Start every operation of a round: receives first, then sends."""
+    def post(self, rnd: Round | Overlap) -> list[MPI.Request]:
+        """Start every operation of a round: receives first, then sends; then, for an
+        :class:`Overlap`, run its local work while they are in flight."""
+        if isinstance(rnd, Overlap):
+            reqs = self.post(rnd.ops)
+            rnd.during()
+            return reqs
         comm, tag, dt, t = self.comm, self.tag, self.datatype, self.traffic
         reqs = []
         for o in rnd:
