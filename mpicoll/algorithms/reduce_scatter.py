@@ -7,7 +7,8 @@ Schedules take ``(ctx, sendbuf, recvbuf, counts, op)``: ``sendbuf`` is this rank
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -16,13 +17,25 @@ from . import fold as _pof2
 from .reduce import binomial as _reduce_binomial
 from .registry import Cost, algorithm, default_rule
 from .scatter import linear as _scatter_linear
-from .schedule import Context, Round, Schedule, block, displacements, pof2_floor
+from .schedule import (
+    Context,
+    Overlap,
+    Round,
+    Schedule,
+    Step,
+    block,
+    displacements,
+    pipelined,
+    pof2_floor,
+    segment,
+    segments,
+)
 
 _BOTH = ("reduce_scatter_block", "reduce_scatter")
 
 
 def ring_core(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
-              op: MPI.Op) -> Generator[Round, None, None]:
+              op: MPI.Op) -> Generator[Round | Overlap, None, None]:
     """Ring reduce-scatter in place on ``buf``: afterwards block ``rank`` is fully reduced.
 
     In step s a rank sends its partial block (rank - s - 1) right and reduces the partial
@@ -31,22 +44,52 @@ def ring_core(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequ
 
         p = 3:  step 0:  r0 -b2-> r1,  r1 -b0-> r2,  r2 -b1-> r0   (each adds its own)
                 step 1:  r0 -b1-> r1,  r1 -b2-> r2,  r2 -b0-> r0   (r_i owns b_i)
+
+    Blocks larger than a segment (``ctx.segment_bytes``) travel as S segments, one round
+    each, and the reduction of a segment runs while the next one is in flight::
+
+        round:    (s,0)      (s,1)      ...  (s,S-1)       (s+1,0)        ...
+        wire:     seg 0      seg 1           seg S-1       seg 0 of rb_s
+        reduce:              seg 0      ...  seg S-2       seg S-1 of rb_s
+
+    (segment 0 of the block just reduced leaves while its last segment is being reduced:
+    disjoint buffers, rule 3).  With one segment a step sends what the previous one reduced,
+    so nothing overlaps: the plain ring.  Each element is reduced in the same order either way.
     """
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
-    tmp = ctx.scratch(max(counts) if counts else 0)
-    for s in range(p - 1):
-        sb, rb = (r - s - 1) % p, (r - s - 2) % p
-        incoming = tmp[: counts[rb]]
-        yield ctx.sendrecv(block(buf, counts, displs, sb), right, incoming, left)
-        ctx.reduce(incoming, block(buf, counts, displs, rb), op)
+    width = max(counts) if counts else 0
+    nseg = segments(ctx, width)
+    w = -(-width // nseg)  # the largest segment
+    slots = 1 if nseg == 1 else 2  # two receive slots when segmented: one in flight, one reduced
+    tmp = ctx.scratch(slots * w)
+
+    def steps() -> Iterator[Step]:
+        k = 0
+        for s in range(p - 1):
+            sb, rb = (r - s - 1) % p, (r - s - 2) % p
+            for j in range(nseg):
+                a, b = segment(displs[sb], counts[sb], nseg, j)
+                c, d = segment(displs[rb], counts[rb], nseg, j)
+                slot = (k % slots) * w
+                incoming = tmp[slot : slot + (d - c)]
+                yield (ctx.sendrecv(buf[a:b], right, incoming, left),
+                       partial(ctx.reduce, incoming, buf[c:d], op), nseg > 1)
+                k += 1
+
+    yield from pipelined(steps())
 
 
-#: ring and pairwise move and reduce the same bytes in the same number of steps
-_STEPS = Cost("(p-1)*alpha + (p-1)/p*n*(beta + gamma)", exact=("even",), bound=0.1)
+#: the ring reduce-scatter (:func:`ring_core`): (p-1) S rounds of one m-byte segment each; with
+#: S > 1 each reduction overlaps the next round
+RING_LET = (("S", "max(1, ceil(n/(p*s)))"), ("m", "n/(p*S)"))
+RING = ("(p > 1)*(overlapped((p-1)*S, alpha + m*beta, m*gamma) if S > 1 "
+        "else (p-1)*(alpha + m*(beta + gamma)))")
+SEGS = "s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)"
 
 
-@algorithm(_BOTH, "ring", cost=_STEPS, restrictions=("commutative",),
+@algorithm(_BOTH, "ring", cost=Cost(RING, let=RING_LET, where=SEGS, exact=("even",), bound=0.1),
+           restrictions=("commutative",),
            source="Patarasuk & Yuan 2009 (first half of the ring allreduce)")
 def ring(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
          op: MPI.Op) -> Schedule:
@@ -64,8 +107,10 @@ def ring(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequenc
     ctx.copy(block(work, counts, displs, ctx.rank), recvbuf)
 
 
-@algorithm(_BOTH, "pairwise", cost=_STEPS, restrictions=("commutative",),
-           source="MPICH reduce_scatter_intra_pairwise")
+@algorithm(_BOTH, "pairwise",
+           cost=Cost("overlapped((p-1)*S, alpha + m*beta, m*gamma)", let=RING_LET, where=SEGS,
+                     exact=("even",), bound=0.1),
+           restrictions=("commutative",), source="MPICH reduce_scatter_intra_pairwise")
 def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
              op: MPI.Op) -> Schedule:
     """Pairwise exchange: in step i, send block rank+i of the input to rank+i and reduce the
@@ -74,16 +119,31 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Seq
         p = 3:  step 1:  r0 -b1-> r1,  r1 -b2-> r2,  r2 -b0-> r0
                 step 2:  r0 -b2-> r2,  r1 -b0-> r0,  r2 -b1-> r1
 
-    Needs a commutative op.
+    The reduction of what step i received runs while step i+1 is in flight (it writes
+    ``recvbuf``, which no message uses); blocks larger than a segment travel as S segments,
+    one round each, pipelined the same way.  Needs a commutative op.
     """
     p, r = ctx.size, ctx.rank
     displs = displacements(counts)
     ctx.copy(block(sendbuf, counts, displs, r), recvbuf)
-    tmp = ctx.scratch(counts[r])
-    for i in range(1, p):
-        dst, src = (r + i) % p, (r - i) % p
-        yield ctx.sendrecv(block(sendbuf, counts, displs, dst), dst, tmp, src)
-        ctx.reduce(tmp, recvbuf, op)
+    nseg = segments(ctx, max(counts) if counts else 0)
+    w = -(-counts[r] // nseg)  # the largest segment of this rank's block
+    tmp = ctx.scratch(2 * w)  # two receive slots: one in flight, one being reduced
+
+    def steps() -> Iterator[Step]:
+        k = 0
+        for i in range(1, p):
+            dst, src = (r + i) % p, (r - i) % p
+            for j in range(nseg):
+                a, b = segment(displs[dst], counts[dst], nseg, j)
+                c, d = segment(0, counts[r], nseg, j)
+                slot = (k % 2) * w
+                incoming = tmp[slot : slot + (d - c)]
+                yield (ctx.sendrecv(sendbuf[a:b], dst, incoming, src),
+                       partial(ctx.reduce, incoming, recvbuf[c:d], op), True)
+                k += 1
+
+    yield from pipelined(steps())
 
 
 @algorithm(

@@ -105,6 +105,13 @@ def clg(p: int) -> int:
 
 CostFn = Callable[[int, float, float, float, float], float]
 
+
+def overlapped(rounds: float, t: float, w: float) -> float:
+    """Seconds for ``rounds`` rounds of ``t`` seconds on the wire, each followed by ``w``
+    seconds of local work that runs while the next round is in flight (the last one's after
+    it): ``t + (rounds-1) max(t, w) + w``; 0 for no rounds."""
+    return t + (rounds - 1) * max(t, w) + w if rounds > 0 else 0.0
+
 #: Conditions under which a cost is exact for the simulator's model (see :class:`Cost`).
 EXACT_WHEN: dict[str, str] = {
     "pof2": "p is a power of two",
@@ -142,8 +149,14 @@ class Cost:
     per node, at most p) and ``N`` (nodes); the flat cost of such an algorithm is its two-level
     cost with one rank per node (what the simulator runs when no nodes are given).
 
+    ``overlapped(R, t, w)`` is ``t + (R-1) max(t, w) + w``: R rounds that each take ``t`` on the
+    wire, each followed by ``w`` of local work that runs while the next round is in flight
+    (segmented schedules, :class:`~mpicoll.algorithms.schedule.Overlap`).
+
     Args:
         expr: the expression.
+        let: ``(name, expression)`` definitions evaluated in order before ``expr`` (each may
+            use the ones before it), shown after the formula as ``name = expression``.
         where: definitions shown after the formula (e.g. ``"s = segment bytes"``).
         exact: names from :data:`EXACT_WHEN`: the simulator's critical path equals the cost
             when all hold (and always when empty).
@@ -152,8 +165,8 @@ class Cost:
         extra: names usable in ``expr`` besides the standard ones (helper functions).
     """
 
-    def __init__(self, expr: str, *, where: str = "", exact: tuple[str, ...] = (),
-                 bound: float | str = 0.0, two_level: bool = False,
+    def __init__(self, expr: str, *, let: tuple[tuple[str, str], ...] = (), where: str = "",
+                 exact: tuple[str, ...] = (), bound: float | str = 0.0, two_level: bool = False,
                  extra: dict[str, Any] | None = None) -> None:
         for e in exact:
             if e not in EXACT_WHEN:
@@ -163,18 +176,29 @@ class Cost:
         self.exact = tuple(exact)
         self.bound = bound
         self.two_level = two_level
+        self.let = tuple(let)
         self._code = compile(expr, f"<cost {expr}>", "eval")
+        self._let = tuple((k, compile(v, f"<cost {k} = {v}>", "eval")) for k, v in let)
         self._names: dict[str, Any] = {"lg": lg, "clg": clg, "min": min, "max": max,
-                                       "ceil": math.ceil, **(extra or {})}
+                                       "ceil": math.ceil, "overlapped": overlapped,
+                                       **(extra or {})}
 
     @property
     def text(self) -> str:
         """The formula as the CLI and README show it."""
-        shown = _show(self.expr)
-        return f"{shown}; {self.where}" if self.where else shown
+        parts = [_show(self.expr)]
+        if self.let:
+            parts.append(", ".join(f"{k} = {_show(v)}" for k, v in self.let))
+        if self.where:
+            parts.append(self.where)
+        return "; ".join(parts)
 
     def _eval(self, **names: Any) -> float:
-        return float(eval(self._code, {"__builtins__": {}}, {**self._names, **names}))
+        env: dict[str, Any] = {"__builtins__": {}}
+        ns = {**self._names, **names}
+        for k, code in self._let:
+            ns[k] = eval(code, env, ns)
+        return float(eval(self._code, env, ns))
 
     def __call__(self, p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
         """Seconds on p ranks for n bytes under the flat model (alpha, beta, gamma)."""

@@ -50,6 +50,7 @@ __all__ = [
     "Round",
     "Schedule",
     "Send",
+    "Step",
     "Table",
     "block",
     "block_counts",
