@@ -59,7 +59,7 @@ def recursive_doubling(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 @algorithm(
     "allreduce", "ring",
     cost=Cost(_RING + " + (p-1)*(alpha + n/p*beta)", let=_RING_LET, where=SEGS,
-              exact=("even",), bound=0.1),
+              exact=("even", "whole_segments"), bound=0.1),
     restrictions=("commutative",),
     source="Patarasuk & Yuan, JPDC 69(2) 2009; MPICH allreduce_intra_ring; baidu-allreduce",
 )

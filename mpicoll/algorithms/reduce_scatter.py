@@ -88,7 +88,9 @@ RING = ("(p > 1)*(overlapped((p-1)*S, alpha + m*beta, m*gamma) if S > 1 "
 SEGS = "s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)"
 
 
-@algorithm(_BOTH, "ring", cost=Cost(RING, let=RING_LET, where=SEGS, exact=("even",), bound=0.1),
+@algorithm(_BOTH, "ring",
+           cost=Cost(RING, let=RING_LET, where=SEGS, exact=("even", "whole_segments"),
+                     bound=0.1),
            restrictions=("commutative",),
            source="Patarasuk & Yuan 2009 (first half of the ring allreduce)")
 def ring(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
@@ -109,7 +111,7 @@ def ring(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequenc
 
 @algorithm(_BOTH, "pairwise",
            cost=Cost("overlapped((p-1)*S, alpha + m*beta, m*gamma)", let=RING_LET, where=SEGS,
-                     exact=("even",), bound=0.1),
+                     exact=("even", "whole_segments"), bound=0.1),
            restrictions=("commutative",), source="MPICH reduce_scatter_intra_pairwise")
 def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
              op: MPI.Op) -> Schedule:

@@ -118,7 +118,8 @@ EXACT_WHEN: dict[str, str] = {
     "even": "every block holds the same number of elements (count divisible by p and by p')",
     "one_peer": "p <= 2 (with more peers the simulator's ports serialise a round's messages "
                 "greedily, in post order, where the formula assumes the best order)",
-    "whole_segments": "n is at most one segment or a whole number of segments",
+    "whole_segments": "n is at most one segment or a whole number of segments (for the "
+                      "segmented reductions: what each step sends)",
     "full_nodes": "every node holds ranks_per_node ranks (ranks_per_node divides p)",
 }
 
