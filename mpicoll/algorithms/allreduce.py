@@ -14,6 +14,9 @@ from . import fold as _pof2
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
 from .bcast import binomial as _bcast_binomial
+from .reduce import TREE as _TREE
+from .reduce import TREE_EXTRA as _TREE_EXTRA
+from .reduce import TREE_WHERE as _TREE_WHERE
 from .reduce import binomial as _reduce_binomial
 from .reduce_scatter import RING as _RING
 from .reduce_scatter import RING_LET as _RING_LET
@@ -107,7 +110,8 @@ def rabenseifner(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
 @algorithm(
     "allreduce", "reduce_bcast",
-    cost=Cost("clg(p)*(2*alpha + 2*n*beta + n*gamma)"),
+    cost=Cost(_TREE + " + clg(p)*(alpha + n*beta)", where=_TREE_WHERE, extra=_TREE_EXTRA,
+              exact=("whole_segments",), bound=0.1),
     source="MPI-1 reference implementations (MPICH 1.x): binomial reduce to 0, then bcast",
 )
 def reduce_bcast(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:

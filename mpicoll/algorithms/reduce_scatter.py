@@ -14,6 +14,9 @@ import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
+from .reduce import TREE as _TREE
+from .reduce import TREE_EXTRA as _TREE_EXTRA
+from .reduce import TREE_WHERE as _TREE_WHERE
 from .reduce import binomial as _reduce_binomial
 from .registry import Cost, algorithm, default_rule
 from .scatter import linear as _scatter_linear
@@ -185,8 +188,8 @@ def recursive_halving(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
 
 @algorithm(
     _BOTH, "reduce_scatterv",
-    cost=Cost("clg(p)*(alpha + n*beta + n*gamma) + (p-1)*alpha + (p-1)/p*n*beta",
-              exact=("even",), bound=0.1),
+    cost=Cost(_TREE + " + (p-1)*alpha + (p-1)/p*n*beta", where=_TREE_WHERE,
+              extra=_TREE_EXTRA, exact=("even", "whole_segments"), bound=0.1),
     source="MPI-1 reference implementations (MPICH 1.x): reduce to rank 0, then scatterv",
 )
 def reduce_scatterv(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,

@@ -147,8 +147,8 @@ class Cost:
     power of two <= p), ``fold`` (1 if p is not a power of two, else 0) and ``s`` (segment
     bytes).  Two-level costs (``two_level=True``, node-aware algorithms) use ``alpha_i``,
     ``beta_i`` (inside a node), ``alpha_o``, ``beta_o`` (between nodes), ``gamma``, ``k`` (ranks
-    per node, at most p) and ``N`` (nodes); the flat cost of such an algorithm is its two-level
-    cost with one rank per node (what the simulator runs when no nodes are given).
+    per node, at most p), ``N`` (nodes) and ``s``; the flat cost of such an algorithm is its
+    two-level cost with one rank per node (what the simulator runs when no nodes are given).
 
     ``overlapped(R, t, w)`` is ``t + (R-1) max(t, w) + w``: R rounds that each take ``t`` on the
     wire, each followed by ``w`` of local work that runs while the next round is in flight
@@ -221,7 +221,8 @@ class Cost:
             m = intra if nn == 1 else inter
             return self(p, n, m.alpha, m.beta, intra.gamma)
         return self._eval(p=p, n=n, k=k, N=nn, alpha_i=intra.alpha, beta_i=intra.beta,
-                          alpha_o=inter.alpha, beta_o=inter.beta, gamma=intra.gamma)
+                          alpha_o=inter.alpha, beta_o=inter.beta, gamma=intra.gamma,
+                          s=DEFAULT_SEGMENT_BYTES)
 
     def exact_for(self, p: int, *, even: bool = True, whole_segments: bool = True,
                   full_nodes: bool = True) -> bool:
