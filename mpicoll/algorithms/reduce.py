@@ -47,8 +47,8 @@ def tree_time(q: int, n: float, s: float, alpha: float, beta: float, gamma: floa
 
 #: the binomial reduce as a term of a :class:`Cost` (with ``extra=TREE_EXTRA``)
 TREE = "reduce_tree(p, n, s, alpha, beta, gamma)"
-TREE_WHERE = ("reduce_tree(q, n, s, alpha, beta, gamma) = clg(q) (alpha + n beta + n gamma) if "
-              "n <= s, else overlapped(clg(q) S, alpha + m beta, m gamma), S = ceil(n/s) "
+TREE_WHERE = ("reduce_tree(q, n, s, alpha, beta, gamma) = ceil(lg q) (alpha + n beta + n gamma) "
+              "if n <= s, else overlapped(ceil(lg q) S, alpha + m beta, m gamma), S = ceil(n/s) "
               "segments of m = n/S bytes; s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)")
 TREE_EXTRA = {"reduce_tree": tree_time}
 

@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll import registry
-from mpicoll.algorithms.schedule import Context, Schedule
+from mpicoll.algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Schedule
 from mpicoll.engines.sim import DeadlockError, Simulator
 from mpicoll.model.alphabeta import Model
 from mpicoll.tools.simulate import make_args, simulate
@@ -209,17 +209,22 @@ def test_registry_costs_match_the_critical_path(p: int) -> None:
                     assert r.time == pytest.approx(want), (coll, alg.name, p, k, r.time, want)
 
 
-def test_cost_only_mode_scales() -> None:
+def test_cost_only_mode_scales(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cost-only: no data is touched, one allocation stands for every rank's buffer; the
-    per-rank engine at 4096 ranks (rabenseifner has rank-dependent control flow)."""
+    per-rank engine at 4096 ranks (rabenseifner has rank-dependent control flow), in one
+    segment (a 64 MiB segment size: segments multiply the rounds, see test_overlap.py)."""
     p, n = 4096, 64 << 20
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", str(n))
     r = simulate("allreduce", p, n // 8, algorithm="rabenseifner")  # 64 MiB per rank
     assert r.engine == "rank"
     assert r.nbytes == n
     assert (r.messages_sent == 2 * 12).all()  # 2 lg p
     assert (r.bytes_sent == 2 * n * (p - 1) // p).all()
+    monkeypatch.delenv("MPICOLL_SEGMENT_SIZE")
     ring = simulate("allreduce", 128, 8 << 20, algorithm="ring", engine="rank")
     assert (ring.bytes_sent == 2 * (64 << 20) * 127 // 128).all()
+    segs = -(-(64 << 20) // 128 // DEFAULT_SEGMENT_BYTES)  # per block, in the reduce-scatter
+    assert (ring.messages_sent == 127 * segs + 127).all()
 
 
 def test_a_broken_schedule_is_a_deadlock_not_a_hang() -> None:
