@@ -13,8 +13,7 @@ ranks sit out the power-of-two part.  New ranks: 2i+1 -> i for i < rem, r -> r -
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterator, Sequence
-from functools import partial
+from collections.abc import Generator, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -23,14 +22,13 @@ from .registry import Cost, overlapped
 from .schedule import (
     Context,
     Overlap,
+    Pipeline,
     Round,
-    Step,
-    pipelined,
     pof2_floor,
-    segment,
     segment_count,
     segments,
     span,
+    split,
 )
 
 Sub = Generator[Round, None, int]
@@ -136,30 +134,32 @@ def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
     step sends part of what this one reduced).  Each element is reduced in the same order.
     """
     sc = segment_count(g)
-    slots = 2 if buf.size > sc else 1  # segmented: one segment in flight, one being reduced
-    w = sc if slots > 1 else buf.size  # the largest segment any step receives
-    tmp = g.scratch(slots * w)
+    w = sc if buf.size > sc else buf.size  # the largest segment any step receives
+    tmp = g.scratch(2 * w if buf.size > sc else w)  # segmented: one in flight, one reduced
 
-    def steps() -> Iterator[Step]:
-        lo, hi = 0, g.size
-        dist = g.size >> 1
-        k = 0
-        while dist:
-            mid = (lo + hi) // 2
-            partner = g.rank ^ dist
-            keep, give = ((mid, hi), (lo, mid)) if g.rank & dist else ((lo, mid), (mid, hi))
-            kept = span(buf, counts, displs, *keep)
-            given = span(buf, counts, displs, *give)
-            nseg = segments(g, max(kept.size, given.size))  # the partner's too: kept <-> given
+    pipe = Pipeline()
+    lo, hi = 0, g.size
+    dist = g.size >> 1
+    k = 0
+    while dist:
+        mid = (lo + hi) // 2
+        partner = g.rank ^ dist
+        keep, give = ((mid, hi), (lo, mid)) if g.rank & dist else ((lo, mid), (mid, hi))
+        kept = span(buf, counts, displs, *keep)
+        given = span(buf, counts, displs, *give)
+        nseg = segments(g, max(kept.size, given.size))  # the partner's too: its kept is given
+        pipe.flush()  # the next step sends part of what this one reduced: no overlap between
+        if nseg == 1:
+            incoming = tmp[: kept.size]
+            yield g.sendrecv(given, partner, incoming, partner)
+            g.reduce(incoming, kept, op)
+        else:
+            out, into = split(given, nseg), split(kept, nseg)
             for j in range(nseg):
-                a, b = segment(0, given.size, nseg, j)
-                c, d = segment(0, kept.size, nseg, j)
-                slot = (k % slots) * w
-                incoming = tmp[slot : slot + (d - c)]
-                yield (g.sendrecv(given[a:b], partner, incoming, partner),
-                       partial(g.reduce, incoming, kept[c:d], op), j > 0)
+                incoming = tmp[k % 2 * w : k % 2 * w + into[j].size]
+                yield pipe.round(g.sendrecv(out[j], partner, incoming, partner))
+                pipe.then(g.reduce, incoming, into[j], op)
                 k += 1
-            lo, hi = keep
-            dist >>= 1
-
-    yield from pipelined(steps())
+        lo, hi = keep
+        dist >>= 1
+    pipe.flush()

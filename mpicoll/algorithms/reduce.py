@@ -8,8 +8,6 @@ passes a copy of the root's input as ``sendbuf``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -19,14 +17,13 @@ from . import tree
 from .registry import Cost, algorithm, clg, default_rule, overlapped
 from .schedule import (
     Context,
+    Pipeline,
     Schedule,
-    Step,
     block_counts,
     displacements,
-    pipelined,
     pof2_floor,
-    segment,
     segments,
+    split,
 )
 
 
@@ -88,28 +85,36 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: 
     n = sendbuf.size
     kids = tree.children(vr, c.size)
     nseg = segments(c, n)
-    pool = [c.scratch(n) for _ in range(min(len(kids), 2))]
-    # child i's partial result arrives in into[i] and becomes acc = acc op into[i]; into[i+1]
-    # is into[i-1] (the buffer acc was read from), so segmented rounds never touch a segment
-    # that local work still uses
-    into = [pool[i % 2] for i in range(len(kids))]
-    acc = into[-1] if kids else sendbuf
-    overlaps = nseg > 1  # one segment: each round needs the work before it done
-
-    def steps() -> Iterator[Step]:
-        for i, ch in enumerate(kids):
-            mine = sendbuf if i == 0 else into[i - 1]
-            for j in range(nseg):
-                a, b = segment(0, n, nseg, j)
-                yield ((c.recv(into[i][a:b], ch),),
-                       partial(c.reduce, mine[a:b], into[i][a:b], op),  # theirs = mine op theirs
-                       overlaps)
+    acc, spare = sendbuf, None
+    if nseg == 1:  # one segment: each reduction must end before the next round, nothing overlaps
+        for ch in kids:
+            tmp = spare if spare is not None else c.scratch(n)
+            yield (c.recv(tmp, ch),)
+            c.reduce(acc, tmp, op)  # tmp = mine op theirs (mine covers lower ranks)
+            spare = acc if acc is not sendbuf else None
+            acc = tmp
         if vr:
+            yield (c.send(acc, tree.parent(vr)),)
+    else:
+        # child i's partial result arrives in pool[i % 2] and becomes acc = acc op it; child
+        # i+1's arrives where acc was read from: segment j of it only once segment j of acc
+        # is reduced, so no round touches a segment that local work still uses
+        pool = [c.scratch(n) for _ in range(min(len(kids), 2))]
+        segs = [split(b, nseg) for b in pool]
+        pipe = Pipeline()
+        mine = split(sendbuf, nseg)
+        for i, ch in enumerate(kids):
+            theirs = segs[i % 2]
             for j in range(nseg):
-                a, b = segment(0, n, nseg, j)
-                yield (c.send(acc[a:b], tree.parent(vr)),), None, overlaps
-
-    yield from pipelined(steps())
+                yield pipe.round((c.recv(theirs[j], ch),))
+                pipe.then(c.reduce, mine[j], theirs[j], op)  # theirs = mine op theirs
+            mine = theirs
+        acc = pool[(len(kids) - 1) % 2] if kids else sendbuf
+        if vr:
+            parent = tree.parent(vr)
+            for part in split(acc, nseg):
+                yield pipe.round((c.send(part, parent),))
+        pipe.flush()
     if vr == 0:
         if troot == root:
             assert recvbuf is not None

@@ -7,8 +7,7 @@ Schedules take ``(ctx, sendbuf, recvbuf, counts, op)``: ``sendbuf`` is this rank
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
-from functools import partial
+from collections.abc import Generator, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -23,15 +22,15 @@ from .scatter import linear as _scatter_linear
 from .schedule import (
     Context,
     Overlap,
+    Pipeline,
     Round,
     Schedule,
-    Step,
     block,
     displacements,
-    pipelined,
     pof2_floor,
     segment,
     segments,
+    split,
 )
 
 _BOTH = ("reduce_scatter_block", "reduce_scatter")
@@ -63,24 +62,28 @@ def ring_core(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequ
     right, left = (r + 1) % p, (r - 1) % p
     width = max(counts) if counts else 0
     nseg = segments(ctx, width)
-    w = -(-width // nseg)  # the largest segment
-    slots = 1 if nseg == 1 else 2  # two receive slots when segmented: one in flight, one reduced
-    tmp = ctx.scratch(slots * w)
-
-    def steps() -> Iterator[Step]:
-        k = 0
+    if nseg == 1:  # one segment: each step sends what the one before reduced, nothing overlaps
+        tmp = ctx.scratch(width)
         for s in range(p - 1):
             sb, rb = (r - s - 1) % p, (r - s - 2) % p
-            for j in range(nseg):
-                a, b = segment(displs[sb], counts[sb], nseg, j)
-                c, d = segment(displs[rb], counts[rb], nseg, j)
-                slot = (k % slots) * w
-                incoming = tmp[slot : slot + (d - c)]
-                yield (ctx.sendrecv(buf[a:b], right, incoming, left),
-                       partial(ctx.reduce, incoming, buf[c:d], op), nseg > 1)
-                k += 1
-
-    yield from pipelined(steps())
+            incoming = tmp[: counts[rb]]
+            yield ctx.sendrecv(block(buf, counts, displs, sb), right, incoming, left)
+            ctx.reduce(incoming, block(buf, counts, displs, rb), op)
+        return
+    w = -(-width // nseg)  # the largest segment; two receive slots: one in flight, one reduced
+    tmp = ctx.scratch(2 * w)
+    pipe = Pipeline()
+    k = 0
+    for s in range(p - 1):
+        sb, rb = (r - s - 1) % p, (r - s - 2) % p
+        out = split(block(buf, counts, displs, sb), nseg)
+        into = split(block(buf, counts, displs, rb), nseg)
+        for j in range(nseg):
+            incoming = tmp[k % 2 * w : k % 2 * w + into[j].size]
+            yield pipe.round(ctx.sendrecv(out[j], right, incoming, left))
+            pipe.then(ctx.reduce, incoming, into[j], op)
+            k += 1
+    pipe.flush()
 
 
 #: the ring reduce-scatter (:func:`ring_core`): (p-1) S rounds of one m-byte segment each; with
@@ -135,20 +138,20 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Seq
     w = -(-counts[r] // nseg)  # the largest segment of this rank's block
     tmp = ctx.scratch(2 * w)  # two receive slots: one in flight, one being reduced
 
-    def steps() -> Iterator[Step]:
-        k = 0
-        for i in range(1, p):
-            dst, src = (r + i) % p, (r - i) % p
-            for j in range(nseg):
-                a, b = segment(displs[dst], counts[dst], nseg, j)
-                c, d = segment(0, counts[r], nseg, j)
-                slot = (k % 2) * w
-                incoming = tmp[slot : slot + (d - c)]
-                yield (ctx.sendrecv(sendbuf[a:b], dst, incoming, src),
-                       partial(ctx.reduce, incoming, recvbuf[c:d], op), True)
-                k += 1
-
-    yield from pipelined(steps())
+    pipe = Pipeline()
+    own = [segment(0, counts[r], nseg, j) for j in range(nseg)]  # this rank's block's segments
+    mine = [recvbuf[a:b] for a, b in own]
+    k = 0
+    for i in range(1, p):
+        dst, src = (r + i) % p, (r - i) % p
+        out = split(block(sendbuf, counts, displs, dst), nseg)
+        for j in range(nseg):
+            a, b = own[j]
+            incoming = tmp[k % 2 * w : k % 2 * w + (b - a)]
+            yield pipe.round(ctx.sendrecv(out[j], dst, incoming, src))
+            pipe.then(ctx.reduce, incoming, mine[j], op)
+            k += 1
+    pipe.flush()
 
 
 @algorithm(

@@ -28,7 +28,7 @@ Rules a schedule keeps, so that every engine can run it:
    runs ``during()``, then waits.  ``during`` does local work only (``ctx.copy``/``ctx.reduce``
    on buffers a previous round completed: never a message), and it touches no buffer of the
    round in flight, neither its send buffers nor its receive buffers (the simulator checks
-   this in data mode).  :func:`pipelined` builds such rounds from steps.
+   this in data mode).  A :class:`Pipeline` builds such rounds.
 4. Zero-length messages are still sent: both sides then agree without looking at counts.
 5. Operations are made with ``ctx.send``/``ctx.recv``/``ctx.sendrecv`` (never ``Send(...)``
    directly), so :meth:`Context.relative` can renumber ranks for rooted trees.
@@ -36,8 +36,8 @@ Rules a schedule keeps, so that every engine can run it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Generator, Sequence
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,11 +46,11 @@ from mpi4py import MPI
 __all__ = [
     "Context",
     "Overlap",
+    "Pipeline",
     "Recv",
     "Round",
     "Schedule",
     "Send",
-    "Step",
     "Table",
     "block",
     "block_counts",
@@ -58,12 +58,12 @@ __all__ = [
     "displacements",
     "equal_blocks",
     "is_pof2",
-    "pipelined",
     "pof2_floor",
     "segment",
     "segment_count",
     "segments",
     "span",
+    "split",
 ]
 
 
@@ -100,10 +100,6 @@ class Overlap(NamedTuple):
 
 
 Schedule = Generator[Round | Overlap, None, None]
-
-#: one step of :func:`pipelined`: (round, work on what it received or None, whether the
-#: previous step's work may run during this round)
-Step = tuple[Round, Callable[[], None] | None, bool]
 
 
 class Context:
@@ -364,37 +360,67 @@ def segment_count(ctx: Context) -> int:
 def segments(ctx: Context, count: Any) -> int:
     """How many segments of at most :func:`segment_count` elements the largest of ``count``
     (an int, or per-rank ints in the vector engine) needs: at least 1."""
-    seg = segment_count(ctx)
-    top = int(np.max(count)) if isinstance(count, np.ndarray) else int(count)
-    return max(1, -(-top // seg))
+    top = int(np.max(count)) if type(count) is np.ndarray else count
+    seg = ctx.segment_bytes // ctx.dtype.itemsize  # segment_count(ctx), inlined: once a call
+    return 1 if top <= seg else -(-top // max(1, seg))
 
 
 def segment(start: Any, count: Any, nseg: int, j: int) -> tuple[Any, Any]:
     """(start, stop) of segment ``j`` of ``nseg`` near-equal segments of the ``count`` elements
     at ``start`` (the first ``count % nseg`` one larger, as :func:`block_counts`).  Works on
     per-rank integer vectors too (the vector engine)."""
+    if nseg == 1:
+        return start, start + count
     q, r = divmod(count, nseg)
     lo = start + j * q + (j < r) * j + (j >= r) * r
     return lo, lo + q + (j < r)
 
 
-def pipelined(steps: Iterable[Step]) -> Generator[Round | Overlap, None, None]:
-    """Yield each step's round, running the previous step's work *during* it where the step
-    allows, else before posting it (and the last step's work after the last round).
+def split(buf: np.ndarray, nseg: int) -> list[np.ndarray]:
+    """The ``nseg`` segment views of ``buf`` (:func:`segment`); ``[buf]`` itself for one."""
+    if nseg == 1:
+        return [buf]
+    return [buf[a:b] for a, b in (segment(0, buf.size, nseg, j) for j in range(nseg))]
 
-    A step is ``(round, work, overlaps)``: ``work`` (or None) is the local work on what
-    ``round`` received, run once that round has completed; ``overlaps`` says that the
-    previous step's work touches no buffer of this ``round`` (rule 3), so it may run while
-    this round is in flight.  Each work still runs after its own round and before the next
-    step's work, in step order: overlapping changes when local work runs, never what it
-    computes.  ``steps`` is consumed lazily, one step per completed round.
+
+class Pipeline:
+    """The local work of a segmented schedule, run while the next round is in flight.
+
+    ``yield pipe.round(ops)`` instead of ``yield ops``, then ``pipe.then(fn, *args)`` for the
+    work on what that round received (``fn(*args)``, e.g. ``ctx.reduce``); ``pipe.flush()``
+    after the last round.  The work registered after one round runs during the next when
+    ``round(ops, overlaps=True)`` (the caller vouches that the work touches no buffer of
+    ``ops``: rule 3), else before ``ops`` is posted.  Every work still runs after its own
+    round and before the next one's work: overlapping changes when local work runs, never what
+    it computes.  The rounds must be built from indices only (the previous round's work may
+    not have run yet).
     """
-    pending: Callable[[], None] | None = None
-    for ops, work, overlaps in steps:
-        if pending is not None and not overlaps:
-            pending()
-            pending = None
-        yield ops if pending is None else Overlap(ops, pending)
-        pending = work
-    if pending is not None:
-        pending()
+
+    __slots__ = ("_args", "_fn")
+
+    def __init__(self) -> None:
+        self._fn: Callable[..., None] | None = None
+        self._args: tuple[Any, ...] = ()
+
+    def round(self, ops: Round, overlaps: bool = True) -> Round | Overlap:
+        """``ops``, carrying the pending work where ``overlaps`` (else that work runs now)."""
+        fn = self._fn
+        if fn is None:
+            return ops
+        self._fn = None
+        if overlaps:
+            return Overlap(ops, partial(fn, *self._args))
+        fn(*self._args)
+        return ops
+
+    def then(self, fn: Callable[..., None], *args: Any) -> None:
+        """Register ``fn(*args)``: the work on what the round just yielded received."""
+        self.flush()
+        self._fn, self._args = fn, args
+
+    def flush(self) -> None:
+        """Run the pending work now (after the last round)."""
+        fn = self._fn
+        if fn is not None:
+            self._fn = None
+            fn(*self._args)

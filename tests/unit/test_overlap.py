@@ -1,9 +1,9 @@
 """Overlap inside a schedule (issue 14, item 3), in the simulator.
 
-* the schedule language: :func:`~mpicoll.algorithms.schedule.pipelined` runs a step's work
-  during the next round where that step allows it, before it otherwise, the last one after the
-  last round; every engine runs an :class:`~mpicoll.algorithms.schedule.Overlap`'s work while
-  the round is in flight, and the simulator refuses work that touches the round's buffers;
+* the schedule language: a :class:`~mpicoll.algorithms.schedule.Pipeline` runs a round's work
+  during the next round where allowed, before it otherwise, the last one after the last round;
+  the simulator runs an :class:`~mpicoll.algorithms.schedule.Overlap`'s work while the round
+  is in flight, and refuses work that touches the round's buffers (rule 3);
 * every segmented algorithm at p = 1..5 and 8, counts 0, 1, not divisible by p and several
   segments (a 16-byte segment size): bitwise the results of one segment (a segment larger than
   the message) for float64 sums (which depend on the order of the operands), equal to NumPy for
@@ -25,11 +25,11 @@ from mpicoll.algorithms import registry
 from mpicoll.algorithms.schedule import (
     Context,
     Overlap,
+    Pipeline,
     Schedule,
-    Step,
-    pipelined,
     segment,
     segments,
+    split,
 )
 from mpicoll.engines.sim import Simulator
 from mpicoll.model.alphabeta import DEFAULT, Model
@@ -238,30 +238,24 @@ def test_ring_allreduce_8_ranks_8_mib_default_model(monkeypatch: pytest.MonkeyPa
 # the schedule language
 
 
-def test_pipelined_runs_work_during_the_next_round_where_allowed() -> None:
+def test_pipeline_runs_work_during_the_next_round_where_allowed() -> None:
     log: list[str] = []
-
-    def steps() -> Any:
-        yield (), lambda: log.append("w0"), True
-        yield (), lambda: log.append("w1"), False  # w0 must finish before round 1
-        yield (), lambda: log.append("w2"), True
-        yield (), None, True
-
-    out = []
-    for rnd in pipelined(steps()):
-        out.append(type(rnd).__name__)
-        log.append("round")
-    assert out == ["tuple", "tuple", "Overlap", "Overlap"]
-    # round 0; w0 before round 1; round 1; round 2 carries w1; round 3 carries w2
-    assert log == ["round", "w0", "round", "round", "round"]
-    log.clear()
-    rounds = list(pipelined(steps()))  # w0 runs inside: round 1 may not overlap it
+    pipe = Pipeline()
+    assert pipe.round(()) == ()  # nothing pending: the round itself
+    pipe.then(log.append, "w0")
+    first = pipe.round((), overlaps=False)  # w0 must end before this round is posted
+    assert first == ()
     assert log == ["w0"]
-    assert isinstance(rounds[2], Overlap)
-    assert isinstance(rounds[3], Overlap)
-    rounds[2].during()
-    rounds[3].during()
-    assert log == ["w0", "w1", "w2"]  # every work exactly once, in step order
+    pipe.then(log.append, "w1")
+    second = pipe.round(())  # w1 runs while this round is in flight
+    assert isinstance(second, Overlap)
+    assert second.ops == ()
+    assert log == ["w0"]
+    second.during()
+    pipe.then(log.append, "w2")
+    pipe.flush()  # after the last round
+    pipe.flush()
+    assert log == ["w0", "w1", "w2"]  # every work exactly once, in order
 
 
 def test_segments_split_like_block_counts() -> None:
@@ -271,6 +265,9 @@ def test_segments_split_like_block_counts() -> None:
     assert segments(ctx, np.array([1, 5, 3])) == 3  # the largest of per-rank counts
     got = [segment(10, 7, 3, j) for j in range(3)]
     assert got == [(10, 13), (13, 15), (15, 17)]
+    assert [v.tolist() for v in split(np.arange(7), 3)] == [[0, 1, 2], [3, 4], [5, 6]]
+    whole = np.arange(4)
+    assert split(whole, 1)[0] is whole
     lo, hi = segment(np.array([0, 10]), np.array([7, 2]), 3, 1)  # per-rank vectors
     assert lo.tolist() == [3, 11]
     assert hi.tolist() == [5, 12]
@@ -301,8 +298,3 @@ def test_simulator_runs_overlap_work_in_flight_and_checks_rule_3() -> None:
             for r in range(2)]
     with pytest.raises(RuntimeError, match="rule 3"):
         sim.run(gens)
-
-
-def test_steps_type_is_the_language_s() -> None:
-    step: Step = ((), None, True)
-    assert list(pipelined([step])) == [()]
