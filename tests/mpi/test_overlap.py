@@ -173,3 +173,28 @@ def test_segments_multiply_the_messages(backends: tuple[Any, Any, Any]) -> None:
         assert b.traffic.messages_sent == (p - 1) * per_step
         assert b.traffic.bytes_sent == (p - 1) * count * 8
         assert np.array_equal(y, np.full(count, float(p)))
+
+
+@pytest.mark.mpi
+def test_segmented_requests_outstanding_together(backends: tuple[Any, Any, Any]) -> None:
+    """Several segmented non-blocking collectives in flight at once, completed together by
+    ``mpicoll.Waitall`` in reverse order: each one's local work runs from whichever progress
+    call posts its next round, and each result is the one-segment blocking result."""
+    seg, one, _ = backends
+    p, rank = COMM.size, COMM.rank
+    count = 40 * p + 3
+    calls = [("allreduce", "ring"), ("reduce_scatter_block", "pairwise"),
+             ("reduce", "binomial"), ("allreduce", "rabenseifner")]
+    xs = [_input(count * (p if c == "reduce_scatter_block" else 1), "float64", 10 + i)
+          for i, (c, _) in enumerate(calls)]
+    outs = [np.zeros(count) for _ in calls]
+    reqs = [seg.Iallreduce(xs[0], outs[0], MPI.SUM, algorithm="ring"),
+            seg.Ireduce_scatter_block(xs[1], outs[1], MPI.SUM, algorithm="pairwise"),
+            seg.Ireduce(xs[2], outs[2] if rank == 0 else None, MPI.SUM, 0, algorithm="binomial"),
+            seg.Iallreduce(xs[3], outs[3], MPI.SUM, algorithm="rabenseifner")]
+    mpicoll.Waitall(reqs[::-1])
+    for i, (coll, alg) in enumerate(calls):
+        want, _ = _call(one, coll, alg, count, "float64", in_place=False, nonblocking=False,
+                        root=0, salt=10 + i)
+        if want is not None:
+            assert outs[i].tobytes() == want.tobytes(), (coll, alg, rank)
