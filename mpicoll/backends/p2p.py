@@ -28,7 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..algorithms import registry
-from ..engines.mpi import Engine, Traffic
+from ..engines.mpi import Engine, Traffic, check_thread
 from . import env as _env
 from .args import Call, select
 from .base import Collectives, agree_on_construction
@@ -78,6 +78,8 @@ class P2P(P2PObjects, Collectives):
             allgather before the ``Dup``; the bad rank raises its own error, the others name
             it); the segment size is checked again at every call, before any message.
         MismatchError: the ranks' check flags (``check=`` / ``$MPICOLL_CHECK``) differ.
+        ThreadLevelError: called from a thread MPI's thread level does not allow (see
+            :func:`mpicoll.engines.mpi.check_thread`), before any message.
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
@@ -88,6 +90,7 @@ class P2P(P2PObjects, Collectives):
     def __init__(self, comm: MPI.Comm, *, tag_ub: int | None = None,
                  check: bool | None = None) -> None:
         super().__init__(comm, check=check)
+        check_thread()  # a thread MPI's thread level does not allow: refused before any message
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
         error = self._refused  # $MPICOLL_CHECK
@@ -118,9 +121,11 @@ class P2P(P2PObjects, Collectives):
             _env.check_env_algorithm(collective)
 
     def _check_usable(self) -> None:
-        """After :meth:`Free`: RuntimeError, before any MPI call."""
+        """After :meth:`Free`: RuntimeError; from a thread MPI's thread level does not allow:
+        :class:`~mpicoll.ThreadLevelError`; both before any MPI call."""
         if self._comm == MPI.COMM_NULL:
             raise RuntimeError("this p2p backend was freed")
+        check_thread()
 
     def _segment_field(self) -> int:
         try:
