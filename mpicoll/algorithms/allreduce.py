@@ -14,7 +14,13 @@ from . import fold as _pof2
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
 from .bcast import binomial as _bcast_binomial
+from .reduce import TREE as _TREE
+from .reduce import TREE_EXTRA as _TREE_EXTRA
+from .reduce import TREE_WHERE as _TREE_WHERE
 from .reduce import binomial as _reduce_binomial
+from .reduce_scatter import RING as _RING
+from .reduce_scatter import RING_LET as _RING_LET
+from .reduce_scatter import SEGS
 from .reduce_scatter import ring_core as _reduce_scatter_ring
 from .registry import Cost, algorithm, default_rule
 from .schedule import Context, Schedule, block_counts, displacements
@@ -55,7 +61,8 @@ def recursive_doubling(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
 @algorithm(
     "allreduce", "ring",
-    cost=Cost("2*(p-1)*alpha + (p-1)/p*n*(2*beta + gamma)", exact=("even",), bound=0.1),
+    cost=Cost(_RING + " + (p-1)*(alpha + n/p*beta)", let=_RING_LET, where=SEGS,
+              exact=("even", "whole_segments"), bound=0.1),
     restrictions=("commutative",),
     source="Patarasuk & Yuan, JPDC 69(2) 2009; MPICH allreduce_intra_ring; baidu-allreduce",
 )
@@ -67,7 +74,8 @@ def ring(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
         allgather      (p-1 steps): the finished blocks travel once around the ring.
 
     Each rank sends and receives 2 n (p-1)/p bytes.  Needs a commutative op (blocks are
-    reduced in ring order).
+    reduced in ring order).  Blocks larger than a segment travel as segments, each reduced
+    while the next is in flight (:func:`~mpicoll.algorithms.reduce_scatter.ring_core`).
     """
     counts = block_counts(buf.size, ctx.size)
     displs = displacements(counts)
@@ -102,7 +110,8 @@ def rabenseifner(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
 @algorithm(
     "allreduce", "reduce_bcast",
-    cost=Cost("clg(p)*(2*alpha + 2*n*beta + n*gamma)"),
+    cost=Cost(_TREE + " + clg(p)*(alpha + n*beta)", where=_TREE_WHERE, extra=_TREE_EXTRA,
+              exact=("whole_segments",), bound=0.1),
     source="MPI-1 reference implementations (MPICH 1.x): binomial reduce to 0, then bcast",
 )
 def reduce_bcast(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:

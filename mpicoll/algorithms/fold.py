@@ -12,13 +12,24 @@ ranks sit out the power-of-two part.  New ranks: 2i+1 -> i for i < rem, r -> r -
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 
 import numpy as np
 from mpi4py import MPI
 
-from .registry import Cost
-from .schedule import Context, Round, pof2_floor, span
+from .registry import Cost, overlapped
+from .schedule import (
+    Context,
+    Overlap,
+    Pipeline,
+    Round,
+    pof2_floor,
+    segment_count,
+    segments,
+    span,
+    split,
+)
 
 Sub = Generator[Round, None, int]
 
@@ -27,16 +38,39 @@ Sub = Generator[Round, None, int]
 FOLD = "fold*(2*(alpha + n*beta) + n*gamma)"
 _WHERE = "p' = 2^floor(lg p), fold = [p != p']"
 
+
+
+def halving_time(pof2: int, n: float, s: float, alpha: float, beta: float,
+                 gamma: float) -> float:
+    """Seconds of :func:`halving_reduce_scatter` on ``pof2`` ranks of an n-byte vector: step
+    t exchanges b = n/2^t bytes as S = ceil(b/s) segments (s: segment bytes), each reduced
+    while the next is in flight."""
+    t, b = 0.0, float(n)
+    while pof2 > 1:
+        b /= 2
+        nseg = max(1, math.ceil(b / s))
+        t += overlapped(nseg, alpha + b / nseg * beta, b / nseg * gamma)
+        pof2 //= 2
+    return t
+
+
+_HALVING = "halving(P, n, s, alpha, beta, gamma)"
+_HALVING_WHERE = (_WHERE + "; halving = the sum over the lg p' steps of overlapped(S, alpha + "
+                  "b/S beta, b/S gamma), b = n/2, n/4, ..., S = ceil(b/s) segments, s = segment "
+                  "bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)")
+_EXTRA = {"halving": halving_time}
+
 #: Rabenseifner's reduce and allreduce: halving reduce-scatter, then a doubling allgather or a
 #: binomial gather of the blocks (the same steps and bytes), plus the fold
-RABENSEIFNER = Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + FOLD, where=_WHERE,
-                    exact=("even",), bound=0.1)
+RABENSEIFNER = Cost(_HALVING + " + lg(P)*alpha + (P-1)/P*n*beta + " + FOLD,
+                    where=_HALVING_WHERE, exact=("even", "whole_segments"), bound=0.1,
+                    extra=_EXTRA)
 #: recursive doubling on whole vectors, plus the fold
 DOUBLING = Cost("lg(P)*(alpha + n*beta + n*gamma) + " + FOLD, where=_WHERE)
 #: recursive halving (reduce-scatter): the fold hands back one block instead of the vector
-HALVING = Cost("lg(P)*alpha + (P-1)/P*n*(beta + gamma) + "
-               "fold*(2*alpha + n*(beta + gamma) + n/p*beta)", where=_WHERE,
-               exact=("even", "pof2"), bound=0.25)
+HALVING = Cost(_HALVING + " + fold*(2*alpha + n*(beta + gamma) + n/p*beta)",
+               where=_HALVING_WHERE, exact=("even", "pof2", "whole_segments"), bound=0.25,
+               extra=_EXTRA)
 
 
 def real_rank(newrank: int, rem: int) -> int:
@@ -83,7 +117,8 @@ def fold_out(ctx: Context, buf: np.ndarray) -> Generator[Round, None, None]:
 
 
 def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
-                           displs: Sequence[int], op: MPI.Op) -> Generator[Round, None, None]:
+                           displs: Sequence[int], op: MPI.Op
+                           ) -> Generator[Round | Overlap, None, None]:
     """Recursive halving over the ``g.size`` (a power of two) contiguous blocks of ``buf``,
     on the group ``g`` (commutative op).
 
@@ -93,16 +128,38 @@ def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
 
         p=4:  [b0 b1 b2 b3] --dist 2--> ranks 0,1 keep b0 b1; ranks 2,3 keep b2 b3
                             --dist 1--> rank i keeps b_i
+
+    A half larger than a segment (``ctx.segment_bytes``) travels as S segments, one round
+    each, and each segment is reduced while the next is in flight (within a step: the next
+    step sends part of what this one reduced).  Each element is reduced in the same order.
     """
+    sc = segment_count(g)
+    w = sc if buf.size > sc else buf.size  # the largest segment any step receives
+    tmp = g.scratch(2 * w if buf.size > sc else w)  # segmented: one in flight, one reduced
+
+    pipe = Pipeline()
     lo, hi = 0, g.size
     dist = g.size >> 1
-    tmp = g.scratch(buf.size)
+    k = 0
     while dist:
         mid = (lo + hi) // 2
         partner = g.rank ^ dist
         keep, give = ((mid, hi), (lo, mid)) if g.rank & dist else ((lo, mid), (mid, hi))
         kept = span(buf, counts, displs, *keep)
-        yield g.sendrecv(span(buf, counts, displs, *give), partner, tmp[: kept.size], partner)
-        g.reduce(tmp[: kept.size], kept, op)
+        given = span(buf, counts, displs, *give)
+        nseg = segments(g, max(kept.size, given.size))  # the partner's too: its kept is given
+        pipe.flush()  # the next step sends part of what this one reduced: no overlap between
+        if nseg == 1:
+            incoming = tmp[: kept.size]
+            yield g.sendrecv(given, partner, incoming, partner)
+            g.reduce(incoming, kept, op)
+        else:
+            out, into = split(given, nseg), split(kept, nseg)
+            for j in range(nseg):
+                incoming = tmp[k % 2 * w : k % 2 * w + into[j].size]
+                yield pipe.round(g.sendrecv(out[j], partner, incoming, partner))
+                pipe.then(g.reduce, incoming, into[j], op)
+                k += 1
         lo, hi = keep
         dist >>= 1
+    pipe.flush()

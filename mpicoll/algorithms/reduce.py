@@ -7,18 +7,52 @@ passes a copy of the root's input as ``sendbuf``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
 from . import tree
-from .registry import Cost, algorithm, default_rule
-from .schedule import Context, Schedule, block_counts, displacements, pof2_floor
+from .registry import Cost, algorithm, clg, default_rule, overlapped
+from .schedule import (
+    Context,
+    Pipeline,
+    Schedule,
+    block_counts,
+    displacements,
+    pof2_floor,
+    segments,
+    split,
+)
+
+
+def tree_time(q: int, n: float, s: float, alpha: float, beta: float, gamma: float) -> float:
+    """Seconds of :func:`binomial` on q ranks for an n-byte vector: ``clg(q) (alpha + n beta +
+    n gamma)`` for n <= s (one segment), else S = ceil(n/s) segments of m = n/S bytes per
+    child, each reduced while the next arrives: ``overlapped(clg(q) S, alpha + m beta,
+    m gamma)`` (a child's first segment leaves while its last one is reduced, so the levels
+    chain without a gap)."""
+    nseg = max(1, math.ceil(n / s))
+    if q <= 1:
+        return 0.0
+    if nseg == 1:
+        return clg(q) * (alpha + n * beta + n * gamma)
+    m = n / nseg
+    return overlapped(clg(q) * nseg, alpha + m * beta, m * gamma)
+
+
+#: the binomial reduce as a term of a :class:`Cost` (with ``extra=TREE_EXTRA``)
+TREE = "reduce_tree(p, n, s, alpha, beta, gamma)"
+TREE_WHERE = ("reduce_tree(q, n, s, alpha, beta, gamma) = ceil(lg q) (alpha + n beta + n gamma) "
+              "if n <= s, else overlapped(ceil(lg q) S, alpha + m beta, m gamma), S = ceil(n/s) "
+              "segments of m = n/S bytes; s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)")
+TREE_EXTRA = {"reduce_tree": tree_time}
 
 
 @algorithm(
     "reduce", "binomial",
-    cost=Cost("clg(p)*(alpha + n*beta + n*gamma)"),
+    cost=Cost(TREE, where=TREE_WHERE, extra=TREE_EXTRA, exact=("whole_segments",), bound=0.1),
     source="MPICH reduce_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
@@ -34,25 +68,60 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: 
     is kept on the left: rank order is preserved.  For a non-commutative op the tree is rooted
     at rank 0 (then the result goes to the root, as MPICH does); for a commutative one, at the
     root.
+
+    A vector larger than a segment (``ctx.segment_bytes``) travels as S segments, one round
+    each, and each segment is reduced while the next one arrives (child k+1's first while
+    child k's last is reduced; the send to the parent starts while the last is)::
+
+        round:    (c0,0)  (c0,1) ... (c1,0)    ...  (up,0)          (up,1) ...
+        wire:     c0 s0   c0 s1      c1 s0          to parent: s0   s1
+        reduce:           c0 s0      c0 s(S-1)      c(last) s(S-1)
+
+    Each element is reduced in the same order either way.
     """
     troot = root if op.Is_commutative() else 0
     c = ctx.relative(troot)
     vr = c.rank
+    n = sendbuf.size
+    kids = tree.children(vr, c.size)
+    nseg = segments(c, n)
     acc, spare = sendbuf, None
-    for ch in tree.children(vr, c.size):
-        tmp = spare if spare is not None else c.scratch(sendbuf.size)
-        yield (c.recv(tmp, ch),)
-        c.reduce(acc, tmp, op)  # tmp = mine op theirs (mine covers lower ranks)
-        spare = acc if acc is not sendbuf else None
-        acc = tmp
-    if vr:
-        yield (c.send(acc, tree.parent(vr)),)
-    elif troot == root:
-        assert recvbuf is not None
-        if acc is not recvbuf:
-            c.copy(acc, recvbuf)
+    if nseg == 1:  # one segment: each reduction must end before the next round, nothing overlaps
+        for ch in kids:
+            tmp = spare if spare is not None else c.scratch(n)
+            yield (c.recv(tmp, ch),)
+            c.reduce(acc, tmp, op)  # tmp = mine op theirs (mine covers lower ranks)
+            spare = acc if acc is not sendbuf else None
+            acc = tmp
+        if vr:
+            yield (c.send(acc, tree.parent(vr)),)
     else:
-        yield (ctx.send(acc, root),)
+        # child i's partial result arrives in pool[i % 2] and becomes acc = acc op it; child
+        # i+1's arrives where acc was read from: segment j of it only once segment j of acc
+        # is reduced, so no round touches a segment that local work still uses
+        pool = [c.scratch(n) for _ in range(min(len(kids), 2))]
+        segs = [split(b, nseg) for b in pool]
+        pipe = Pipeline()
+        mine = split(sendbuf, nseg)
+        for i, ch in enumerate(kids):
+            theirs = segs[i % 2]
+            for j in range(nseg):
+                yield pipe.round((c.recv(theirs[j], ch),))
+                pipe.then(c.reduce, mine[j], theirs[j], op)  # theirs = mine op theirs
+            mine = theirs
+        acc = pool[(len(kids) - 1) % 2] if kids else sendbuf
+        if vr:
+            parent = tree.parent(vr)
+            for part in split(acc, nseg):
+                yield pipe.round((c.send(part, parent),))
+        pipe.flush()
+    if vr == 0:
+        if troot == root:
+            assert recvbuf is not None
+            if acc is not recvbuf:
+                c.copy(acc, recvbuf)
+        else:
+            yield (ctx.send(acc, root),)
     if vr and ctx.rank == root:  # non-commutative op, root != 0: the result comes from rank 0
         assert recvbuf is not None
         yield (ctx.recv(recvbuf, troot),)

@@ -13,16 +13,31 @@ import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
+from .reduce import TREE as _TREE
+from .reduce import TREE_EXTRA as _TREE_EXTRA
+from .reduce import TREE_WHERE as _TREE_WHERE
 from .reduce import binomial as _reduce_binomial
 from .registry import Cost, algorithm, default_rule
 from .scatter import linear as _scatter_linear
-from .schedule import Context, Round, Schedule, block, displacements, pof2_floor
+from .schedule import (
+    Context,
+    Overlap,
+    Pipeline,
+    Round,
+    Schedule,
+    block,
+    displacements,
+    pof2_floor,
+    segment,
+    segments,
+    split,
+)
 
 _BOTH = ("reduce_scatter_block", "reduce_scatter")
 
 
 def ring_core(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
-              op: MPI.Op) -> Generator[Round, None, None]:
+              op: MPI.Op) -> Generator[Round | Overlap, None, None]:
     """Ring reduce-scatter in place on ``buf``: afterwards block ``rank`` is fully reduced.
 
     In step s a rank sends its partial block (rank - s - 1) right and reduces the partial
@@ -31,22 +46,58 @@ def ring_core(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequ
 
         p = 3:  step 0:  r0 -b2-> r1,  r1 -b0-> r2,  r2 -b1-> r0   (each adds its own)
                 step 1:  r0 -b1-> r1,  r1 -b2-> r2,  r2 -b0-> r0   (r_i owns b_i)
+
+    Blocks larger than a segment (``ctx.segment_bytes``) travel as S segments, one round
+    each, and the reduction of a segment runs while the next one is in flight::
+
+        round:    (s,0)      (s,1)      ...  (s,S-1)       (s+1,0)        ...
+        wire:     seg 0      seg 1           seg S-1       seg 0 of rb_s
+        reduce:              seg 0      ...  seg S-2       seg S-1 of rb_s
+
+    (segment 0 of the block just reduced leaves while its last segment is being reduced:
+    disjoint buffers, rule 3).  With one segment a step sends what the previous one reduced,
+    so nothing overlaps: the plain ring.  Each element is reduced in the same order either way.
     """
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
-    tmp = ctx.scratch(max(counts) if counts else 0)
+    width = max(counts) if counts else 0
+    nseg = segments(ctx, width)
+    if nseg == 1:  # one segment: each step sends what the one before reduced, nothing overlaps
+        tmp = ctx.scratch(width)
+        for s in range(p - 1):
+            sb, rb = (r - s - 1) % p, (r - s - 2) % p
+            incoming = tmp[: counts[rb]]
+            yield ctx.sendrecv(block(buf, counts, displs, sb), right, incoming, left)
+            ctx.reduce(incoming, block(buf, counts, displs, rb), op)
+        return
+    w = -(-width // nseg)  # the largest segment; two receive slots: one in flight, one reduced
+    tmp = ctx.scratch(2 * w)
+    pipe = Pipeline()
+    k = 0
     for s in range(p - 1):
         sb, rb = (r - s - 1) % p, (r - s - 2) % p
-        incoming = tmp[: counts[rb]]
-        yield ctx.sendrecv(block(buf, counts, displs, sb), right, incoming, left)
-        ctx.reduce(incoming, block(buf, counts, displs, rb), op)
+        out = split(block(buf, counts, displs, sb), nseg)
+        into = split(block(buf, counts, displs, rb), nseg)
+        for j in range(nseg):
+            incoming = tmp[k % 2 * w : k % 2 * w + into[j].size]
+            yield pipe.round(ctx.sendrecv(out[j], right, incoming, left))
+            pipe.then(ctx.reduce, incoming, into[j], op)
+            k += 1
+    pipe.flush()
 
 
-#: ring and pairwise move and reduce the same bytes in the same number of steps
-_STEPS = Cost("(p-1)*alpha + (p-1)/p*n*(beta + gamma)", exact=("even",), bound=0.1)
+#: the ring reduce-scatter (:func:`ring_core`): (p-1) S rounds of one m-byte segment each; with
+#: S > 1 each reduction overlaps the next round
+RING_LET = (("S", "max(1, ceil(n/(p*s)))"), ("m", "n/(p*S)"))
+RING = ("(p > 1)*(overlapped((p-1)*S, alpha + m*beta, m*gamma) if S > 1 "
+        "else (p-1)*(alpha + m*(beta + gamma)))")
+SEGS = "s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)"
 
 
-@algorithm(_BOTH, "ring", cost=_STEPS, restrictions=("commutative",),
+@algorithm(_BOTH, "ring",
+           cost=Cost(RING, let=RING_LET, where=SEGS, exact=("even", "whole_segments"),
+                     bound=0.1),
+           restrictions=("commutative",),
            source="Patarasuk & Yuan 2009 (first half of the ring allreduce)")
 def ring(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
          op: MPI.Op) -> Schedule:
@@ -64,8 +115,10 @@ def ring(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequenc
     ctx.copy(block(work, counts, displs, ctx.rank), recvbuf)
 
 
-@algorithm(_BOTH, "pairwise", cost=_STEPS, restrictions=("commutative",),
-           source="MPICH reduce_scatter_intra_pairwise")
+@algorithm(_BOTH, "pairwise",
+           cost=Cost("overlapped((p-1)*S, alpha + m*beta, m*gamma)", let=RING_LET, where=SEGS,
+                     exact=("even", "whole_segments"), bound=0.1),
+           restrictions=("commutative",), source="MPICH reduce_scatter_intra_pairwise")
 def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
              op: MPI.Op) -> Schedule:
     """Pairwise exchange: in step i, send block rank+i of the input to rank+i and reduce the
@@ -74,16 +127,31 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Seq
         p = 3:  step 1:  r0 -b1-> r1,  r1 -b2-> r2,  r2 -b0-> r0
                 step 2:  r0 -b2-> r2,  r1 -b0-> r0,  r2 -b1-> r1
 
-    Needs a commutative op.
+    The reduction of what step i received runs while step i+1 is in flight (it writes
+    ``recvbuf``, which no message uses); blocks larger than a segment travel as S segments,
+    one round each, pipelined the same way.  Needs a commutative op.
     """
     p, r = ctx.size, ctx.rank
     displs = displacements(counts)
     ctx.copy(block(sendbuf, counts, displs, r), recvbuf)
-    tmp = ctx.scratch(counts[r])
+    nseg = segments(ctx, max(counts) if counts else 0)
+    w = -(-counts[r] // nseg)  # the largest segment of this rank's block
+    tmp = ctx.scratch(2 * w)  # two receive slots: one in flight, one being reduced
+
+    pipe = Pipeline()
+    own = [segment(0, counts[r], nseg, j) for j in range(nseg)]  # this rank's block's segments
+    mine = [recvbuf[a:b] for a, b in own]
+    k = 0
     for i in range(1, p):
         dst, src = (r + i) % p, (r - i) % p
-        yield ctx.sendrecv(block(sendbuf, counts, displs, dst), dst, tmp, src)
-        ctx.reduce(tmp, recvbuf, op)
+        out = split(block(sendbuf, counts, displs, dst), nseg)
+        for j in range(nseg):
+            a, b = own[j]
+            incoming = tmp[k % 2 * w : k % 2 * w + (b - a)]
+            yield pipe.round(ctx.sendrecv(out[j], dst, incoming, src))
+            pipe.then(ctx.reduce, incoming, mine[j], op)
+            k += 1
+    pipe.flush()
 
 
 @algorithm(
@@ -123,8 +191,8 @@ def recursive_halving(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
 
 @algorithm(
     _BOTH, "reduce_scatterv",
-    cost=Cost("clg(p)*(alpha + n*beta + n*gamma) + (p-1)*alpha + (p-1)/p*n*beta",
-              exact=("even",), bound=0.1),
+    cost=Cost(_TREE + " + (p-1)*alpha + (p-1)/p*n*beta", where=_TREE_WHERE,
+              extra=_TREE_EXTRA, exact=("even", "whole_segments"), bound=0.1),
     source="MPI-1 reference implementations (MPICH 1.x): reduce to rank 0, then scatterv",
 )
 def reduce_scatterv(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,

@@ -69,13 +69,21 @@ def clg(p: int) -> int:
 
 CostFn = Callable[[int, float, float, float, float], float]
 
+
+def overlapped(rounds: float, t: float, w: float) -> float:
+    """Seconds for ``rounds`` rounds of ``t`` seconds on the wire, each followed by ``w``
+    seconds of local work that runs while the next round is in flight (the last one's after
+    it): ``t + (rounds-1) max(t, w) + w``; 0 for no rounds."""
+    return t + (rounds - 1) * max(t, w) + w if rounds > 0 else 0.0
+
 #: Conditions under which a cost is exact for the simulator's model (see :class:`Cost`).
 EXACT_WHEN: dict[str, str] = {
     "pof2": "p is a power of two",
     "even": "every block holds the same number of elements (count divisible by p and by p')",
     "one_peer": "p <= 2 (with more peers the simulator's ports serialise a round's messages "
                 "greedily, in post order, where the formula assumes the best order)",
-    "whole_segments": "n is at most one segment or a whole number of segments",
+    "whole_segments": "n is at most one segment or a whole number of segments (for the "
+                      "segmented reductions: what each step sends)",
     "full_nodes": "every node holds ranks_per_node ranks (ranks_per_node divides p)",
 }
 
@@ -103,11 +111,17 @@ class Cost:
     largest power of two <= p), ``fold`` (1 if p is not a power of two, else 0) and ``s`` (segment
     bytes).  Two-level costs (``two_level=True``, node-aware algorithms) use ``alpha_i``,
     ``beta_i`` (inside a node), ``alpha_o``, ``beta_o`` (between nodes), ``gamma``, ``k`` (ranks
-    per node, at most p) and ``N`` (nodes); the flat cost of such an algorithm is its two-level
-    cost with one rank per node (what the simulator runs when no nodes are given).
+    per node, at most p), ``N`` (nodes) and ``s``; the flat cost of such an algorithm is its
+    two-level cost with one rank per node (what the simulator runs when no nodes are given).
+
+    ``overlapped(R, t, w)`` is ``t + (R-1) max(t, w) + w``: R rounds that each take ``t`` on the
+    wire, each followed by ``w`` of local work that runs while the next round is in flight
+    (segmented schedules, :class:`~mpicoll.algorithms.schedule.Overlap`).
 
     Args:
         expr: the expression.
+        let: ``(name, expression)`` definitions evaluated in order before ``expr`` (each may
+            use the ones before it), shown after the formula as ``name = expression``.
         where: definitions shown after the formula (e.g. ``"s = segment bytes"``).
         exact: names from :data:`EXACT_WHEN`: the simulator's critical path equals the cost
             when all hold (and always when empty).
@@ -116,8 +130,8 @@ class Cost:
         extra: names usable in ``expr`` besides the standard ones (helper functions).
     """
 
-    def __init__(self, expr: str, *, where: str = "", exact: tuple[str, ...] = (),
-                 bound: float | str = 0.0, two_level: bool = False,
+    def __init__(self, expr: str, *, let: tuple[tuple[str, str], ...] = (), where: str = "",
+                 exact: tuple[str, ...] = (), bound: float | str = 0.0, two_level: bool = False,
                  extra: dict[str, Any] | None = None) -> None:
         for e in exact:
             if e not in EXACT_WHEN:
@@ -127,18 +141,29 @@ class Cost:
         self.exact = tuple(exact)
         self.bound = bound
         self.two_level = two_level
+        self.let = tuple(let)
         self._code = compile(expr, f"<cost {expr}>", "eval")
+        self._let = tuple((k, compile(v, f"<cost {k} = {v}>", "eval")) for k, v in let)
         self._names: dict[str, Any] = {"lg": lg, "clg": clg, "min": min, "max": max,
-                                       "ceil": math.ceil, **(extra or {})}
+                                       "ceil": math.ceil, "overlapped": overlapped,
+                                       **(extra or {})}
 
     @property
     def text(self) -> str:
         """The formula as the CLI and README show it."""
-        shown = _show(self.expr)
-        return f"{shown}; {self.where}" if self.where else shown
+        parts = [_show(self.expr)]
+        if self.let:
+            parts.append(", ".join(f"{k} = {_show(v)}" for k, v in self.let))
+        if self.where:
+            parts.append(self.where)
+        return "; ".join(parts)
 
     def _eval(self, **names: Any) -> float:
-        return float(eval(self._code, {"__builtins__": {}}, {**self._names, **names}))
+        env: dict[str, Any] = {"__builtins__": {}}
+        ns = {**self._names, **names}
+        for k, code in self._let:
+            ns[k] = eval(code, env, ns)
+        return float(eval(self._code, env, ns))
 
     def __call__(self, p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
         """Seconds on p ranks for n bytes under the flat model (alpha, beta, gamma)."""
@@ -160,7 +185,8 @@ class Cost:
             m = intra if nn == 1 else inter
             return self(p, n, m.alpha, m.beta, intra.gamma)
         return self._eval(p=p, n=n, k=k, N=nn, alpha_i=intra.alpha, beta_i=intra.beta,
-                          alpha_o=inter.alpha, beta_o=inter.beta, gamma=intra.gamma)
+                          alpha_o=inter.alpha, beta_o=inter.beta, gamma=intra.gamma,
+                          s=DEFAULT_SEGMENT_BYTES)
 
     def exact_for(self, p: int, *, even: bool = True, whole_segments: bool = True,
                   full_nodes: bool = True) -> bool:

@@ -11,6 +11,10 @@ source runs on every engine:
   ``Test``/``Wait`` on the returned request (the libNBC / MPICH ``sched`` model);
 * the simulator matches all ranks' rounds in memory and advances a clock per rank.
 
+A round may also carry local work that runs while its messages are in flight (an
+:class:`Overlap`, rule 3): a segmented schedule posts the next segment's transfers, reduces the
+segment already received, then waits, so reduction (gamma) overlaps transfer (beta).
+
 Rules a schedule keeps, so that every engine can run it:
 
 1. All data movement between a rank's own buffers goes through ``ctx.copy``/``ctx.reduce``
@@ -18,7 +22,13 @@ Rules a schedule keeps, so that every engine can run it:
 2. Sends and receives between one pair of ranks are matched in the order they are yielded
    (MPI's non-overtaking rule); both sides yield the same number of messages per round.
 3. A buffer yielded for sending is not written, and one yielded for receiving is not read,
-   until the round has completed (the engine resumes the generator only then).
+   until the round has completed (the engine resumes the generator only then).  This holds
+   for what is in flight too: a round may carry local work to run *while* it is in flight
+   (``yield ctx.overlap(round, during)``, an :class:`Overlap`); every engine posts the round,
+   runs ``during()``, then waits.  ``during`` does local work only (``ctx.copy``/``ctx.reduce``
+   on buffers a previous round completed: never a message), and it touches no buffer of the
+   round in flight, neither its send buffers nor its receive buffers (the simulator checks
+   this in data mode).  A :class:`Pipeline` builds such rounds.
 4. Zero-length messages are still sent: both sides then agree without looking at counts.
 5. Operations are made with ``ctx.send``/``ctx.recv``/``ctx.sendrecv`` (never ``Send(...)``
    directly), so :meth:`Context.relative` can renumber ranks for rooted trees.
@@ -26,8 +36,8 @@ Rules a schedule keeps, so that every engine can run it:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Generator, Sequence
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,6 +45,8 @@ from mpi4py import MPI
 
 __all__ = [
     "Context",
+    "Overlap",
+    "Pipeline",
     "Recv",
     "Round",
     "Schedule",
@@ -47,7 +59,11 @@ __all__ = [
     "equal_blocks",
     "is_pof2",
     "pof2_floor",
+    "segment",
+    "segment_count",
+    "segments",
     "span",
+    "split",
 ]
 
 
@@ -70,7 +86,20 @@ class Recv(NamedTuple):
 
 
 Round = tuple[Send | Recv, ...]
-Schedule = Generator[Round, None, None]
+
+
+class Overlap(NamedTuple):
+    """A round with local work to do while it is in flight (rule 3 of the module docstring).
+
+    Engines post ``ops``, call ``during()``, then wait for ``ops``.  ``during`` must not
+    touch (read or write) any buffer of ``ops``, nor communicate.
+    """
+
+    ops: Round
+    during: Callable[[], None]
+
+
+Schedule = Generator[Round | Overlap, None, None]
 
 
 class Context:
@@ -105,6 +134,10 @@ class Context:
     def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
         """A round of one send and one receive (``MPI_Sendrecv``)."""
         return (Recv(rbuf, source), Send(sbuf, dest))
+
+    def overlap(self, ops: Round, during: Callable[[], None]) -> Overlap:
+        """``ops`` with ``during()`` to run while they are in flight (see :class:`Overlap`)."""
+        return Overlap(ops, during)
 
     def relative(self, root: int) -> Context:
         """This context seen from ``root``: ranks renumbered ``(rank - root) % size``.
@@ -322,3 +355,72 @@ def segment_count(ctx: Context) -> int:
     """Elements per pipeline segment: ``ctx.segment_bytes`` bytes (the backend's
     ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element."""
     return max(1, ctx.segment_bytes // max(1, ctx.dtype.itemsize))
+
+
+def segments(ctx: Context, count: Any) -> int:
+    """How many segments of at most :func:`segment_count` elements the largest of ``count``
+    (an int, or per-rank ints in the vector engine) needs: at least 1."""
+    top = int(np.max(count)) if type(count) is np.ndarray else count
+    seg = ctx.segment_bytes // ctx.dtype.itemsize  # segment_count(ctx), inlined: once a call
+    return 1 if top <= seg else -(-top // max(1, seg))
+
+
+def segment(start: Any, count: Any, nseg: int, j: int) -> tuple[Any, Any]:
+    """(start, stop) of segment ``j`` of ``nseg`` near-equal segments of the ``count`` elements
+    at ``start`` (the first ``count % nseg`` one larger, as :func:`block_counts`).  Works on
+    per-rank integer vectors too (the vector engine)."""
+    if nseg == 1:
+        return start, start + count
+    q, r = divmod(count, nseg)
+    lo = start + j * q + (j < r) * j + (j >= r) * r
+    return lo, lo + q + (j < r)
+
+
+def split(buf: np.ndarray, nseg: int) -> list[np.ndarray]:
+    """The ``nseg`` segment views of ``buf`` (:func:`segment`); ``[buf]`` itself for one."""
+    if nseg == 1:
+        return [buf]
+    return [buf[a:b] for a, b in (segment(0, buf.size, nseg, j) for j in range(nseg))]
+
+
+class Pipeline:
+    """The local work of a segmented schedule, run while the next round is in flight.
+
+    ``yield pipe.round(ops)`` instead of ``yield ops``, then ``pipe.then(fn, *args)`` for the
+    work on what that round received (``fn(*args)``, e.g. ``ctx.reduce``); ``pipe.flush()``
+    after the last round.  The work registered after one round runs during the next when
+    ``round(ops, overlaps=True)`` (the caller vouches that the work touches no buffer of
+    ``ops``: rule 3), else before ``ops`` is posted.  Every work still runs after its own
+    round and before the next one's work: overlapping changes when local work runs, never what
+    it computes.  The rounds must be built from indices only (the previous round's work may
+    not have run yet).
+    """
+
+    __slots__ = ("_args", "_fn")
+
+    def __init__(self) -> None:
+        self._fn: Callable[..., None] | None = None
+        self._args: tuple[Any, ...] = ()
+
+    def round(self, ops: Round, overlaps: bool = True) -> Round | Overlap:
+        """``ops``, carrying the pending work where ``overlaps`` (else that work runs now)."""
+        fn = self._fn
+        if fn is None:
+            return ops
+        self._fn = None
+        if overlaps:
+            return Overlap(ops, partial(fn, *self._args))
+        fn(*self._args)
+        return ops
+
+    def then(self, fn: Callable[..., None], *args: Any) -> None:
+        """Register ``fn(*args)``: the work on what the round just yielded received."""
+        self.flush()
+        self._fn, self._args = fn, args
+
+    def flush(self) -> None:
+        """Run the pending work now (after the last round)."""
+        fn = self._fn
+        if fn is not None:
+            self._fn = None
+            fn(*self._args)

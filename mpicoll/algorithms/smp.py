@@ -20,6 +20,7 @@ from .allgather import ring as allgather_ring
 from .barrier import dissemination
 from .bcast import binomial as bcast_binomial
 from .gather import linear as gather_linear
+from .reduce import TREE_EXTRA, TREE_WHERE
 from .reduce import binomial as reduce_binomial
 from .registry import Cost, algorithm
 from .schedule import Context, Schedule, block, blocks, contiguous_span, displacements
@@ -68,9 +69,10 @@ def bcast(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
 
 @algorithm(
     "reduce", "smp",
-    cost=Cost("clg(k)*(alpha_i + n*beta_i + n*gamma) + clg(N)*(alpha_o + n*beta_o + n*gamma)",
-              where=_NODES,
-              exact=_FULL, bound=0.1, two_level=True),
+    cost=Cost("reduce_tree(k, n, s, alpha_i, beta_i, gamma) + "
+              "reduce_tree(N, n, s, alpha_o, beta_o, gamma)",
+              where=_NODES + "; " + TREE_WHERE, extra=TREE_EXTRA,
+              exact=(*_FULL, "whole_segments"), bound=0.1, two_level=True),
     restrictions=("commutative",),
     source="MPICH reduce_intra_smp; Open MPI coll/han",
     auto=False,
@@ -99,11 +101,12 @@ def reduce(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MP
 
 @algorithm(
     "allreduce", "smp",
-    cost=Cost("clg(k)*(2*alpha_i + 2*n*beta_i + n*gamma) + "
+    cost=Cost("reduce_tree(k, n, s, alpha_i, beta_i, gamma) + clg(k)*(alpha_i + n*beta_i) + "
               "T_allreduce(N, n, alpha_o, beta_o, gamma)",
-              where=_NODES + ", T_allreduce = the cost of the flat allreduce auto picks for N",
-              extra={"T_allreduce": _leaders_allreduce},
-              exact=(*_FULL, "even"), bound=0.1, two_level=True),
+              where=_NODES + ", T_allreduce = the cost of the flat allreduce auto picks for N; "
+              + TREE_WHERE,
+              extra={"T_allreduce": _leaders_allreduce, **TREE_EXTRA},
+              exact=(*_FULL, "even", "whole_segments"), bound=0.1, two_level=True),
     restrictions=("commutative",),
     source="MPICH allreduce_intra_smp; Open MPI coll/han; Traff, 'SMP-aware message passing'",
     auto=False,

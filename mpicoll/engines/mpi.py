@@ -4,7 +4,10 @@ One :class:`Engine` per p2p backend object.  It owns the private communicator, t
 and the list of schedules in flight.  A blocking collective and a non-blocking one are the same
 thing here: a :class:`ScheduleRequest` that posts a round (``Irecv`` first, then ``Isend``),
 and, once every request of that round has completed, resumes the generator for the next one.
-A blocking call waits on its request at once; a non-blocking call returns it.
+A blocking call waits on its request at once; a non-blocking call returns it.  A round that
+carries local work (an :class:`~mpicoll.algorithms.schedule.Overlap`: a segmented schedule's
+reduction of the segment already received) runs it right after posting the round's messages
+and before any wait on them, in the same call (under the schedule's claim, see below).
 
 Progress is made only inside mpicoll's completion calls (``Test``/``Wait`` of a request,
 :func:`Waitall`, :func:`Testall`, :func:`Waitany`, :func:`Testany`, :func:`Waitsome`,
@@ -53,7 +56,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms.registry import Algorithm
-from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
+from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 
 __all__ = ["Engine", "ScheduleRequest", "Testall", "Testany", "Testsome", "ThreadLevelError",
@@ -96,8 +99,13 @@ class MPIContext(Context):
         self.tag = tag
         self.traffic = traffic
 
-    def post(self, rnd: Round) -> list[MPI.Request]:
-        """Start every operation of a round: receives first, then sends."""
+    def post(self, rnd: Round | Overlap) -> list[MPI.Request]:
+        """Start every operation of a round: receives first, then sends; then, for an
+        :class:`Overlap`, run its local work while they are in flight."""
+        if isinstance(rnd, Overlap):
+            reqs = self.post(rnd.ops)
+            rnd.during()
+            return reqs
         comm, tag, dt, t = self.comm, self.tag, self.datatype, self.traffic
         reqs = []
         for o in rnd:

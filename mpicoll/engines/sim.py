@@ -9,6 +9,9 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   a rank sends one message at a time and receives one at a time, but may do both at once
   (single-port, full-duplex, as the Thakur-Rabenseifner-Gropp costs assume);
 * a local reduction of n bytes adds ``n gamma``; local copies are free;
+* local work carried by a round (an :class:`~mpicoll.algorithms.schedule.Overlap`) runs while
+  the round's messages are in flight: the rank's clock at the end of such a round is
+  ``max(end of its messages, post time + k o_msg + the work's gamma charges)``;
 * software overhead (LogP's *o*, :class:`~mpicoll.model.Model`'s ``o_call`` and ``o_msg``):
   every rank's clock starts at ``o_call`` (the call's front door), and a rank that posts a
   round of k messages (sends and receives) is busy for ``k o_msg`` first: its messages are
@@ -46,7 +49,16 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Schedule, Send, Table
+from ..algorithms.schedule import (
+    DEFAULT_SEGMENT_BYTES,
+    Context,
+    Overlap,
+    Recv,
+    Round,
+    Schedule,
+    Send,
+    Table,
+)
 from ..model.alphabeta import DEFAULT, Model
 
 __all__ = [
@@ -130,11 +142,15 @@ class SimContext(Context):
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
         if self.sim.data and src.size:
+            if self.sim.inflight:
+                self.sim.check_inflight(src, dst)
             np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
         self.sim.clock[self.rank] += inbuf.nbytes * self.sim.gamma
         if self.sim.data and inbuf.size:
+            if self.sim.inflight:
+                self.sim.check_inflight(inbuf, inoutbuf)
             op.Reduce_local([inbuf, self.datatype], [inoutbuf, self.datatype])
 
     def scratch(self, count: int) -> np.ndarray:
@@ -173,12 +189,23 @@ class Simulator:
         self.o_call = local.o_call  # seconds at the start of the call, every rank
         self.o_msg = local.o_msg  # seconds per message a rank posts, before it starts
         self.clock = [0.0] * p
+        #: data mode, while an overlapped round's work runs: that round's buffers
+        self.inflight: tuple[np.ndarray, ...] = ()
         k = self.model.ranks_per_node if isinstance(self.model, TwoLevel) else ranks_per_node
         self.nodes = tuple(r // k for r in range(p)) if k else None
         if nodes is not None:
             if len(nodes) != p:
                 raise ValueError(f"nodes: expected a node id for each of {p} ranks")
             self.nodes = tuple(nodes)
+
+    def check_inflight(self, *bufs: np.ndarray) -> None:
+        """Rule 3 of the schedule language: local work run during a round touches none of
+        its buffers (checked in data mode; :class:`RuntimeError` names the breach)."""
+        for b in bufs:
+            for f in self.inflight:
+                if b.size and f.size and np.shares_memory(b, f):
+                    raise RuntimeError("schedule breaks rule 3: local work run during a round "
+                                       "touches a buffer of that round")
 
     def context(self, rank: int, datatype: MPI.Datatype, dtype: np.dtype) -> SimContext:
         return SimContext(self, rank, datatype, dtype)
@@ -257,12 +284,20 @@ class Simulator:
             r = ready.popleft()
             if rend[r] > clock[r]:
                 clock[r] = rend[r]
+            during = None
             while True:
                 try:
-                    rnd = next(gens[r])
+                    item = next(gens[r])
                 except StopIteration:
                     done[r] = True
                     break
+                rnd: Round = item.ops if isinstance(item, Overlap) else item
+                if isinstance(item, Overlap):
+                    during = item.during
+                    if not rnd:  # nothing in flight: plain local work
+                        during()
+                        during = None
+                        continue
                 if rnd:
                     break
             if done[r]:
@@ -286,6 +321,13 @@ class Simulator:
                         match(r, o.peer, o.buf, t, rbuf, tr)
                     else:
                         sendq.setdefault(key, deque()).append((o.buf, t))
+            if during is not None:  # runs while the round is in flight: clock[r] from t on
+                if data:
+                    self.inflight = tuple(o.buf for o in rnd)
+                try:
+                    during()
+                finally:
+                    self.inflight = ()
         if not all(done):
             stuck = [r for r in range(p) if not done[r]]
             waits = sorted({key for key, q in list(sendq.items()) + list(recvq.items()) if q})
@@ -468,9 +510,16 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
         while True:
             np.maximum(ctx.clock, rend, out=ctx.clock)
             try:
-                rnd = next(gen)
+                item = next(gen)
             except StopIteration:
                 break
+            during = None
+            rnd: Round = item.ops if isinstance(item, Overlap) else item
+            if isinstance(item, Overlap):
+                during = item.during
+                if not rnd:
+                    during()
+                    continue
             if not rnd:
                 continue
             if len(rnd) != 2 or {type(o) for o in rnd} != {Send, Recv}:
@@ -517,6 +566,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             brecv += n
             if nd is not None:
                 inter += np.where(nd[dest] != nd, sbytes, 0)
+            if during is not None:  # while the round is in flight: clock from t on, as per rank
+                during()
     finally:
         gen.close()
     return {

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from mpicoll import registry
 from mpicoll.algorithms.collectives import RECORDS
-from mpicoll.algorithms.schedule import Context, Schedule
+from mpicoll.algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Schedule
 from mpicoll.engines.sim import DeadlockError, Simulator, TwoLevel
 from mpicoll.model.alphabeta import Model
 from mpicoll.tools.simulate import make_args, simulate
@@ -138,22 +138,22 @@ def test_message_counts(p: int) -> None:
     assert (br.messages_sent == lgp).all()
 
 
-# Algorithms whose formula is exact at every p (n divisible by p), and those exact at p = 2^k.
-# Left out, with reason: alltoall scattered (its formula is the contention-free ideal; the
-# simulator serialises ports greedily), scan/exscan recursive doubling (formula counts two
-# reductions every step, an upper bound), recursive_halving at p != 2^k (uneven blocks after
-# the fold), and the v-variants (their n is not p equal blocks).
-def test_cost_only_mode_scales() -> None:
+def test_cost_only_mode_scales(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cost-only: no data is touched, one allocation stands for every rank's buffer; the
-    per-rank engine at 4096 ranks (rabenseifner has rank-dependent control flow)."""
+    per-rank engine at 4096 ranks (rabenseifner has rank-dependent control flow), in one
+    segment (a 64 MiB segment size: segments multiply the rounds, see test_overlap.py)."""
     p, n = 4096, 64 << 20
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", str(n))
     r = simulate("allreduce", p, n // 8, algorithm="rabenseifner")  # 64 MiB per rank
     assert r.engine == "rank"
     assert r.nbytes == n
     assert (r.messages_sent == 2 * 12).all()  # 2 lg p
     assert (r.bytes_sent == 2 * n * (p - 1) // p).all()
+    monkeypatch.delenv("MPICOLL_SEGMENT_SIZE")
     ring = simulate("allreduce", 128, 8 << 20, algorithm="ring", engine="rank")
     assert (ring.bytes_sent == 2 * (64 << 20) * 127 // 128).all()
+    segs = -(-(64 << 20) // 128 // DEFAULT_SEGMENT_BYTES)  # per block, in the reduce-scatter
+    assert (ring.messages_sent == 127 * segs + 127).all()
 
 
 def test_a_broken_schedule_is_a_deadlock_not_a_hang() -> None:
