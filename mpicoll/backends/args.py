@@ -24,6 +24,7 @@ from ..algorithms import registry
 from ..algorithms.schedule import Context, block_counts, displacements
 from ..engines.call import Call
 from .buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
+from .buffers import nbytes as _nbytes
 from .ops import check_op
 
 __all__ = ["Call", "PARSERS", "select"]
@@ -94,7 +95,7 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
     b = parse(buf, "buf", writable=rank != root)
     arr = b.array
     return Call("bcast", b.datatype, arr.dtype, lambda ctx: (arr, root),
-                nbytes=arr.nbytes, count=b.count, root=root)
+                nbytes=_nbytes(b), count=b.count, root=root)
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -120,7 +121,7 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     counts, displs = _regular(n, size)
     return Call("scatter", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
-                nbytes=n * size * rarr.dtype.itemsize, count=n,
+                nbytes=_nbytes(ref, n * size), count=n,
                 in_place=rank == root and is_in_place(recvbuf), root=root)
 
 
@@ -175,7 +176,7 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
     counts, displs = _regular(n, size)
     return Call("gather", ref.datatype, sarr.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
-                nbytes=n * size * sarr.dtype.itemsize, count=n,
+                nbytes=_nbytes(ref, n * size), count=n,
                 in_place=rank == root and is_in_place(sendbuf), root=root)
 
 
@@ -242,8 +243,8 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
     mop = _op(op, ref)
     return Call("reduce", ref.datatype, src.dtype,
                 lambda ctx: (make_send(ctx), rarr, mop, root),
-                nbytes=src.nbytes, count=src.size, commutative=bool(mop.Is_commutative()),
-                in_place=in_place, op=mop, root=root)
+                nbytes=_nbytes(ref, src.size), count=src.size,
+                commutative=bool(mop.Is_commutative()), in_place=in_place, op=mop, root=root)
 
 
 def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
@@ -259,7 +260,7 @@ def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SU
             ctx.copy(src, out)
         return (out, mop)
 
-    return Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=out.nbytes,
+    return Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb),
                 count=out.size, commutative=bool(mop.Is_commutative()), in_place=in_place,
                 op=mop)
 
@@ -294,7 +295,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
     make_send = _copy_of(src) if in_place else _given(src)
     cts = list(counts)
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, cts, mop),
-                nbytes=int(total_known) * out.dtype.itemsize,  # type: ignore[arg-type]
+                nbytes=_nbytes(rb, int(total_known)),  # type: ignore[arg-type]
                 count=min(cts) if cts else 0, commutative=bool(mop.Is_commutative()),
                 in_place=in_place, uniform=len(set(cts)) <= 1, op=mop, counts=tuple(cts))
 
@@ -334,7 +335,7 @@ def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
             ctx.copy(src, out[displs[rank] : displs[rank] + n])
         return (out, counts, displs)
 
-    return Call("allgather", rb.datatype, out.dtype, prepare, nbytes=out.nbytes, count=n,
+    return Call("allgather", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb), count=n,
                 in_place=src is None)
 
 
@@ -356,7 +357,7 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         return (out, counts, displs)
 
     return Call("allgatherv", rv.datatype, out.dtype, prepare,
-                nbytes=sum(counts) * out.dtype.itemsize, count=min(counts) if counts else 0,
+                nbytes=_nbytes(rv, sum(counts)), count=min(counts) if counts else 0,
                 in_place=src is None, uniform=len(set(counts)) <= 1, counts=tuple(counts))
 
 
@@ -376,7 +377,7 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     out = rb.array
     return Call("alltoall", rb.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), counts, displs, out, counts, displs),
-                nbytes=out.nbytes, count=n, in_place=in_place)
+                nbytes=_nbytes(rb), count=n, in_place=in_place)
 
 
 def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -406,7 +407,7 @@ def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     out = rb.array
     make_send = _copy_of(out) if s is None else _given(s.array)
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, mop),
-                nbytes=out.nbytes, count=out.size, commutative=bool(mop.Is_commutative()),
+                nbytes=_nbytes(rb), count=out.size, commutative=bool(mop.Is_commutative()),
                 in_place=in_place, op=mop)
 
 

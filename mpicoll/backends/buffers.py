@@ -13,7 +13,11 @@ Accepted specs are mpi4py's (see ``mpi4py.MPI.Comm`` docs):
 
 Datatypes are predefined MPI types, including the pair types of MAXLOC/MINLOC; the numpy
 dtype of each comes from :func:`mpi4py.util.dtlib.to_numpy_dtype`, and the MPI type of a plain
-array from mpi4py's own type table.  Non-contiguous arrays raise ``ValueError`` (decision: no
+array from mpi4py's own type table.  A derived datatype (positive extent) gives a view of
+``count`` elements of ``np.dtype((np.void, extent))`` from the buffer's origin plus
+``displacement * extent`` bytes (see :mod:`mpicoll.algorithms.datatypes`); the bytes its
+typemap touches must lie inside the buffer (ValueError), which mpi4py itself does not check.
+Non-contiguous arrays raise ``ValueError`` (decision: no
 silent copy, because a copy of a receive buffer would silently drop the result); read-only
 arrays raise ``ValueError`` where the buffer is written.
 """
@@ -28,9 +32,11 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
+from ..algorithms.datatypes import check_span, extents, is_derived, typed_view
+
 __all__ = [
-    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "parse", "parse_v",
-    "same_type",
+    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "nbytes", "parse",
+    "parse_v", "same_type",
 ]
 
 
@@ -190,6 +196,8 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             count, displ = _count(c[0], what), _count(c[1], what)
         elif c is not None:
             count = _count(c, what)
+    if datatype is not None and is_derived(datatype):
+        return _parse_derived(arr, datatype, count, displ, blocks, what)
     if datatype is None:
         datatype = datatype_of(arr.dtype, what)
         dtype = arr.dtype
@@ -209,6 +217,50 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             f"{displ + count} elements, buffer has {flat.size}"
         )
     return Buf(flat[displ : displ + count], datatype)
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """The bytes of a contiguous array, as a 1-D uint8 view (no copy)."""
+    return arr.reshape(-1, order="A").view(np.uint8)
+
+
+def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
+    """The extent of a derived datatype, refused (TypeError) where the internal form cannot
+    hold it: a null or non-positive extent (elements would not be in increasing address
+    order)."""
+    if datatype == MPI.DATATYPE_NULL:
+        raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
+    extent = datatype.Get_extent()[1]
+    if extent <= 0:
+        raise TypeError(
+            f"{what}: derived datatype {datatype.Get_name() or ''} has extent {extent}; mpicoll "
+            "needs a positive extent (Create_resized it)"
+        )
+    return int(extent)
+
+
+def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, displ: int,
+                   blocks: int, what: str) -> Buf:
+    """:func:`parse` of a spec whose datatype is derived: ``count`` elements of dtype
+    ``np.dtype((np.void, extent))`` whose element 0 starts ``displ * extent`` bytes into the
+    buffer (see :mod:`mpicoll.algorithms.datatypes`).  Without a count, as mpi4py: the buffer's
+    bytes over the extent (ValueError unless whole)."""
+    extent = _derived_extent(datatype, what)
+    raw = _raw(arr)
+    per_block = ""
+    if count is None:
+        if raw.size % extent:
+            raise ValueError(
+                f"{what}: buffer length {raw.size} is not a multiple of the datatype's extent "
+                f"{extent}; pass [buffer, count, datatype]"
+            )
+        count = max(0, raw.size // extent - displ)
+    elif blocks != 1:
+        per_block = f" ({count} per block x {blocks} blocks)"
+        count *= blocks
+    check_span(datatype, displ * extent, count, raw.size, what,
+               f" (extent {extent}) at displacement {displ}{per_block}")
+    return Buf(typed_view(raw, displ * extent, count, extent), datatype)
 
 
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
@@ -260,11 +312,23 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         counts_spec, displs_spec = rest
     elif rest:
         raise TypeError(f"{what}: unrecognised vector buffer spec")
-    dtype = arr.dtype if datatype is None else _np_dtype(datatype)
-    if datatype is None:
-        datatype = datatype_of(arr.dtype, what)
-    flat = _flat(arr, dtype, what)
+    derived = datatype is not None and is_derived(datatype)
+    if derived:
+        assert datatype is not None
+        extent = _derived_extent(datatype, what)
+        raw = _raw(arr)
+        flat = typed_view(raw, 0, raw.size // extent, extent)
+    else:
+        dtype = arr.dtype if datatype is None else _np_dtype(datatype)
+        if datatype is None:
+            datatype = datatype_of(arr.dtype, what)
+        flat = _flat(arr, dtype, what)
     if counts_spec is None:
+        if derived and raw.size % extent:
+            raise ValueError(
+                f"{what}: buffer length {raw.size} is not a multiple of the datatype's extent "
+                f"{extent}; pass the counts"
+            )
         if flat.size % size:
             raise ValueError(
                 f"{what}: no counts given and {flat.size} elements do not split evenly over "
@@ -280,6 +344,14 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         displs = [int(d) for d in displs[:size]]
     else:
         displs = int_list(displs_spec, what, "displacements", size)
+    if derived:  # blocks are checked against the typemap's bytes; the view spans them all
+        assert datatype is not None
+        for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
+            check_span(datatype, d * extent, c, raw.size, what,
+                       f" (extent {extent}) of block {i} at displacement {d}")
+        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
+        if end > flat.size:
+            flat = typed_view(raw, 0, end, extent)
     for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
         if d + c > flat.size:
             raise ValueError(
@@ -300,12 +372,40 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:
-    """Raise TypeError when send and receive element types differ (MPI needs them to match)."""
+    """Raise TypeError when send and receive element types differ (MPI needs them to match).
+
+    A derived datatype must be the same datatype (handle) on both sides: the p2p schedules
+    move whole elements between the two buffers.  (MPI also allows two datatypes with the same
+    type signature; mpicoll does not yet.)"""
+    if is_derived(a.datatype) or is_derived(b.datatype):
+        if a.datatype != b.datatype:
+            raise TypeError(
+                f"{what}: send datatype {_type_name(a.datatype)} and receive datatype "
+                f"{_type_name(b.datatype)} differ; with a derived datatype both sides must pass "
+                "the same datatype"
+            )
+        return
     if a.array.dtype != b.array.dtype:
         raise TypeError(
             f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
             f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
         )
+
+
+def _type_name(datatype: MPI.Datatype) -> str:
+    if not is_derived(datatype):
+        return datatype.Get_name()
+    ext = extents(datatype)
+    return (datatype.Get_name() or "derived") + f" (size {ext.size}, extent {ext.extent})"
+
+
+def nbytes(buf: Buf | VBuf, count: int | None = None) -> int:
+    """Bytes of data in ``count`` elements of ``buf`` (default all of them): what messages
+    carry, ``count * datatype.Get_size()`` (a derived type's holes are not sent)."""
+    n = int(buf.array.size) if count is None else count
+    if is_derived(buf.datatype):
+        return n * int(buf.datatype.Get_size())
+    return n * buf.array.dtype.itemsize
 
 
 def check_counts(name: str, got: int, want: int, what: str) -> None:

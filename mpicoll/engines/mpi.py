@@ -64,22 +64,26 @@ class MPIContext(Context):
         self.traffic = traffic
 
     def post(self, rnd: Round) -> list[MPI.Request]:
-        """Start every operation of a round: receives first, then sends."""
-        comm, tag, dt, t = self.comm, self.tag, self.datatype, self.traffic
+        """Start every operation of a round: receives first, then sends.  Each message is
+        ``[buf, len(buf), datatype]`` (a derived datatype's typemap, holes untouched); traffic
+        counts ``len(buf) * unit`` bytes (the datatype's size, not the view's extent)."""
+        comm, tag, dt, t, unit = self.comm, self.tag, self.datatype, self.traffic, self.unit
         reqs = []
         for o in rnd:
             if type(o) is Recv:
-                reqs.append(comm.Irecv([o.buf, dt], o.peer, tag))
+                n = o.buf.size
+                reqs.append(comm.Irecv([o.buf, n, dt], o.peer, tag))
                 t.messages_recv += 1
-                t.bytes_recv += o.buf.nbytes
+                t.bytes_recv += n * unit
         nodes = self.nodes
         for o in rnd:
             if type(o) is not Recv:
-                reqs.append(comm.Isend([o.buf, dt], o.peer, tag))
+                n = o.buf.size
+                reqs.append(comm.Isend([o.buf, n, dt], o.peer, tag))
                 t.messages_sent += 1
-                t.bytes_sent += o.buf.nbytes
+                t.bytes_sent += n * unit
                 if nodes is not None and nodes[o.peer] != nodes[self.rank]:
-                    t.inter_bytes_sent += o.buf.nbytes
+                    t.inter_bytes_sent += n * unit
         t.rounds += 1
         return reqs
 

@@ -1,0 +1,122 @@
+"""Derived MPI datatypes in the schedule language: one element is one instance of the type.
+
+A buffer of a derived datatype (``MPI.DOUBLE.Create_vector(...)``, ``Create_resized``, a
+struct, ...) has the same internal form as a predefined one: a 1-D numpy view of ``count``
+elements.  Its numpy dtype is ``np.dtype((np.void, extent))`` and element 0 starts at the
+buffer's origin (the address MPI is handed), so a slice ``buf[i:j]`` is the address arithmetic
+MPI itself does (element i starts ``i * extent`` bytes from the origin; the lower bound is
+inside the typemap, and MPI applies it).  numpy never reads or writes those bytes: messages
+carry the MPI datatype (``[view, count, datatype]``), local copies go through
+``datatype.Pack``/``Unpack`` (the holes of the typemap stay untouched), reductions through
+``op.Reduce_local`` on the datatype, and bytes on the wire are ``count * datatype.Get_size()``.
+
+A view may run past the end of the memory it was made from (a resized type whose extent is
+larger than its true extent ends inside the last element's extent); only the bytes of the
+typemap are ever touched, and :func:`check_span` is what keeps those inside the buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = [
+    "Extents", "check_span", "extents", "is_derived", "typed_copy", "typed_scratch",
+    "typed_view",
+]
+
+
+def is_derived(datatype: MPI.Datatype) -> bool:
+    """True for a derived (user-built) datatype, False for a predefined one."""
+    return not datatype.is_predefined
+
+
+class Extents(NamedTuple):
+    """The byte geometry of a datatype: ``size`` (bytes of data, what a message carries),
+    ``lb``/``extent`` (the stride between consecutive elements) and ``true_lb``/``true_extent``
+    (the bytes the typemap actually touches, relative to an element's origin)."""
+
+    size: int
+    lb: int
+    extent: int
+    true_lb: int
+    true_extent: int
+
+    def span(self, count: int) -> tuple[int, int]:
+        """Bytes ``[lo, hi)`` from element 0's origin that ``count`` elements touch ((0, 0)
+        for none)."""
+        if count <= 0 or self.size == 0:
+            return (0, 0)
+        lo = self.true_lb
+        return (lo, (count - 1) * self.extent + lo + self.true_extent)
+
+
+def extents(datatype: MPI.Datatype) -> Extents:
+    """:class:`Extents` of ``datatype``."""
+    lb, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    return Extents(datatype.Get_size(), lb, extent, true_lb, true_extent)
+
+
+def check_span(datatype: MPI.Datatype, origin: int, count: int, nbytes: int, what: str,
+               detail: str = "") -> None:
+    """Raise ValueError unless ``count`` elements of ``datatype`` from byte ``origin`` of a
+    buffer of ``nbytes`` bytes stay inside it (mpi4py does not check this for a derived
+    datatype with an explicit count: MPI would read or write out of bounds)."""
+    lo, hi = extents(datatype).span(count)
+    if hi > lo and (origin + lo < 0 or origin + hi > nbytes):
+        raise ValueError(
+            f"{what}: {count} elements of datatype {datatype.Get_name() or 'derived'}"
+            f"{detail} touch bytes [{origin + lo}, {origin + hi}) of the buffer, which has "
+            f"{nbytes} bytes"
+        )
+
+
+class _Interface:
+    """Holds an ``__array_interface__`` (and keeps the memory it points into alive)."""
+
+    def __init__(self, interface: dict[str, Any], base: Any) -> None:
+        self.__array_interface__ = interface
+        self.base = base
+
+
+def typed_view(raw: np.ndarray, origin: int, count: int, extent: int) -> np.ndarray:
+    """``count`` elements of ``extent`` bytes (dtype ``np.dtype((np.void, extent))``) whose
+    element 0 starts at byte ``origin`` of the 1-D uint8 array ``raw``.
+
+    The view may end past ``raw``'s end (see the module docstring); it is writable if ``raw``
+    is."""
+    dt = np.dtype((np.void, extent))
+    if origin >= 0 and origin + count * extent <= raw.size:
+        return raw[origin : origin + count * extent].view(dt)
+    interface = {
+        "version": 3, "shape": (count,), "typestr": dt.str, "strides": None,
+        "data": (raw.ctypes.data + origin, not raw.flags.writeable),
+    }
+    return np.asarray(_Interface(interface, raw))
+
+
+def typed_scratch(count: int, datatype: MPI.Datatype) -> np.ndarray:
+    """A new, uninitialised buffer of ``count`` elements of a derived ``datatype``: an
+    allocation of the true extent of ``count`` elements, with element 0's origin placed so
+    that the typemap lands inside it (a negative true lower bound included)."""
+    ext = extents(datatype)
+    lo, hi = ext.span(count)
+    offset = max(0, -lo)
+    raw = np.empty(offset + max(hi, count * ext.extent, 0), np.uint8)
+    return typed_view(raw, offset, count, ext.extent)
+
+
+def typed_copy(src: np.ndarray, dst: np.ndarray, datatype: MPI.Datatype) -> None:
+    """``dst[:] = src`` for ``len(src)`` elements of a derived ``datatype``: the typemap's
+    bytes only (``datatype.Pack`` into a byte buffer, ``Unpack`` into ``dst``), so the holes of
+    ``dst`` stay untouched and overlapping ``src``/``dst`` are safe."""
+    n = int(src.size)
+    if not n:
+        return
+    packed = np.empty(datatype.Pack_size(n, MPI.COMM_SELF), np.uint8)
+    # mpi4py's Pack/Unpack take len(buffer) // extent elements: exactly n of these views
+    end = datatype.Pack(src, packed, 0, MPI.COMM_SELF)
+    datatype.Unpack(packed[:end], 0, dst[:n], MPI.COMM_SELF)
