@@ -29,8 +29,19 @@ __all__ = [
 
 
 def is_derived(datatype: MPI.Datatype) -> bool:
-    """True for a derived (user-built) datatype, False for a predefined one."""
-    return not datatype.is_predefined
+    """True for a derived (user-built) datatype, False for a predefined one or a duplicate of
+    one (``MPI_Type_dup``, which is what :func:`mpi4py.util.dtlib.from_numpy_dtype` returns):
+    a duplicate has its original's typemap, so it takes the predefined path (numpy views of
+    the matching dtype)."""
+    while not datatype.is_predefined:
+        if datatype.combiner != MPI.COMBINER_DUP:
+            return True
+        base = datatype.Get_contents()[-1][0]
+        if not base.is_predefined:
+            base.Free()  # MPI_Type_get_contents returns a new handle of a derived type
+            return True
+        datatype = base
+    return False
 
 
 class Extents(NamedTuple):
