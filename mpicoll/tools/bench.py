@@ -972,7 +972,7 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
         "algorithm": impl.algorithm,
         "auto_choice": _auto_choice(case, impl.backend) if impl.algorithm == "auto" else None,
         "size_bytes": case.nbytes(),
-        "count": case.count,
+        "count": case.count // case.per_element,  # elements of the datatype (derived too)
         "dtype": case.dtype,
         "op": case.op if case.is_reduction else None,
         "root": case.root if coll in _cases.ROOTED else None,
