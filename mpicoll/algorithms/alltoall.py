@@ -1,8 +1,9 @@
-"""All-to-all(v): block j of rank i's send buffer lands in block i of rank j's receive buffer.
+"""All-to-all(v/w): block j of rank i's send buffer lands in block i of rank j's receive buffer.
 
 Schedules take ``(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)``, all indexed by
 peer rank.  With ``MPI.IN_PLACE`` the backend passes a copy of the receive buffer as
-``sendbuf``.
+``sendbuf``.  Alltoallw passes each buffer as a :class:`~mpicoll.algorithms.datatypes.PerPeer`
+(one view with its own datatype per peer; the displacements are then unused).
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .datatypes import PerPeer
 from .registry import algorithm, clg, default_rule
 from .schedule import Context, Recv, Schedule, Send, is_pof2
 
 
 def _blk(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
+    if isinstance(buf, PerPeer):  # alltoallw: a view (and a datatype) per peer
+        return buf[i]
     return buf[displs[i] : displs[i] + counts[i]]
 
 
 @algorithm(
-    ("alltoall", "alltoallv"), "pairwise",
+    ("alltoall", "alltoallv", "alltoallw"), "pairwise",
     formula="(p-1) alpha + n beta",
     cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
     source="MPICH alltoall_intra_pairwise / alltoallv_intra_pairwise_sendrecv_replace",
@@ -42,7 +46,7 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 
 
 @algorithm(
-    ("alltoall", "alltoallv"), "scattered",
+    ("alltoall", "alltoallv", "alltoallw"), "scattered",
     formula="(p-1) alpha + n beta  (all messages in flight at once)",
     cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
     source="MPICH alltoall_intra_scattered / alltoallv_intra_scattered",
@@ -110,10 +114,10 @@ def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
         ctx.copy(tmp[i * n : (i + 1) * n], _blk(recvbuf, rcounts, rdispls, (r - i) % p))
 
 
-@default_rule("alltoall", "alltoallv")
+@default_rule("alltoall", "alltoallv", "alltoallw")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: Bruck for short blocks (<= 256 B each) on 8+ ranks, scattered for medium, pairwise
-    # for long.  alltoallv passes nbytes = 0 (its counts differ between ranks).
+    # for long.  alltoallv/w pass nbytes = 0 (their counts differ between ranks).
     if nbytes == 0:
         return "scattered"
     block = nbytes // max(p, 1)

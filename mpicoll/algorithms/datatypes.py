@@ -23,8 +23,8 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = [
-    "Extents", "check_span", "extents", "is_derived", "typed_copy", "typed_scratch",
-    "typed_view",
+    "Extents", "PerPeer", "TypedView", "check_span", "datatype_of_view", "extents", "is_derived",
+    "typed_copy", "typed_scratch", "typed_view",
 ]
 
 
@@ -120,14 +120,54 @@ def typed_scratch(count: int, datatype: MPI.Datatype) -> np.ndarray:
     return typed_view(raw, offset, count, ext.extent)
 
 
+class TypedView(np.ndarray):
+    """A view that carries its own MPI datatype (``.datatype``), kept by slicing: the blocks
+    of ``Alltoallw``, where every peer's block has a datatype of its own.  Messages of it carry
+    that datatype and :meth:`~mpicoll.algorithms.schedule.Context.copy` packs and unpacks it
+    with its own (so a copy between two blocks of different datatypes with the same type
+    signature is right)."""
+
+    datatype: MPI.Datatype
+
+    @classmethod
+    def of(cls, view: np.ndarray, datatype: MPI.Datatype) -> TypedView:
+        out = view.view(cls)
+        out.datatype = datatype
+        return out
+
+    def __array_finalize__(self, obj: Any) -> None:
+        if obj is not None:
+            self.datatype = getattr(obj, "datatype", None)  # type: ignore[assignment]
+
+
+def datatype_of_view(buf: Any, default: MPI.Datatype) -> MPI.Datatype:
+    """The datatype of a :class:`TypedView`, else ``default`` (the call's)."""
+    dt = getattr(buf, "datatype", None)
+    return default if dt is None else dt
+
+
+class PerPeer(tuple):
+    """One block per peer rank (:class:`TypedView` each), standing for a buffer whose blocks
+    cannot be slices of one view (``Alltoallw``: a datatype and a byte displacement per peer).
+    The all-to-all schedules take block ``i`` of it as ``buf[i]`` (see
+    :func:`mpicoll.algorithms.alltoall._blk`)."""
+
+    __slots__ = ()
+
+
 def typed_copy(src: np.ndarray, dst: np.ndarray, datatype: MPI.Datatype) -> None:
     """``dst[:] = src`` for ``len(src)`` elements of a derived ``datatype``: the typemap's
     bytes only (``datatype.Pack`` into a byte buffer, ``Unpack`` into ``dst``), so the holes of
-    ``dst`` stay untouched and overlapping ``src``/``dst`` are safe."""
+    ``dst`` stay untouched and overlapping ``src``/``dst`` are safe.  A :class:`TypedView`
+    uses its own datatype (``Alltoallw``: the send block's and the receive block's may differ,
+    with the same type signature)."""
     n = int(src.size)
     if not n:
         return
-    packed = np.empty(datatype.Pack_size(n, MPI.COMM_SELF), np.uint8)
-    # mpi4py's Pack/Unpack take len(buffer) // extent elements: exactly n of these views
-    end = datatype.Pack(src, packed, 0, MPI.COMM_SELF)
-    datatype.Unpack(packed[:end], 0, dst[:n], MPI.COMM_SELF)
+    # TypedViews (Alltoallw) pack with their own datatypes: len(dst) elements of dst's
+    stype, dtype_ = datatype_of_view(src, datatype), datatype_of_view(dst, datatype)
+    m = n if dtype_ is stype else int(dst.size)
+    packed = np.empty(stype.Pack_size(n, MPI.COMM_SELF), np.uint8)
+    # mpi4py's Pack/Unpack take len(buffer) // extent elements: exactly n (m) of these views
+    end = stype.Pack(np.asarray(src), packed, 0, MPI.COMM_SELF)
+    dtype_.Unpack(packed[:end], 0, np.asarray(dst)[:m], MPI.COMM_SELF)

@@ -49,6 +49,7 @@ COLLECTIVES: tuple[str, ...] = (
     "alltoallv",
     "scan",
     "exscan",
+    "alltoallw",
 )
 
 #: What ``n`` (bytes) means in each collective's cost formula.
@@ -69,6 +70,7 @@ SIZE_MEANING: dict[str, str] = {
     "alltoallv": "bytes a rank sends in all",
     "scan": "vector size per rank",
     "exscan": "vector size per rank",
+    "alltoallw": "bytes a rank sends in all",
 }
 
 #: Restriction names, with the sentence an error shows.

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from .datatypes import is_derived, typed_copy, typed_scratch
+from .datatypes import TypedView, is_derived, typed_copy, typed_scratch
 
 __all__ = [
     "Context",
@@ -142,7 +142,7 @@ class Context:
         """``dst[:] = src`` (same length); for a derived datatype only the bytes of its
         typemap (the holes of ``dst`` stay untouched)."""
         if src.size:
-            if self.derived:
+            if self.derived or isinstance(src, TypedView):
                 typed_copy(src, dst, self.datatype)
             else:
                 np.copyto(dst, src)

@@ -21,9 +21,20 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from ..algorithms.datatypes import PerPeer, TypedView, typed_scratch
 from ..algorithms.schedule import Context, block_counts, displacements
 from ..engines.call import Call
-from .buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
+from .buffers import (
+    Buf,
+    VBuf,
+    check_counts,
+    int_list,
+    is_in_place,
+    parse,
+    parse_v,
+    parse_w,
+    same_type,
+)
 from .buffers import nbytes as _nbytes
 from .ops import check_op
 
@@ -399,6 +410,41 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
                 send_counts=tuple(sc))
 
 
+def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
+    """``Alltoallw``: a count, a byte displacement and a datatype per peer on both sides
+    (:func:`~mpicoll.backends.buffers.parse_w`); the schedules get one view per peer
+    (:class:`~mpicoll.algorithms.datatypes.PerPeer`), each message carries its block's
+    datatype.  Checked mode pairs the bytes of rank i's send block j with rank j's receive
+    block i."""
+    rw = parse_w(recvbuf, "recvbuf", size, writable=True)
+    in_place = is_in_place(sendbuf)
+    if in_place:
+        sw = rw
+
+        def make_send(ctx: Context) -> PerPeer:  # a copy of every block, in its own datatype
+            out = []
+            for b, c, t in zip(rw.blocks, rw.counts, rw.datatypes, strict=True):
+                tmp = TypedView.of(typed_scratch(c, t), t)
+                ctx.copy(b, tmp)
+                out.append(tmp)
+            return PerPeer(out)
+    else:
+        sw = parse_w(sendbuf, "sendbuf", size)
+        if sw.array.size and rw.array.size and np.shares_memory(sw.array, rw.array):
+            raise ValueError("Alltoallw: sendbuf and recvbuf overlap; MPI forbids aliased "
+                             "buffers (pass MPI.IN_PLACE as sendbuf instead)")
+
+        def make_send(ctx: Context) -> PerPeer:
+            return sw.blocks
+    sc, rc = list(sw.counts), list(rw.counts)
+    sent = tuple(sw.nbytes(i) for i in range(size))
+    got = tuple(rw.nbytes(i) for i in range(size))
+    return Call("alltoallw", MPI.BYTE, np.dtype(np.uint8),
+                lambda ctx: (make_send(ctx), sc, sw.displs, rw.blocks, rc, rw.displs),
+                nbytes=0, count=None, in_place=in_place, uniform=False, counts=got,
+                send_counts=sent)
+
+
 def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     rb, s, in_place = _input_output(name, sendbuf, recvbuf)
     if s is not None:
@@ -425,7 +471,7 @@ PARSERS: dict[str, Callable[..., Call]] = {
     "gather": gather, "gatherv": gatherv, "reduce": reduce, "allreduce": allreduce,
     "reduce_scatter_block": reduce_scatter_block, "reduce_scatter": reduce_scatter,
     "allgather": allgather, "allgatherv": allgatherv, "alltoall": alltoall,
-    "alltoallv": alltoallv, "scan": scan, "exscan": exscan,
+    "alltoallv": alltoallv, "scan": scan, "exscan": exscan, "alltoallw": alltoallw,
 }
 
 

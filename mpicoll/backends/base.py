@@ -288,7 +288,7 @@ class Collectives:
             sig[_DTYPE] = call.dtype.num
             sig[_ITEMSIZE] = call.dtype.itemsize
             sig[_OP] = _op_code(call.op)
-            if collective == "alltoallv":
+            if collective in ("alltoallv", "alltoallw"):  # alltoallw: in bytes
                 assert call.counts is not None
                 assert call.send_counts is not None
                 me, p = self.rank, self.size
@@ -351,7 +351,8 @@ class Collectives:
                 + f"; ranks {_ranks(others)} force other algorithms (or none)")
 
         uniform: tuple[int, ...] = _UNIFORM
-        if gathering or collective in ("scatterv", "gatherv", "alltoallv", *_SAME_COUNTS):
+        if gathering or collective in ("scatterv", "gatherv", "alltoallv", "alltoallw",
+                                       *_SAME_COUNTS):
             uniform = tuple(f for f in uniform if f != _COUNT)  # compared through the counts
         for f in uniform:
             if f == _FORCED:
@@ -384,12 +385,12 @@ class Collectives:
                 raise MismatchError(
                     f"{collective}: the ranks' {buf_name} counts {given} (rank: count) do not "
                     f"match the {counts_name} of the root (rank {root}){detail}")
-        elif collective == "alltoallv":
+        elif collective in ("alltoallv", "alltoallw"):
             sent = np.array([table[:, _COUNTS].astype(np.uint64).sum(dtype=np.uint64)])
             recv = np.array([table[:, _PEER].astype(np.uint64).sum(dtype=np.uint64)])
             if sent[0] != recv[0]:
                 raise MismatchError(
-                    "alltoallv: the send and receive counts do not pair up: rank i's "
+                    f"{collective}: the send and receive counts do not pair up: rank i's "
                     "sendcounts[j] must equal rank j's recvcounts[i] for every pair of ranks")
 
     def _run(
@@ -618,6 +619,18 @@ class Collectives:
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
         """Non-blocking :meth:`Alltoallv`: returns a request with ``Wait()``/``Test()``."""
         return self._call("alltoallv", True, algorithm, sendbuf, recvbuf)
+
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
+        """All-to-all with a count, a byte displacement and a datatype per peer on both sides:
+        ``[buf, (counts, displs_in_bytes), datatypes]`` or ``[buf, counts, displs,
+        datatypes]`` (mpi4py's BufSpecW); ``sendbuf=MPI.IN_PLACE`` takes the send blocks from
+        ``recvbuf``.  Rank i's send block j must have the type signature of rank j's receive
+        block i (checked mode compares their bytes)."""
+        self._call("alltoallw", False, algorithm, sendbuf, recvbuf)
+
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Alltoallw`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("alltoallw", True, algorithm, sendbuf, recvbuf)
 
     def Scan(
         self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None

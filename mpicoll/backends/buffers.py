@@ -32,11 +32,11 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from ..algorithms.datatypes import check_span, extents, is_derived, typed_view
+from ..algorithms.datatypes import PerPeer, TypedView, check_span, extents, is_derived, typed_view
 
 __all__ = [
-    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "nbytes", "parse",
-    "parse_v", "same_type",
+    "Buf", "VBuf", "WBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "nbytes",
+    "parse", "parse_v", "parse_w", "same_type",
 ]
 
 
@@ -369,6 +369,71 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                     "into one location twice"
                 )
     return VBuf(flat, datatype, counts, displs)
+
+
+@dataclass
+class WBuf:
+    """A parsed ``Alltoallw`` buffer: one block per rank, each ``counts[i]`` elements of its own
+    ``datatypes[i]`` at byte ``displs[i]`` (a :class:`~mpicoll.algorithms.datatypes.TypedView`
+    each, in ``blocks``)."""
+
+    array: np.ndarray  # the whole buffer's bytes
+    counts: list[int]
+    displs: list[int]
+    datatypes: list[MPI.Datatype]
+    blocks: PerPeer
+
+    def nbytes(self, i: int) -> int:
+        """Bytes of data in block ``i`` (``counts[i] * datatypes[i].Get_size()``)."""
+        return self.counts[i] * int(self.datatypes[i].Get_size())
+
+
+def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
+    """Parse an ``Alltoallw`` spec, mpi4py's two forms: ``[buf, (counts, displs), datatypes]``
+    and ``[buf, counts, displs, datatypes]`` (displacements in bytes, one datatype per rank:
+    predefined or derived, committed).
+
+    Raises:
+        TypeError: not a buffer, not one of the two forms, a datatype that is not an
+            ``MPI.Datatype`` (a single datatype for all is refused, as mpi4py refuses it).
+        ValueError: counts, displacements or datatypes not one per rank, negative counts, a
+            block whose typemap leaves the buffer.
+    """
+    if spec is None:
+        raise TypeError(f"{what}: a buffer is required here, got None")
+    obj, rest = _split_spec(spec)
+    if len(rest) == 2 and isinstance(rest[0], (list, tuple)) and len(rest[0]) == 2:
+        (counts_spec, displs_spec), types = rest
+    elif len(rest) == 3:
+        counts_spec, displs_spec, types = rest
+    else:
+        raise TypeError(f"{what}: expected [buffer, (counts, displacements), datatypes] or "
+                        "[buffer, counts, displacements, datatypes] (Alltoallw)")
+    arr = _as_array(obj, what, writable)
+    raw = _raw(arr)
+    counts = int_list(counts_spec, what, "counts", size)
+    if displs_spec is None:
+        raise TypeError(f"{what}: Alltoallw needs the displacements (in bytes)")
+    try:
+        displs = [int(d) for d in displs_spec]
+    except TypeError:
+        raise TypeError(f"{what}: displacements must be a sequence of ints") from None
+    if len(displs) != size:
+        raise ValueError(f"{what}: displacements has {len(displs)} entries, expected {size}")
+    if isinstance(types, MPI.Datatype) or not isinstance(types, (list, tuple)):
+        raise TypeError(f"{what}: Alltoallw needs a sequence of {size} datatypes, one per rank")
+    if len(types) != size:
+        raise ValueError(f"{what}: datatypes has {len(types)} entries, expected {size}")
+    blocks = []
+    for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+        if not isinstance(t, MPI.Datatype) or t == MPI.DATATYPE_NULL:
+            raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
+        extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
+        check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
+        blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
+    # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
+    # two of them write one byte twice is the user's to keep, as in MPI; not checked)
+    return WBuf(raw, counts, displs, list(types), PerPeer(blocks))
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:

@@ -16,7 +16,7 @@ _METHOD = {
     "gather": "Gather", "gatherv": "Gatherv", "reduce": "Reduce", "allreduce": "Allreduce",
     "reduce_scatter_block": "Reduce_scatter_block", "reduce_scatter": "Reduce_scatter",
     "allgather": "Allgather", "allgatherv": "Allgatherv", "alltoall": "Alltoall",
-    "alltoallv": "Alltoallv", "scan": "Scan", "exscan": "Exscan",
+    "alltoallv": "Alltoallv", "scan": "Scan", "exscan": "Exscan", "alltoallw": "Alltoallw",
 }
 
 

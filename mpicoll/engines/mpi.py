@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.datatypes import TypedView
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
 from .call import Call
 
@@ -71,19 +72,28 @@ class MPIContext(Context):
         reqs = []
         for o in rnd:
             if type(o) is Recv:
-                n = o.buf.size
-                reqs.append(comm.Irecv([o.buf, n, dt], o.peer, tag))
+                n, b = o.buf.size, o.buf
+                if type(b) is TypedView:  # Alltoallw: the block's own datatype
+                    reqs.append(comm.Irecv([b, n, b.datatype], o.peer, tag))
+                    t.bytes_recv += n * b.datatype.Get_size()
+                else:
+                    reqs.append(comm.Irecv([b, n, dt], o.peer, tag))
+                    t.bytes_recv += n * unit
                 t.messages_recv += 1
-                t.bytes_recv += n * unit
         nodes = self.nodes
         for o in rnd:
             if type(o) is not Recv:
-                n = o.buf.size
-                reqs.append(comm.Isend([o.buf, n, dt], o.peer, tag))
+                n, b = o.buf.size, o.buf
+                if type(b) is TypedView:
+                    reqs.append(comm.Isend([b, n, b.datatype], o.peer, tag))
+                    nb = n * b.datatype.Get_size()
+                else:
+                    reqs.append(comm.Isend([b, n, dt], o.peer, tag))
+                    nb = n * unit
                 t.messages_sent += 1
-                t.bytes_sent += n * unit
+                t.bytes_sent += nb
                 if nodes is not None and nodes[o.peer] != nodes[self.rank]:
-                    t.inter_bytes_sent += n * unit
+                    t.inter_bytes_sent += nb
         t.rounds += 1
         return reqs
 

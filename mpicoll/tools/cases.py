@@ -25,8 +25,9 @@ allgather, alltoall,
 reduce_scatter_block
 scatterv, gatherv,          base count of one block; with ``uniform=False`` block ``i`` holds
 allgatherv, alltoallv,      ``max(0, count + i % 3 - 1)`` elements (alltoallv: ``(i + j) % 3``),
-reduce_scatter              with a one-element gap between blocks (not reduce_scatter, whose
-                            blocks are contiguous by definition)
+reduce_scatter, alltoallw   with a one-element gap between blocks (not reduce_scatter, whose
+                            blocks are contiguous by definition); alltoallw is alltoallv with
+                            a datatype per peer (the case's) and displacements in bytes
 barrier                     unused (0)
 ==========================  ===================================================================
 """
@@ -66,7 +67,7 @@ __all__ = [
 BLOCK_COLLECTIVES: frozenset[str] = frozenset(
     {
         "scatter", "scatterv", "gather", "gatherv", "allgather", "allgatherv",
-        "alltoall", "alltoallv", "reduce_scatter_block", "reduce_scatter",
+        "alltoall", "alltoallv", "reduce_scatter_block", "reduce_scatter", "alltoallw",
     }
 )
 #: Collectives with a root.
@@ -80,12 +81,12 @@ IN_PLACE_COLLECTIVES: frozenset[str] = frozenset(
     {
         "scatter", "scatterv", "gather", "gatherv", "reduce", "allreduce",
         "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv",
-        "alltoall", "alltoallv", "scan", "exscan",
+        "alltoall", "alltoallv", "scan", "exscan", "alltoallw",
     }
 )
 #: Collectives whose counts may differ per rank (``uniform`` applies).
 V_COLLECTIVES: frozenset[str] = frozenset(
-    {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"}
+    {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter", "alltoallw"}
 )
 
 #: Predefined pair types (value, int) for MAXLOC / MINLOC, by the name the CLI accepts.
@@ -599,7 +600,7 @@ class Case:
             return 0
         item = self.np_dtype.itemsize
         if self.collective in BLOCK_COLLECTIVES:
-            if self.collective == "alltoallv":
+            if self.collective in ("alltoallv", "alltoallw"):
                 return item * sum(self.pair_count(self.rank, j) for j in range(self.size))
             return item * sum(self.counts())
         return item * self.count
@@ -619,7 +620,7 @@ class Case:
             commutative = bool(mpi_op(self.op).Is_commutative())
         count: int | None = self.count
         uniform = True
-        if coll in ("scatterv", "gatherv", "alltoallv"):
+        if coll in ("scatterv", "gatherv", "alltoallv", "alltoallw"):
             count, uniform = None, False
         elif coll in ("allgatherv", "reduce_scatter"):
             counts = self.counts()
@@ -672,7 +673,7 @@ class Case:
             return self.counts()[r]
         if coll in ("scatterv", "reduce_scatter"):
             return self._layout(self.counts())[2]
-        if coll == "alltoallv":
+        if coll in ("alltoallv", "alltoallw"):
             return self._layout([self.pair_count(r, j) for j in range(p)])[2]
         return 0
 
@@ -697,7 +698,7 @@ class Case:
             b["recv"] = np.empty(self._layout(self.counts())[2], dtype=self.np_dtype)
         elif coll == "alltoall":
             b["recv"] = np.empty(p * c, dtype=self.np_dtype)
-        elif coll == "alltoallv":
+        elif coll in ("alltoallv", "alltoallw"):
             b["recv"] = np.empty(
                 self._layout([self.pair_count(j, r) for j in range(p)])[2], dtype=self.np_dtype
             )
@@ -734,7 +735,7 @@ class Case:
         if not self.uses_in_place:
             return
         # MPI.IN_PLACE: the input lives in the receive buffer (or stays in the send buffer).
-        if coll == "alltoallv":  # blocks only: the gaps keep their sentinel
+        if coll in ("alltoallv", "alltoallw"):  # blocks only: the gaps keep their sentinel
             counts, displs, _ = self._layout([self.pair_count(r, j) for j in range(p)])
             for d, n in zip(displs, counts, strict=True):
                 recv[d : d + n] = send[d : d + n]
@@ -799,6 +800,13 @@ class Case:
                     self.mpi_type]
         return [arr, (cs, ds), self.mpi_type]
 
+    def _wspec(self, arr: np.ndarray[Any, Any], counts: Sequence[int]) -> list[Any]:
+        """Alltoallw's ``[buf, (counts, byte displacements), datatypes]``: the v layout, every
+        block of the case's datatype."""
+        buf, (cs, ds), t = self._vspec(arr, counts)
+        ext = t.Get_extent()[1]
+        return [buf, (list(cs), [d * ext for d in ds]), [t] * self.size]
+
     def _spec(self, arr: np.ndarray[Any, Any]) -> Any:
         if self.per_element > 1:
             return self._host_spec(arr)
@@ -853,12 +861,13 @@ class Case:
             return (IN_PLACE if ip else sp(send), self._vspec(recv, counts)), kw
         if coll == "allgatherv":
             return (IN_PLACE if ip else sp(send), self._vspec(recv, counts)), kw
-        if coll == "alltoallv":
+        if coll in ("alltoallv", "alltoallw"):
             scounts = [self.pair_count(r, j) for j in range(p)]
             rcounts = [self.pair_count(j, r) for j in range(p)]
+            vs = self._vspec if coll == "alltoallv" else self._wspec
             if ip:
-                return (IN_PLACE, self._vspec(recv, rcounts)), kw
-            return (self._vspec(send, scounts), self._vspec(recv, rcounts)), kw
+                return (IN_PLACE, vs(recv, rcounts)), kw
+            return (vs(send, scounts), vs(recv, rcounts)), kw
         raise ValueError(f"unknown collective {coll!r}")
 
     def call(
@@ -964,7 +973,7 @@ class Case:
             for k in range(p):
                 out[k * c : (k + 1) * c] = self._input(k, p * c)[r * c : (r + 1) * c]
             return out
-        if coll == "alltoallv":
+        if coll in ("alltoallv", "alltoallw"):
             rcounts = [self.pair_count(k, r) for k in range(p)]
             rc, rd, rext = self._layout(rcounts)
             out = self._sentinel(rext)

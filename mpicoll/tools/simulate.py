@@ -189,6 +189,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
     """
     if engine not in ("auto", "rank", "vector"):
         raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
+    if collective == "alltoallw" and args is None:
+        collective = "alltoallv"  # one datatype for every peer: the same messages, schedules
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
                     segment_bytes=_env.segment_bytes())
