@@ -519,7 +519,8 @@ def test_alltoallw_against_mpi4py(backends: dict[str, Any], in_place: bool) -> N
     for n in (0, 1, P + 1):
         a, want = args(n)
         WORLD.Alltoallw(*a)
-        assert not np.array_equal(want, args(n)[1])  # something moved (own block included)
+        if n and not in_place:  # something moved (the own block, at P = 1)
+            assert not np.array_equal(want, args(n)[1])
         for label, backend, kw, nonblocking in impls:
             a, got = args(n)
             if nonblocking:
