@@ -17,6 +17,7 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
+from ..backends.buffers import datatype_of
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
 from ..model.alphabeta import Model
 
@@ -132,14 +133,22 @@ def make_args(collective: str, p: int, rank: int, count: int, dtype: np.dtype, *
             sbuf = B("s", counts[rank], dtype, rank, True)
         rspec = [r_out, counts] if c == "allgatherv" else r_out
         return (sbuf, rspec), r_out
-    if c in ("alltoall", "alltoallv"):
-        if c == "alltoallv":
+    if c in ("alltoall", "alltoallv", "alltoallw"):
+        if c != "alltoall":
             sc = [max(0, n + (rank + j) % 3 - 1) for j in range(p)]
             rc = [max(0, n + (j + rank) % 3 - 1) for j in range(p)]
         else:
             sc = rc = [n] * p
         r_out = B("r", sum(rc), dtype, rank, in_place)
         sbuf = MPI.IN_PLACE if in_place else B("s", sum(sc), dtype, rank, True)
+        if c == "alltoallw":  # alltoallv's blocks, a datatype per peer, byte displacements
+            types = [datatype_of(np.dtype(dtype))] * p
+
+            def w(buf: Any, counts: list[int]) -> list[Any]:
+                displs = np.concatenate(([0], np.cumsum(counts[:-1]))) * np.dtype(dtype).itemsize
+                return [buf, (counts, [int(d) for d in displs[:p]]), types]
+
+            return ((sbuf if in_place else w(sbuf, sc)), w(r_out, rc)), r_out
         if c == "alltoallv":
             return ((sbuf if in_place else [sbuf, sc]), [r_out, rc]), r_out
         return (sbuf, r_out), r_out
@@ -189,8 +198,12 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
     """
     if engine not in ("auto", "rank", "vector"):
         raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
-    if collective == "alltoallw" and args is None:
-        collective = "alltoallv"  # one datatype for every peer: the same messages, schedules
+    if collective == "alltoallw":  # one datatype for every peer: alltoallv's messages
+        if args is not None:
+            raise ValueError("simulate: alltoallw runs as alltoallv (same messages, same "
+                             "schedules); given arguments with a datatype per peer are not "
+                             "simulated")
+        collective = "alltoallv"
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
                     segment_bytes=_env.segment_bytes())
