@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from ..algorithms.datatypes import is_derived
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
 from ..backends.buffers import datatype_of
@@ -198,12 +199,13 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
     """
     if engine not in ("auto", "rank", "vector"):
         raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
-    if collective == "alltoallw":  # one datatype for every peer: alltoallv's messages
-        if args is not None:
-            raise ValueError("simulate: alltoallw runs as alltoallv (same messages, same "
-                             "schedules); given arguments with a datatype per peer are not "
-                             "simulated")
-        collective = "alltoallv"
+    if collective == "alltoallw":
+        if args is None:  # one datatype for every peer: alltoallv's messages and schedules
+            collective = "alltoallv"
+        elif any(is_derived(t) for a in args for spec in a[:2] if isinstance(spec, list)
+                 for t in spec[-1]):
+            raise TypeError("simulate: alltoallw with a derived datatype per peer is not "
+                            "simulated (predefined ones are)")
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
                     segment_bytes=_env.segment_bytes())
