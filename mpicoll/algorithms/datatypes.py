@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 __all__ = [
     "Extents", "PerPeer", "TypedView", "check_span", "datatype_of_view", "extents", "is_derived",
-    "typed_copy", "typed_scratch", "typed_view",
+    "same_layout", "typed_copy", "typed_scratch", "typed_view",
 ]
 
 
@@ -83,6 +83,31 @@ def check_span(datatype: MPI.Datatype, origin: int, count: int, nbytes: int, wha
             f"{detail} touch bytes [{origin + lo}, {origin + hi}) of the buffer, which has "
             f"{nbytes} bytes"
         )
+
+
+def same_layout(a: MPI.Datatype, b: MPI.Datatype) -> bool:
+    """True if two datatypes touch the same bytes in the same order (same extents and the
+    same byte offsets in pack order), e.g. two separately built vectors of the same shape:
+    then either moves the other's data exactly.  Found by packing, with each, a buffer whose
+    bytes spell their own offsets (one pass per offset byte)."""
+    if a == b:
+        return True
+    ea, eb = extents(a), extents(b)
+    if ea != eb:
+        return False
+    lo, hi = ea.span(1)
+    offsets = np.arange(hi - lo, dtype=np.int64)
+    shift = 0
+    while True:
+        raw = ((offsets >> shift) & 0xFF).astype(np.uint8)
+        one = typed_view(raw, -lo, 1, max(ea.extent, 1))
+        packed = [np.empty(t.Pack_size(1, MPI.COMM_SELF), np.uint8) for t in (a, b)]
+        ends = [t.Pack(one, out, 0, MPI.COMM_SELF) for t, out in zip((a, b), packed, strict=True)]
+        if ends[0] != ends[1] or not np.array_equal(packed[0][: ends[0]], packed[1][: ends[1]]):
+            return False
+        shift += 8
+        if (hi - lo) >> shift == 0:
+            return True
 
 
 class _Interface:

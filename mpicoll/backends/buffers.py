@@ -32,7 +32,15 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from ..algorithms.datatypes import PerPeer, TypedView, check_span, extents, is_derived, typed_view
+from ..algorithms.datatypes import (
+    PerPeer,
+    TypedView,
+    check_span,
+    extents,
+    is_derived,
+    same_layout,
+    typed_view,
+)
 
 __all__ = [
     "Buf", "VBuf", "WBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "nbytes",
@@ -439,15 +447,17 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:
     """Raise TypeError when send and receive element types differ (MPI needs them to match).
 
-    A derived datatype must be the same datatype (handle) on both sides: the p2p schedules
-    move whole elements between the two buffers.  (MPI also allows two datatypes with the same
-    type signature; mpicoll does not yet.)"""
+    With a derived datatype both sides must pass a derived datatype: the same, or one with
+    the same layout (:func:`~mpicoll.algorithms.datatypes.same_layout`: two vectors built
+    alike): the p2p schedules move whole elements between the two buffers with one datatype.
+    (MPI also allows two layouts with the same type signature; mpicoll does not yet.)"""
     if is_derived(a.datatype) or is_derived(b.datatype):
-        if a.datatype != b.datatype:
+        both = is_derived(a.datatype) and is_derived(b.datatype)
+        if not (both and same_layout(a.datatype, b.datatype)):
             raise TypeError(
                 f"{what}: send datatype {_type_name(a.datatype)} and receive datatype "
                 f"{_type_name(b.datatype)} differ; with a derived datatype both sides must pass "
-                "the same datatype"
+                "the same datatype (or one with the same layout)"
             )
         return
     if a.array.dtype != b.array.dtype:

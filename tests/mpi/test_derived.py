@@ -550,3 +550,25 @@ def test_alltoallw_refusals(backends: dict[str, Any]) -> None:
         with pytest.raises(ValueError, match="touch bytes"):
             backend.Alltoallw([buf, (counts, [32 * P] * P), [MPI.DOUBLE] * P],
                               [buf.copy(), (counts, displs), [MPI.DOUBLE] * P])
+
+
+@pytest.mark.mpi
+def test_send_and_receive_types_of_one_layout(backends: dict[str, Any]) -> None:
+    """A send datatype and a receive datatype built alike (two handles, one layout) go
+    through every Allgather algorithm as they go through mpi4py."""
+    t = TYPES["vector"]
+    twin = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    n = 2
+    want = empty(t, n * P)
+    WORLD.Allgather([data(t, n, RANK), n, t], [want, n, twin])
+    fails = []
+    for alg in [None] + [a.name for a in registry.algorithms("allgather")]:
+        got = empty(t, n * P)
+        try:
+            backends["p2p"].Allgather([data(t, n, RANK), n, t], [got, n, twin], algorithm=alg)
+        except RestrictionError:
+            continue
+        if not np.array_equal(got, want):
+            fails.append(f"allgather/{alg}: differs from mpi4py")
+    twin.Free()
+    _check(fails)

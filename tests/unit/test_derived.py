@@ -197,3 +197,23 @@ def test_case_dtype_names() -> None:
         assert not cases.known_dtype(bad), bad
     assert cases.dtype_op_problem("contiguous:2:int64", "sum") is not None
     assert cases.dtype_op_problem("contiguous:2:int64", "user") is None
+
+
+def test_same_layout_types_match() -> None:
+    """Two vectors built alike are one layout (a send and a receive side may pass each);
+    another shape, or a predefined type on the other side, is refused (TypeError)."""
+    from mpicoll.algorithms.datatypes import same_layout
+    from mpicoll.backends.buffers import same_type
+
+    twin = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    assert same_layout(VEC, twin)
+    assert not same_layout(VEC, MPI.DOUBLE.Create_vector(2, 1, 2).Commit())
+    assert not same_layout(CONTIG, MPI.INT64_T.Create_hindexed([1, 1], [8, 0]).Commit())
+    big = MPI.BYTE.Create_indexed_block(1, [0, 44, 300]).Commit()  # 300 = 256 + 44
+    assert same_layout(big, MPI.BYTE.Create_indexed_block(1, [0, 44, 300]).Commit())
+    # same extents, same low offset bytes in pack order; only the second pass tells them apart
+    assert not same_layout(big, MPI.BYTE.Create_indexed_block(1, [0, 300, 44]).Commit())
+    buf = np.zeros(12)
+    same_type(parse([buf, 1, VEC], "s"), parse([buf, 1, twin], "r"), "Gather")
+    with pytest.raises(TypeError, match="differ"):
+        same_type(parse([buf, 2, MPI.DOUBLE], "s"), parse([buf, 2, VEC], "r"), "Gather")
