@@ -572,3 +572,19 @@ def test_send_and_receive_types_of_one_layout(backends: dict[str, Any]) -> None:
             fails.append(f"allgather/{alg}: differs from mpi4py")
     twin.Free()
     _check(fails)
+
+
+@pytest.mark.mpi
+def test_alltoallw_checked_mode_pairs_bytes() -> None:
+    """Checked mode: rank i's send block j must carry the bytes of rank j's receive block i;
+    one rank sending more than its peer receives makes every rank raise MismatchError."""
+    with mpicoll.p2p(WORLD, check=True) as hand:
+        for extra in (0, 1):
+            counts = [1 + (extra if RANK == 0 and j == P - 1 else 0) for j in range(P)]
+            send = [np.zeros(2 * P), (counts, [8 * j for j in range(P)]), [MPI.DOUBLE] * P]
+            recv = [np.zeros(2 * P), ([1] * P, [8 * j for j in range(P)]), [MPI.DOUBLE] * P]
+            if extra:
+                with pytest.raises(mpicoll.MismatchError, match="pair up"):
+                    hand.Alltoallw(send, recv)
+            else:
+                hand.Alltoallw(send, recv)
