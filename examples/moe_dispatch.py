@@ -15,8 +15,8 @@ random).  Expert e lives on rank e % P.  One MoE layer's communication is:
 The script checks that every token came home transformed by exactly the expert it chose
 (bitwise: the expected value is computed by the same expression at home) and that every
 token reached the rank that holds its expert; it prints the count matrix, each rank's experts
-and their load, and "all tokens OK".  This is the all-to-all of the second seed article's
-"Expert Parallel (MoE)" row.
+and their load, and "all tokens OK".  This is the all-to-all of the "Expert Parallel (MoE)"
+row of the article "Communication Primitives" (Distributed GPU Systems).
 
 Run:
 

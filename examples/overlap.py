@@ -1,4 +1,5 @@
-"""The seed article's Appendix A, measured: blocking vs non-blocking all-gather.
+"""Blocking vs non-blocking all-gather, measured: Appendix A of "From Scatter to All-Reduce:
+A Plain-English Guide to Collective Operations".
 
 Scenario 1 (blocking): ``Allgather`` of every rank's weights, then a computation; the CPU waits
 for the network first.  Scenario 2 (non-blocking): ``Iallgather``, then an independent

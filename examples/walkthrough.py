@@ -1,4 +1,6 @@
-"""The seed articles' worked examples, computed live, collective by collective.
+"""The articles' worked examples, computed live, collective by collective: "From Scatter to
+All-Reduce: A Plain-English Guide to Collective Operations" and "Communication Primitives"
+(Distributed GPU Systems).
 
 Every example of "From Scatter to All-Reduce: A Plain-English Guide to Collective Operations"
 (broadcast, scatter, gather, reduce, all-reduce, reduce-scatter, all-gather) and the all-to-all
@@ -400,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend in ("p2p", "both"):
         impls.append(Impl(hand, args.algorithm))
 
-    say("Collective operations, the seed article's examples computed live on 4 ranks")
+    say("Collective operations, the articles' examples computed live on 4 ranks")
     say(f"backends: {', '.join(i.backend.name for i in impls)}"
         + (f"; p2p algorithm {args.algorithm!r} where the collective has it, auto elsewhere"
            if args.algorithm and args.backend != "native" else ""))

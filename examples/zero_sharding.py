@@ -1,8 +1,8 @@
 """ZeRO / FSDP-style sharded training: reduce-scatter the gradients, all-gather the parameters.
 
 The same MLP, data and mini-batches as ``data_parallel.py``, but the gradient synchronisation
-is split in two, as the second seed article says ZeRO does (AllReduce = ReduceScatter +
-AllGather):
+is split in two, as the article "Communication Primitives" (Distributed GPU Systems) says ZeRO
+does (AllReduce = ReduceScatter + AllGather):
 
 1. ``Reduce_scatter(grad, shard, recvcounts)``: rank r receives the SUM over ranks of only its
    slice of the gradient.  The parameter count rarely divides by P (2410 for the default MLP),

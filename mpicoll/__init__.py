@@ -14,7 +14,17 @@ from .algorithms.registry import RestrictionError
 from .backends.base import MismatchError
 from .backends.native import Native, native
 from .backends.p2p import P2P, p2p
-from .engines.mpi import ScheduleRequest, Testall, Traffic, Waitall
+from .engines.mpi import (
+    ScheduleRequest,
+    Testall,
+    Testany,
+    Testsome,
+    ThreadLevelError,
+    Traffic,
+    Waitall,
+    Waitany,
+    Waitsome,
+)
 from .tools.simulate import simulate
 
 __version__ = "0.1.0"
@@ -26,8 +36,13 @@ __all__ = [
     "RestrictionError",
     "ScheduleRequest",
     "Testall",
+    "Testany",
+    "Testsome",
+    "ThreadLevelError",
     "Traffic",
     "Waitall",
+    "Waitany",
+    "Waitsome",
     "__version__",
     "native",
     "p2p",

@@ -10,6 +10,8 @@
 
 What this file adds:
 
+* ``tests/`` on ``sys.path``, so both suites ``import oracle`` (``tests/oracle.py``, the tests'
+  NumPy oracle: every collective's exact result from every rank's arguments);
 * fixtures ``comm`` (``MPI.COMM_WORLD``), ``rank``, ``size`` and ``rng``, and
   ``broken_allreduce`` (a deliberately wrong p2p allreduce, for the CLI tests);
 * tests marked ``large`` / ``full`` are skipped unless ``MPICOLL_TEST_LARGE=1`` /
@@ -51,6 +53,10 @@ import numpy as np
 import pluggy
 import pytest
 from mpi4py import MPI
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+if _TESTS not in sys.path:  # pytest's default import mode adds it too; importlib mode does not
+    sys.path.insert(0, _TESTS)
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import numpy as np
 
+from . import tree
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
-from .registry import algorithm, clg, default_rule, lg
+from .registry import Cost, algorithm, default_rule
 from .schedule import (
     DEFAULT_SEGMENT_BYTES,
     Context,
@@ -23,111 +24,80 @@ from .schedule import (
 
 @algorithm(
     "bcast", "binomial",
-    formula="ceil(lg p) (alpha + n beta)",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n * b),
+    cost=Cost("clg(p)*(alpha + n*beta)"),
     source="MPICH bcast_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     """Binomial-tree broadcast: each rank that has the data sends it to the rank 2^k away.
 
-    Ranks are renumbered relative to the root (vr = (rank - root) mod p).  Rank vr receives
-    from vr minus its lowest set bit, then sends to vr + m for every m below that bit::
+    Ranks are relative to the root; rank vr receives from its parent, then sends to its
+    children, farthest first (see :mod:`~mpicoll.algorithms.tree`)::
 
         round 1:   0 -> 4            (p = 8)
         round 2:   0 -> 2, 4 -> 6
         round 3:   0 -> 1, 2 -> 3, 4 -> 5, 6 -> 7
 
-    Cost: ceil(lg p) (alpha + n beta); good for short messages.
+    Good for short messages.
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size
-    mask = 1
-    while mask < p:
-        if vr & mask:
-            yield (c.recv(buf, vr - mask),)
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        if vr + mask < p:
-            yield (c.send(buf, vr + mask),)
-        mask >>= 1
-
-
-def scatter_blocks(c: Context, buf: np.ndarray, counts: Sequence[int],
-                   displs: Sequence[int]) -> Schedule:
-    """Binomial scatter of the relative-rank blocks of ``buf`` from relative rank 0.
-
-    Blocks are laid out in relative-rank order, so every subtree's blocks are contiguous and
-    travel as one message.  Used by the scatter-allgather broadcasts (van de Geijn).
-    """
-    vr, p = c.rank, c.size
-
-    def span(lo: int, hi: int) -> np.ndarray:
-        hi = min(hi, p)
-        return buf[displs[lo] : displs[hi - 1] + counts[hi - 1]]
-
-    mask = 1
-    while mask < p:
-        if vr & mask:
-            yield (c.recv(span(vr, vr + mask), vr - mask),)
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        if vr + mask < p:
-            yield (c.send(span(vr + mask, vr + 2 * mask), vr + mask),)
-        mask >>= 1
+    if vr:
+        yield (c.recv(buf, tree.parent(vr)),)
+    for ch in reversed(tree.children(vr, p)):
+        yield (c.send(buf, ch),)
 
 
 @algorithm(
     "bcast", "scatter_allgather",
-    formula="2 lg p alpha + 2 (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: 2 * lg(p) * a + 2 * (p - 1) / p * n * b,
+    cost=Cost("2*lg(p)*alpha + 2*(p-1)/p*n*beta", exact=("even",), bound=0.1),
     restrictions=("pof2",),
     source="van de Geijn (Barnett et al. 1994); "
            "MPICH bcast_intra_scatter_recursive_doubling_allgather",
 )
 def scatter_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
-    """Binomial scatter of p blocks, then a recursive-doubling allgather of them.
+    """Binomial scatter of p blocks, then a recursive-doubling allgather of them::
 
-    Each rank ends the scatter with one block (n/p), then lg p exchanges of doubling size
-    rebuild the whole message everywhere.  Cost: 2 lg p alpha + 2 (p-1)/p n beta.
+        scatter   (lg p steps):  0 -[b2 b3]-> 2;  0 -[b1]-> 1, 2 -[b3]-> 3      (p = 4)
+        allgather (lg p steps):  {0}<->{1}, {2}<->{3};  {0,1}<->{2,3}
+
+    Each rank ends the scatter with one block (n/p); lg p exchanges of doubling size rebuild
+    the whole message everywhere.
     """
-    c = ctx.relative(root)
-    counts = block_counts(buf.size, c.size)
-    displs = displacements(counts)
-    yield from scatter_blocks(c, buf, counts, displs)
-    yield from _allgather_rd(c, buf, counts, displs)
+    yield from _scatter_then(ctx, buf, root, _allgather_rd)
 
 
 @algorithm(
     "bcast", "scatter_ring_allgather",
-    formula="(ceil(lg p) + p - 1) alpha + 2 (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: (clg(p) + p - 1) * a + 2 * (p - 1) / p * n * b,
+    cost=Cost("(clg(p) + p - 1)*alpha + 2*(p-1)/p*n*beta", exact=("even", "pof2"), bound=0.1),
     source="MPICH bcast_intra_scatter_ring_allgather; Thakur, Rabenseifner & Gropp 2005",
 )
 def scatter_ring_allgather(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
-    """Binomial scatter of p blocks, then a ring allgather of them (any p).
+    """Binomial scatter of p blocks, then a ring allgather of them (any p)::
 
-    Cost: (ceil(lg p) + p - 1) alpha + 2 (p-1)/p n beta; the long-message broadcast of MPICH.
+        scatter   (ceil(lg p) steps):  rank i ends with block i           (p = 4)
+        allgather (p-1 steps):         r0 -b0-> r1 -b1-> r2 -b2-> r3 -b3-> r0, then b3, b0, ...
+
+    The long-message broadcast of MPICH.
     """
+    yield from _scatter_then(ctx, buf, root, _allgather_ring)
+
+
+def _scatter_then(ctx: Context, buf: np.ndarray, root: int,
+                  allgather: Callable[..., Schedule]) -> Schedule:
+    """Binomial scatter of p blocks of ``buf`` from ``root``, then ``allgather`` of them
+    (ranks relative to the root)."""
     c = ctx.relative(root)
     counts = block_counts(buf.size, c.size)
     displs = displacements(counts)
-    yield from scatter_blocks(c, buf, counts, displs)
-    yield from _allgather_ring(c, buf, counts, displs)
-
-
-_SEG = DEFAULT_SEGMENT_BYTES  # the cost formula assumes the default segment size
+    yield from tree.scatter_blocks(c, buf, counts, displs)
+    yield from allgather(c, buf, counts, displs)
 
 
 @algorithm(
     "bcast", "pipeline",
-    formula="(p - 2 + n/s) (alpha + s beta), s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)",
-    cost=lambda p, n, a, b, g: (
-        0.0 if p < 2 else (p - 2 + max(1.0, n / _SEG)) * (a + min(n, _SEG) * b)
-    ),
+    cost=Cost("(p > 1)*(p - 2 + max(1, n/s))*(alpha + min(n, s)*beta)",
+              where=f"s = segment bytes (MPICOLL_SEGMENT_SIZE, {DEFAULT_SEGMENT_BYTES >> 10} KiB)",
+              exact=("whole_segments",), bound=0.1),
     source="Open MPI coll/tuned bcast pipeline (chain with fanout 1), segmented",
 )
 def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
@@ -141,7 +111,7 @@ def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
         0 -> 1    s0     s1     s2
         1 -> 2           s0     s1     s2
 
-    Cost: (p - 2 + n/s) (alpha + s beta): for long messages close to n beta, independent of p.
+    For long messages close to n beta, independent of p.
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size
@@ -163,29 +133,6 @@ def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
             ops.append(c.send(segs[k - 1], nxt))
         if ops:
             yield tuple(ops)
-
-
-@algorithm(
-    "bcast", "smp",
-    formula="ceil(lg N) (alpha_o + n beta_o) + ceil(lg k) (alpha_i + n beta_i); k ranks per "
-            "node, N nodes",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n * b),
-    source="MPICH bcast_intra_smp; Open MPI coll/han",
-    auto=False,
-)
-def smp(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
-    """Hierarchical broadcast: a binomial broadcast among one representative per node (the
-    root on its own node, the lowest rank elsewhere), then a binomial broadcast inside each
-    node.  The network carries N - 1 messages of n bytes.
-    Cost: ceil(lg N) (alpha_o + n beta_o) + ceil(lg k) (alpha_i + n beta_i).
-    """
-    groups, index = ctx.node_groups()
-    reps = [root if index[root] == i else g[0] for i, g in enumerate(groups)]
-    mine = index[ctx.rank]
-    if ctx.rank == reps[mine] and len(groups) > 1:
-        yield from binomial(ctx.group(reps), buf, index[root])
-    members = groups[mine]
-    yield from binomial(ctx.group(members), buf, members.index(reps[mine]))
 
 
 @default_rule("bcast")

@@ -175,7 +175,7 @@ class PerPeer(tuple):
     """One block per peer rank (:class:`TypedView` each), standing for a buffer whose blocks
     cannot be slices of one view (``Alltoallw``: a datatype and a byte displacement per peer).
     The all-to-all schedules take block ``i`` of it as ``buf[i]`` (see
-    :func:`mpicoll.algorithms.alltoall._blk`)."""
+    :func:`mpicoll.algorithms.schedule.block`)."""
 
     __slots__ = ()
 

@@ -1,9 +1,13 @@
 """Shared pieces of the power-of-two algorithms: MPICH's fold of the extra ranks, and the
-recursive-halving reduce-scatter / recursive-doubling allgather on blocks (Rabenseifner).
+recursive-halving reduce-scatter on blocks (Rabenseifner).
 
 With p = 2^k + rem, ranks below 2 rem pair up: even rank 2i sends its vector to 2i+1, which
 reduces it (rank order kept: the even rank's data on the left) and stands for both; the even
-ranks sit out the power-of-two part.  New ranks: 2i+1 -> i for i < rem, r -> r - rem above.
+ranks sit out the power-of-two part.  New ranks: 2i+1 -> i for i < rem, r -> r - rem above::
+
+    p = 6 (rem 2):   fold in:   0 -> 1,  2 -> 3          (1, 3 reduce)
+                     pof2 part: ranks 1, 3, 4, 5 as new ranks 0, 1, 2, 3
+                     fold out:  1 -> 0,  3 -> 2          (the result)
 """
 
 from __future__ import annotations
@@ -13,14 +17,39 @@ from collections.abc import Generator, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .schedule import Context, Round, pof2_floor
+from .registry import Cost
+from .schedule import Context, Round, pof2_floor, span
 
 Sub = Generator[Round, None, int]
+
+#: the cost of :func:`fold_in` plus :func:`fold_out` of a whole vector (a :class:`Cost` term;
+#: ``fold`` is 1 if p is not a power of two)
+FOLD = "fold*(2*(alpha + n*beta) + n*gamma)"
+_WHERE = "p' = 2^floor(lg p), fold = [p != p']"
+
+#: Rabenseifner's reduce and allreduce: halving reduce-scatter, then a doubling allgather or a
+#: binomial gather of the blocks (the same steps and bytes), plus the fold
+RABENSEIFNER = Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + FOLD, where=_WHERE,
+                    exact=("even",), bound=0.1)
+#: recursive doubling on whole vectors, plus the fold
+DOUBLING = Cost("lg(P)*(alpha + n*beta + n*gamma) + " + FOLD, where=_WHERE)
+#: recursive halving (reduce-scatter): the fold hands back one block instead of the vector
+HALVING = Cost("lg(P)*alpha + (P-1)/P*n*(beta + gamma) + "
+               "fold*(2*alpha + n*(beta + gamma) + n/p*beta)", where=_WHERE,
+               exact=("even", "pof2"), bound=0.25)
 
 
 def real_rank(newrank: int, rem: int) -> int:
     """The rank standing for ``newrank`` in the power-of-two group."""
     return newrank * 2 + 1 if newrank < rem else newrank + rem
+
+
+def group(ctx: Context) -> Context:
+    """The power-of-two group of the ranks that stand after :func:`fold_in` (its rank is the
+    new rank).  Only those ranks may call it."""
+    pof2 = pof2_floor(ctx.size)
+    rem = ctx.size - pof2
+    return ctx.group([real_rank(i, rem) for i in range(pof2)])
 
 
 def fold_in(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Sub:
@@ -53,51 +82,27 @@ def fold_out(ctx: Context, buf: np.ndarray) -> Generator[Round, None, None]:
             yield (ctx.recv(buf, r + 1),)
 
 
-def halving_reduce_scatter(ctx: Context, buf: np.ndarray, newrank: int, pof2: int, rem: int,
-                           counts: Sequence[int], displs: Sequence[int],
-                           op: MPI.Op) -> Generator[Round, None, None]:
-    """Recursive halving over ``pof2`` contiguous blocks (commutative op).
+def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
+                           displs: Sequence[int], op: MPI.Op) -> Generator[Round, None, None]:
+    """Recursive halving over the ``g.size`` (a power of two) contiguous blocks of ``buf``,
+    on the group ``g`` (commutative op).
 
     In each step a rank keeps half of its current range of blocks and sends the other half to
-    the partner at distance pof2/2, pof2/4, ..., 1, reducing what it receives into the half it
-    keeps.  At the end ``buf``'s block ``newrank`` holds the full reduction of that block.
-    ::
+    the partner at distance p/2, p/4, ..., 1, reducing what it receives into the half it
+    keeps.  At the end ``buf``'s block ``g.rank`` holds the full reduction of that block::
 
         p=4:  [b0 b1 b2 b3] --dist 2--> ranks 0,1 keep b0 b1; ranks 2,3 keep b2 b3
                             --dist 1--> rank i keeps b_i
-
-    Cost: lg p alpha + (p-1)/p n (beta + gamma).
     """
-    lo, hi = 0, pof2
-    dist = pof2 >> 1
-    tmp = ctx.scratch(buf.size)
+    lo, hi = 0, g.size
+    dist = g.size >> 1
+    tmp = g.scratch(buf.size)
     while dist:
         mid = (lo + hi) // 2
-        partner = real_rank(newrank ^ dist, rem)
-        if newrank & dist:
-            keep, give = (mid, hi), (lo, mid)
-        else:
-            keep, give = (lo, mid), (mid, hi)
-        ks, ke = displs[keep[0]], displs[keep[1] - 1] + counts[keep[1] - 1]
-        gs, ge = displs[give[0]], displs[give[1] - 1] + counts[give[1] - 1]
-        yield ctx.sendrecv(buf[gs:ge], partner, tmp[: ke - ks], partner)
-        ctx.reduce(tmp[: ke - ks], buf[ks:ke], op)
+        partner = g.rank ^ dist
+        keep, give = ((mid, hi), (lo, mid)) if g.rank & dist else ((lo, mid), (mid, hi))
+        kept = span(buf, counts, displs, *keep)
+        yield g.sendrecv(span(buf, counts, displs, *give), partner, tmp[: kept.size], partner)
+        g.reduce(tmp[: kept.size], kept, op)
         lo, hi = keep
         dist >>= 1
-
-
-def doubling_allgather(ctx: Context, buf: np.ndarray, newrank: int, pof2: int, rem: int,
-                       counts: Sequence[int], displs: Sequence[int]
-                       ) -> Generator[Round, None, None]:
-    """Recursive doubling over ``pof2`` contiguous blocks: the inverse of
-    :func:`halving_reduce_scatter` (distances 1, 2, ..., pof2/2).  Cost: lg p alpha +
-    (p-1)/p n beta."""
-    dist = 1
-    while dist < pof2:
-        mine = newrank & ~(dist - 1)
-        theirs = mine ^ dist
-        partner = real_rank(newrank ^ dist, rem)
-        ms, me = displs[mine], displs[mine + dist - 1] + counts[mine + dist - 1]
-        ts, te = displs[theirs], displs[theirs + dist - 1] + counts[theirs + dist - 1]
-        yield ctx.sendrecv(buf[ms:me], partner, buf[ts:te], partner)
-        dist <<= 1

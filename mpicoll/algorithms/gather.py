@@ -12,81 +12,72 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .registry import algorithm, clg, default_rule
-from .schedule import Context, Schedule
+from . import tree
+from .registry import Cost, algorithm, default_rule
+from .scatter import LINEAR, linear_exchange
+from .schedule import Context, Schedule, block, equal_blocks, span
 
 
 @algorithm(
     ("gather", "gatherv"), "linear",
-    formula="(p-1) alpha + (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
+    cost=LINEAR,
     source="MPICH gatherv_allcomm_linear",
 )
 def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
            counts: Sequence[int] | None, displs: Sequence[int] | None,
            root: int) -> Schedule:
-    """Every rank sends its block straight to the root, which has all receives posted at once.
+    """Every rank sends its block straight to the root, which has all receives posted at once::
 
-    Cost: (p-1) alpha + (p-1)/p n beta at the root.
+        p = 4, root 0:   one round:  1 -b1-> 0,  2 -b2-> 0,  3 -b3-> 0
+
+    The root's single port receives them one after another.
     """
-    p, r = ctx.size, ctx.rank
-    if r != root:
-        yield (ctx.send(sendbuf, root),)
-        return
-    assert recvbuf is not None
-    assert counts is not None
-    assert displs is not None
-    ctx.copy(sendbuf, recvbuf[displs[r] : displs[r] + counts[r]])
-    ops = tuple(ctx.recv(recvbuf[displs[i] : displs[i] + counts[i]], i)
-                for i in range(p) if i != r)
-    if ops:
-        yield ops
+    yield from linear_exchange(ctx, root, sendbuf, recvbuf, counts, displs, gather=True)
 
 
 @algorithm(
     "gather", "binomial",
-    formula="ceil(lg p) alpha + (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: clg(p) * a + (p - 1) / p * n * b,
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta"),
     source="MPICH gather_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
              counts: Sequence[int] | None, displs: Sequence[int] | None,
              root: int) -> Schedule:
-    """Binomial-tree gather, the mirror of the binomial scatter.
+    """Binomial-tree gather, the mirror of the binomial scatter::
 
-    Relative rank vr collects its children's subtrees (blocks [vr, vr + lowbit(vr))) into one
+        p = 4:   step 1:  1 --[b1]--> 0,   3 --[b3]--> 2
+                 step 2:  2 --[b2 b3]--> 0
+
+    Relative rank vr collects its children's subtrees (blocks [vr, vr + subtree)) into one
     buffer, then sends it to its parent in a single message; the root finally puts the blocks
-    from relative into rank order.  Cost: ceil(lg p) alpha + (p-1)/p n beta.
+    from relative into rank order.
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size
     n = sendbuf.size
-    sub = p if vr == 0 else min(vr & -vr, p - vr)
-    if sub == 1 and vr != 0:
-        yield (c.send(sendbuf, vr - (vr & -vr)),)
+    rel_counts, rel_displs = equal_blocks(n, p)
+    kids = tree.children(vr, p)
+    if not kids and vr != 0:
+        yield (c.send(sendbuf, tree.parent(vr)),)
         return
     direct = (vr == 0 and root == 0 and recvbuf is not None and displs is not None
-              and (tuple(displs) == tuple(range(0, p * n, n)) if n else True))
-    tmp = recvbuf if direct else c.scratch(sub * n)
+              and (tuple(displs) == tuple(rel_displs) if n else True))
+    tmp = recvbuf if direct else c.scratch(tree.subtree(vr, p) * n)
     assert tmp is not None
     c.copy(sendbuf, tmp[:n])
-    ops = []
-    mask = 1
-    while mask < sub:
-        hi = min(2 * mask, sub)
-        ops.append(c.recv(tmp[mask * n : hi * n], vr + mask))
-        mask <<= 1
+    ops = tuple(c.recv(span(tmp, rel_counts, rel_displs, ch, ch + tree.subtree(ch, p), vr * n), ch)
+                for ch in kids)
     if ops:
-        yield tuple(ops)
+        yield ops
     if vr != 0:
-        yield (c.send(tmp, vr - (vr & -vr)),)
+        yield (c.send(tmp, tree.parent(vr)),)
         return
     if not direct:
         assert recvbuf is not None
         assert displs is not None
         for i in range(p):
-            j = (i + root) % p
-            c.copy(tmp[i * n : (i + 1) * n], recvbuf[displs[j] : displs[j] + n])
+            c.copy(block(tmp, rel_counts, rel_displs, i),
+                   block(recvbuf, rel_counts, displs, (i + root) % p))
 
 
 @default_rule("gather", "gatherv")

@@ -11,22 +11,20 @@ import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
-from .registry import algorithm, clg, default_rule, lg
+from . import tree
+from .registry import Cost, algorithm, default_rule
 from .schedule import Context, Schedule, block_counts, displacements, pof2_floor
 
 
 @algorithm(
     "reduce", "binomial",
-    formula="ceil(lg p) (alpha + n beta + n gamma)",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n * b + n * g),
+    cost=Cost("clg(p)*(alpha + n*beta + n*gamma)"),
     source="MPICH reduce_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
              root: int) -> Schedule:
-    """Binomial-tree reduce: in step k, rank vr receives from vr + 2^k (if vr's bit k is 0) or
-    sends its partial result to vr - 2^k and stops.
-
-    ::
+    """Binomial-tree reduce: rank vr receives and reduces each child's partial result,
+    nearest child first, then sends its own to its parent (:mod:`~mpicoll.algorithms.tree`)::
 
         step 0:  1 -> 0, 3 -> 2, 5 -> 4, 7 -> 6      (p = 8, relative ranks)
         step 1:  2 -> 0, 6 -> 4
@@ -35,50 +33,44 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: 
     A subtree holds a contiguous range of ranks and children are higher, so the partial result
     is kept on the left: rank order is preserved.  For a non-commutative op the tree is rooted
     at rank 0 (then the result goes to the root, as MPICH does); for a commutative one, at the
-    root.  Cost: ceil(lg p) (alpha + n beta + n gamma).
+    root.
     """
-    p = ctx.size
     troot = root if op.Is_commutative() else 0
     c = ctx.relative(troot)
     vr = c.rank
     acc, spare = sendbuf, None
-    mask = 1
-    while mask < p:
-        if vr & mask:
-            yield (c.send(acc, vr - mask),)
-            break
-        if vr | mask < p:
-            tmp = spare if spare is not None else c.scratch(sendbuf.size)
-            yield (c.recv(tmp, vr | mask),)
-            c.reduce(acc, tmp, op)  # tmp = mine op theirs (mine covers lower ranks)
-            spare = acc if acc is not sendbuf else None
-            acc = tmp
-        mask <<= 1
-    if vr == 0:
-        if troot == root:
-            assert recvbuf is not None
-            if acc is not recvbuf:
-                c.copy(acc, recvbuf)
-        else:
-            yield (ctx.send(acc, root),)
-    elif ctx.rank == root:  # non-commutative op, root != 0: the result comes from rank 0
+    for ch in tree.children(vr, c.size):
+        tmp = spare if spare is not None else c.scratch(sendbuf.size)
+        yield (c.recv(tmp, ch),)
+        c.reduce(acc, tmp, op)  # tmp = mine op theirs (mine covers lower ranks)
+        spare = acc if acc is not sendbuf else None
+        acc = tmp
+    if vr:
+        yield (c.send(acc, tree.parent(vr)),)
+    elif troot == root:
+        assert recvbuf is not None
+        if acc is not recvbuf:
+            c.copy(acc, recvbuf)
+    else:
+        yield (ctx.send(acc, root),)
+    if vr and ctx.rank == root:  # non-commutative op, root != 0: the result comes from rank 0
         assert recvbuf is not None
         yield (ctx.recv(recvbuf, troot),)
 
 
 @algorithm(
     "reduce", "linear",
-    formula="(p-1) (alpha + n beta + n gamma)",
-    cost=lambda p, n, a, b, g: (p - 1) * (a + n * b + n * g),
+    cost=Cost("(p-1)*(alpha + n*beta + n*gamma)"),
     source="MPI-1 reference implementation (MPICH 1.x reduce): the root folds in rank order",
 )
 def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
            root: int) -> Schedule:
     """Every rank sends to the root, which folds from rank p-1 down to rank 0:
-    ``result = x0 op (x1 op (... op x(p-1)))``, the exact rank order for any op.
+    ``result = x0 op (x1 op (... op x(p-1)))``, the exact rank order for any op::
 
-    One receive buffer at the root, one message per round.  Cost: (p-1) (alpha + n beta +
-    n gamma).
+        p = 4, root 0:   3 -> 0,  then 2 -> 0,  then 1 -> 0     (one message per round)
+
+    One receive buffer at the root.
     """
     p, r = ctx.size, ctx.rank
     if r != root:
@@ -100,46 +92,33 @@ def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MP
 
 @algorithm(
     "reduce", "rabenseifner",
-    formula="2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma, p' = 2^floor(lg p)"
-            "  (+ 2 (alpha + n beta) + n gamma to fold and forward if p != p')",
-    cost=lambda p, n, a, b, g: (
-        2 * lg(pof2_floor(p)) * a + (pof2_floor(p) - 1) / pof2_floor(p) * n * (2 * b + g)
-        + (0 if p & (p - 1) == 0 else 2 * (a + n * b) + n * g)
-    ) if p > 1 else 0.0,
+    cost=_pof2.RABENSEIFNER,
     restrictions=("commutative",),
     source="Rabenseifner 2004; MPICH reduce_intra_reduce_scatter_gather",
 )
 def rabenseifner(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
                  root: int) -> Schedule:
-    """Recursive-halving reduce-scatter, then a binomial gather of the blocks.
+    """Recursive-halving reduce-scatter, then a binomial gather of the blocks::
 
-    The gather ends at the rank standing for new rank 0, which forwards the vector to the root
-    if that is another rank (one extra message; MPICH instead steers the gather to the root).
-    Needs a commutative op.  Cost: 2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma.
+        p = 4:   halving:  {0,1} <-> {2,3} halves, then 0<->1, 2<->3: rank i owns block i
+                 gather:   1 -[b1]-> 0, 3 -[b3]-> 2;  2 -[b2 b3]-> 0
+
+    Extra ranks beyond 2^k are folded in first (:mod:`~mpicoll.algorithms.fold`).  The gather
+    ends at the rank standing for new rank 0, which forwards the vector to the root if that is
+    another rank (one extra message; MPICH instead steers the gather to the root).
     """
     p, r = ctx.size, ctx.rank
-    pof2 = pof2_floor(p)
-    rem = p - pof2
+    rem = p - pof2_floor(p)
     work = ctx.scratch(sendbuf.size)
     ctx.copy(sendbuf, work)
     newrank = yield from _pof2.fold_in(ctx, work, op)
     holder = _pof2.real_rank(0, rem)
     if newrank >= 0:
-        counts = block_counts(work.size, pof2)
+        g = _pof2.group(ctx)
+        counts = block_counts(work.size, g.size)
         displs = displacements(counts)
-        yield from _pof2.halving_reduce_scatter(ctx, work, newrank, pof2, rem, counts, displs, op)
-        mask = 1
-        while mask < pof2:
-            lo = newrank
-            if newrank & mask:
-                hi = lo + mask
-                yield (ctx.send(work[displs[lo] : displs[hi - 1] + counts[hi - 1]],
-                                _pof2.real_rank(newrank - mask, rem)),)
-                break
-            lo, hi = newrank + mask, newrank + 2 * mask
-            yield (ctx.recv(work[displs[lo] : displs[hi - 1] + counts[hi - 1]],
-                            _pof2.real_rank(newrank + mask, rem)),)
-            mask <<= 1
+        yield from _pof2.halving_reduce_scatter(g, work, counts, displs, op)
+        yield from tree.gather_blocks(g, work, counts, displs)
     if r == holder:
         if r == root:
             assert recvbuf is not None
@@ -149,34 +128,6 @@ def rabenseifner(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, 
     elif r == root:
         assert recvbuf is not None
         yield (ctx.recv(recvbuf, holder),)
-
-
-@algorithm(
-    "reduce", "smp",
-    formula="ceil(lg k) (alpha_i + n beta_i + n gamma) + ceil(lg N) (alpha_o + n beta_o + "
-            "n gamma); k ranks per node, N nodes",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n * b + n * g),
-    restrictions=("commutative",),
-    source="MPICH reduce_intra_smp; Open MPI coll/han",
-    auto=False,
-)
-def smp(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
-        root: int) -> Schedule:
-    """Hierarchical reduce: a binomial reduce inside each node to its representative (the root
-    on the root's node, the lowest rank elsewhere), then a binomial reduce of the
-    representatives to the root.  Needs a commutative op.
-    Cost: ceil(lg k) (alpha_i + n beta_i + n gamma) + ceil(lg N) (alpha_o + n beta_o + n gamma).
-    """
-    groups, index = ctx.node_groups()
-    reps = [root if index[root] == i else g[0] for i, g in enumerate(groups)]
-    mine = index[ctx.rank]
-    members = groups[mine]
-    is_rep = ctx.rank == reps[mine]
-    partial = (recvbuf if ctx.rank == root else ctx.scratch(sendbuf.size)) if is_rep else None
-    yield from binomial(ctx.group(members), sendbuf, partial, op, members.index(reps[mine]))
-    if is_rep and len(groups) > 1:
-        assert partial is not None
-        yield from binomial(ctx.group(reps), partial, recvbuf, op, index[root])
 
 
 @default_rule("reduce")

@@ -7,19 +7,27 @@ else lists algorithms.  This plays the part of MPICH's ``coll_algorithms.txt``.
 
 Costs use the Hockney alpha-beta-gamma model (Thakur, Rabenseifner & Gropp, IJHPCA 19(1),
 2005): ``alpha`` seconds per message, ``beta`` seconds per byte sent, ``gamma`` seconds per
-byte reduced.  ``n`` is in bytes; its meaning per collective is given by :data:`SIZE_MEANING`.
+byte reduced.  ``n`` is in bytes; its meaning per collective is the record's ``size_meaning``
+(:mod:`mpicoll.algorithms.collectives`).  Each algorithm's cost is written once, as a
+:class:`Cost` (one expression): the text the CLI and the docs show (:attr:`Algorithm.formula`)
+and the function the model evaluates (:attr:`Algorithm.cost`, :attr:`Algorithm.cost2`) are both
+made from it, and the decorator appends it to the schedule's docstring.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .collectives import BY_NAME, NAMES
+from .schedule import DEFAULT_SEGMENT_BYTES
+
 __all__ = [
     "COLLECTIVES",
-    "SIZE_MEANING",
+    "Cost",
     "Algorithm",
     "RestrictionError",
     "algorithm",
@@ -31,47 +39,9 @@ __all__ = [
     "select",
 ]
 
-#: Every collective of the API, in the order the docs list them.
-COLLECTIVES: tuple[str, ...] = (
-    "barrier",
-    "bcast",
-    "scatter",
-    "scatterv",
-    "gather",
-    "gatherv",
-    "reduce",
-    "allreduce",
-    "reduce_scatter_block",
-    "reduce_scatter",
-    "allgather",
-    "allgatherv",
-    "alltoall",
-    "alltoallv",
-    "scan",
-    "exscan",
-    "alltoallw",
-)
-
-#: What ``n`` (bytes) means in each collective's cost formula.
-SIZE_MEANING: dict[str, str] = {
-    "barrier": "unused",
-    "bcast": "message size",
-    "scatter": "bytes at the root in all (p blocks)",
-    "scatterv": "bytes at the root in all",
-    "gather": "bytes at the root in all (p blocks)",
-    "gatherv": "bytes at the root in all",
-    "reduce": "vector size per rank",
-    "allreduce": "vector size per rank",
-    "reduce_scatter_block": "input vector size per rank (p blocks)",
-    "reduce_scatter": "input vector size per rank",
-    "allgather": "bytes gathered in all (p blocks)",
-    "allgatherv": "bytes gathered in all",
-    "alltoall": "bytes a rank sends in all (p blocks)",
-    "alltoallv": "bytes a rank sends in all",
-    "scan": "vector size per rank",
-    "exscan": "vector size per rank",
-    "alltoallw": "bytes a rank sends in all",
-}
+#: Every collective of the API, in the order the docs list them (the names of
+#: :data:`mpicoll.algorithms.collectives.RECORDS`, which holds each one's facts).
+COLLECTIVES: tuple[str, ...] = NAMES
 
 #: Restriction names, with the sentence an error shows.
 RESTRICTIONS: dict[str, str] = {
@@ -99,6 +69,122 @@ def clg(p: int) -> int:
 
 CostFn = Callable[[int, float, float, float, float], float]
 
+#: Conditions under which a cost is exact for the simulator's model (see :class:`Cost`).
+EXACT_WHEN: dict[str, str] = {
+    "pof2": "p is a power of two",
+    "even": "every block holds the same number of elements (count divisible by p and by p')",
+    "one_peer": "p <= 2 (with more peers the simulator's ports serialise a round's messages "
+                "greedily, in post order, where the formula assumes the best order)",
+    "whole_segments": "n is at most one segment or a whole number of segments",
+    "full_nodes": "every node holds ranks_per_node ranks (ranks_per_node divides p)",
+}
+
+# Display forms of the expression language (Python syntax evaluated, math shown).
+_SHOW = (
+    (re.compile(r"\bclg\(([^()]*)\)"), r"ceil(lg \1)"),
+    (re.compile(r"\blg\((\w+)\)"), r"lg \1"),
+    (re.compile(r"\bP\b"), "p'"),
+    (re.compile(r"\s*\*\s*"), " "),
+)
+
+
+def _show(expr: str) -> str:
+    for pat, rep in _SHOW:
+        expr = pat.sub(rep, expr)
+    return expr
+
+
+class Cost:
+    """One algorithm's alpha-beta-gamma cost, written once as an expression.
+
+    ``expr`` is a Python expression that reads as the formula: ``*`` is shown as a space,
+    ``lg(p)`` as ``lg p``, ``clg(p)`` as ``ceil(lg p)``, ``P`` as ``p'``.  Flat costs use ``p``,
+    ``n`` (bytes, see the record's ``size_meaning``), ``alpha``, ``beta``, ``gamma``, ``P`` (the
+    largest power of two <= p), ``fold`` (1 if p is not a power of two, else 0) and ``s`` (segment
+    bytes).  Two-level costs (``two_level=True``, node-aware algorithms) use ``alpha_i``,
+    ``beta_i`` (inside a node), ``alpha_o``, ``beta_o`` (between nodes), ``gamma``, ``k`` (ranks
+    per node, at most p) and ``N`` (nodes); the flat cost of such an algorithm is its two-level
+    cost with one rank per node (what the simulator runs when no nodes are given).
+
+    Args:
+        expr: the expression.
+        where: definitions shown after the formula (e.g. ``"s = segment bytes"``).
+        exact: names from :data:`EXACT_WHEN`: the simulator's critical path equals the cost
+            when all hold (and always when empty).
+        bound: elsewhere, ``|simulated - cost| <= bound * cost`` (relative; 0 when exact
+            everywhere); a number, or an expression in ``p``.
+        extra: names usable in ``expr`` besides the standard ones (helper functions).
+    """
+
+    def __init__(self, expr: str, *, where: str = "", exact: tuple[str, ...] = (),
+                 bound: float | str = 0.0, two_level: bool = False,
+                 extra: dict[str, Any] | None = None) -> None:
+        for e in exact:
+            if e not in EXACT_WHEN:
+                raise KeyError(f"unknown exactness condition {e!r}")
+        self.expr = expr
+        self.where = where
+        self.exact = tuple(exact)
+        self.bound = bound
+        self.two_level = two_level
+        self._code = compile(expr, f"<cost {expr}>", "eval")
+        self._names: dict[str, Any] = {"lg": lg, "clg": clg, "min": min, "max": max,
+                                       "ceil": math.ceil, **(extra or {})}
+
+    @property
+    def text(self) -> str:
+        """The formula as the CLI and README show it."""
+        shown = _show(self.expr)
+        return f"{shown}; {self.where}" if self.where else shown
+
+    def _eval(self, **names: Any) -> float:
+        return float(eval(self._code, {"__builtins__": {}}, {**self._names, **names}))
+
+    def __call__(self, p: int, n: float, alpha: float, beta: float, gamma: float) -> float:
+        """Seconds on p ranks for n bytes under the flat model (alpha, beta, gamma)."""
+        if self.two_level:
+            m = _Flat(alpha, beta, gamma)
+            return self.two(p, n, m, m, 1)
+        pp = 1 << (p.bit_length() - 1) if p > 0 else 1
+        return self._eval(p=p, n=n, alpha=alpha, beta=beta, gamma=gamma, P=pp,
+                          fold=int(pp != p), s=DEFAULT_SEGMENT_BYTES)
+
+    def two(self, p: int, n: float, intra: Any, inter: Any, ranks_per_node: int) -> float:
+        """Seconds on p ranks in nodes of ``ranks_per_node`` (the last may hold fewer) under a
+        two-level model (``intra``/``inter`` have ``alpha``, ``beta``, ``gamma``; reductions
+        cost ``intra.gamma``, as in the simulator's ``TwoLevel``).  A flat cost is evaluated
+        with the intra-node parameters if all ranks share one node, else the inter-node ones."""
+        k = max(1, min(ranks_per_node, p))
+        nn = -(-p // k)
+        if not self.two_level:
+            m = intra if nn == 1 else inter
+            return self(p, n, m.alpha, m.beta, intra.gamma)
+        return self._eval(p=p, n=n, k=k, N=nn, alpha_i=intra.alpha, beta_i=intra.beta,
+                          alpha_o=inter.alpha, beta_o=inter.beta, gamma=intra.gamma)
+
+    def exact_for(self, p: int, *, even: bool = True, whole_segments: bool = True,
+                  full_nodes: bool = True) -> bool:
+        """Whether the cost is exact for this call (see ``exact``)."""
+        holds = {"pof2": p & (p - 1) == 0, "even": even, "whole_segments": whole_segments,
+                 "full_nodes": full_nodes, "one_peer": p <= 2}
+        return all(holds[e] for e in self.exact)
+
+    def bound_at(self, p: int) -> float:
+        """The relative bound where the cost is not exact, on p ranks."""
+        if isinstance(self.bound, str):
+            return float(eval(self.bound, {"__builtins__": {}}, {"p": p}))
+        return self.bound
+
+    def __repr__(self) -> str:
+        return f"Cost({self.expr!r})"
+
+
+@dataclass(frozen=True)
+class _Flat:
+    alpha: float
+    beta: float
+    gamma: float
+
 
 @dataclass(frozen=True)
 class Algorithm:
@@ -108,10 +194,13 @@ class Algorithm:
         collective: one of :data:`COLLECTIVES`.
         name: the field's name for it (``ring``, ``recursive_doubling``, ``bruck``, ...).
         schedule: the generator function (see :mod:`mpicoll.schedule`).
-        formula: the alpha-beta-gamma cost as text, ``n`` in bytes (see :data:`SIZE_MEANING`).
+        formula: the alpha-beta-gamma cost as text, ``n`` in bytes (see
+            :attr:`~mpicoll.algorithms.collectives.Collective.size_meaning`).
         cost: ``cost(p, n, alpha, beta, gamma) -> seconds``, the same formula as code.
         restrictions: names from :data:`RESTRICTIONS`.
         source: paper or library the algorithm follows.
+        model: the :class:`Cost` both ``formula`` and ``cost`` come from (None for an entry made
+            by hand with a bare function).
     """
 
     collective: str
@@ -124,6 +213,14 @@ class Algorithm:
     doc: str = field(default="", compare=False)
     #: considered by ``auto`` (node-aware algorithms run only when forced)
     auto: bool = True
+    model: Cost | None = field(default=None, compare=False)
+
+    def cost2(self, p: int, n: float, intra: Any, inter: Any, ranks_per_node: int) -> float:
+        """Seconds under a two-level model (see :meth:`Cost.two`); an entry without a
+        :class:`Cost` falls back to its flat cost with the inter-node parameters."""
+        if self.model is None:
+            return self.cost(p, n, inter.alpha, inter.beta, intra.gamma)
+        return self.model.two(p, n, intra, inter, ranks_per_node)
 
     def why_not(
         self,
@@ -169,17 +266,20 @@ def algorithm(
     collectives: str | tuple[str, ...],
     name: str,
     *,
-    formula: str,
-    cost: CostFn,
+    cost: Cost,
     restrictions: tuple[str, ...] = (),
     source: str = "",
     auto: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator registering a schedule as algorithm ``name`` of one or more collectives."""
+    """Decorator registering a schedule as algorithm ``name`` of one or more collectives.
+
+    The schedule's docstring gets the rendered cost, the restrictions and the source appended,
+    so ``help()`` shows them without the docstring retyping them."""
     if isinstance(collectives, str):
         collectives = (collectives,)
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _document(fn, collectives, cost, restrictions, source)
         for coll in collectives:
             if coll not in _REGISTRY:
                 raise KeyError(f"unknown collective {coll!r}")
@@ -189,12 +289,32 @@ def algorithm(
                 if r not in RESTRICTIONS:
                     raise KeyError(f"unknown restriction {r!r}")
             _REGISTRY[coll][name] = Algorithm(
-                coll, name, fn, formula, cost, tuple(restrictions), source,
-                (fn.__doc__ or "").strip().split("\n")[0], auto,
+                coll, name, fn, cost.text, cost, tuple(restrictions), source,
+                (fn.__doc__ or "").strip().split("\n")[0], auto, cost,
             )
         return fn
 
     return deco
+
+
+def _document(fn: Callable[..., Any], collectives: tuple[str, ...], cost: Cost,
+              restrictions: tuple[str, ...], source: str) -> None:
+    """Append cost, restrictions and source to ``fn.__doc__`` (once per schedule)."""
+    import inspect
+
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    n = "; ".join(f"{c}: {BY_NAME[c].size_meaning}" for c in collectives)
+    lines = [doc, "", f"Cost: {cost.text}  (n = {n}).",
+             "Restrictions: " + (", ".join(RESTRICTIONS[r] for r in restrictions) or "none") + "."]
+    if cost.exact:
+        within = (f"{cost.bound:.0%}" if isinstance(cost.bound, float)
+                  else f"a factor {_show(cost.bound)}")
+        lines.append("Exact for the simulator when " +
+                     " and ".join(EXACT_WHEN[e] for e in cost.exact) +
+                     f"; within {within} otherwise.")
+    if source:
+        lines.append(f"Source: {source}.")
+    fn.__doc__ = "\n".join(lines) + "\n"
 
 
 def _load() -> None:

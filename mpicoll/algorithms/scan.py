@@ -1,9 +1,9 @@
-"""Scan and exscan: rank r ends with ``x0 op x1 op ... op xr`` (scan) or ``... op x(r-1)``
-(exscan; rank 0's receive buffer is left untouched, as MPICH does: MPI leaves it undefined).
+"""Scan: rank r ends with ``x0 op x1 op ... op xr``.
 
 Schedules take ``(ctx, sendbuf, recvbuf, op)``; ``sendbuf`` is never written (the backend
 passes a copy of ``recvbuf`` for ``MPI.IN_PLACE``).  Every schedule keeps rank order, so
-non-commutative ops are correct.
+non-commutative ops are correct.  The two prefix walks here serve the exclusive scan too
+(:mod:`~mpicoll.algorithms.exscan`), with ``inclusive=False``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .registry import algorithm, clg, default_rule
+from .registry import Cost, algorithm, default_rule
 from .schedule import Context, Schedule
 
 
-def _recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op,
-                        inclusive: bool) -> Schedule:
+def prefix_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op,
+                    inclusive: bool) -> Schedule:
+    """The recursive-doubling prefix (see :func:`recursive_doubling`); ``inclusive=False``
+    leaves out this rank's own contribution (exscan: the first lower partner's partial is
+    copied in, later ones folded in)."""
     p, r = ctx.size, ctx.rank
     partial = ctx.scratch(sendbuf.size)  # x(lo) op ... op x(hi) over the ranks heard so far
     ctx.copy(sendbuf, partial)
@@ -42,37 +45,10 @@ def _recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, 
         mask <<= 1
 
 
-@algorithm(
-    "scan", "recursive_doubling",
-    formula="ceil(lg p) (alpha + n beta + 2 n gamma)",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n * b + 2 * n * g),
-    source="MPICH scan_intra_recursive_doubling",
-)
-def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
-                       op: MPI.Op) -> Schedule:
-    """Recursive doubling (Hillis-Steele on a hypercube): in step k exchange the running
-    partial with rank ^ 2^k; fold a lower partner's partial into both the result and the
-    partial, a higher one's into the partial only.  Cost: ceil(lg p) (alpha + n beta + 2 n gamma).
-    """
-    yield from _recursive_doubling(ctx, sendbuf, recvbuf, op, inclusive=True)
-
-
-@algorithm(
-    "exscan", "recursive_doubling",
-    formula="ceil(lg p) (alpha + n beta + 2 n gamma)",
-    cost=lambda p, n, a, b, g: clg(p) * (a + n * b + 2 * n * g),
-    source="MPICH exscan_intra_recursive_doubling",
-)
-def exscan_recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
-                              op: MPI.Op) -> Schedule:
-    """As the scan, but the result starts empty: the first lower partner's partial is copied
-    in, later ones folded in.  Cost: ceil(lg p) (alpha + n beta + 2 n gamma).
-    """
-    yield from _recursive_doubling(ctx, sendbuf, recvbuf, op, inclusive=False)
-
-
-def _linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op,
-            inclusive: bool) -> Schedule:
+def prefix_chain(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op,
+                 inclusive: bool) -> Schedule:
+    """The chain prefix (see :func:`linear`); ``inclusive=False``: rank r receives the prefix
+    of ranks 0..r-1 straight into its result and passes ``prefix op x_r`` on."""
     p, r = ctx.size, ctx.rank
     if r == 0:
         if inclusive:
@@ -91,30 +67,34 @@ def _linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op,
 
 
 @algorithm(
+    "scan", "recursive_doubling",
+    cost=Cost("clg(p)*(alpha + n*beta + 2*n*gamma)", exact=("pof2",), bound=0.25),
+    source="MPICH scan_intra_recursive_doubling",
+)
+def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
+                       op: MPI.Op) -> Schedule:
+    """Recursive doubling (Hillis-Steele on a hypercube): in step k exchange the running
+    partial with rank ^ 2^k; fold a lower partner's partial into both the result and the
+    partial, a higher one's into the partial only::
+
+        p = 4:  k=0: 0<->1, 2<->3   (1: x0..1, 3: x2..3)
+                k=1: 0<->2, 1<->3   (2: x0..2, 3: x0..3)
+    """
+    yield from prefix_doubling(ctx, sendbuf, recvbuf, op, inclusive=True)
+
+
+@algorithm(
     "scan", "linear",
-    formula="(p-1) (alpha + n beta + n gamma)",
-    cost=lambda p, n, a, b, g: (p - 1) * (a + n * b + n * g),
+    cost=Cost("(p-1)*(alpha + n*beta + n*gamma)"),
     source="MPI-1 reference implementation: a chain from rank 0 to rank p-1",
 )
 def linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op) -> Schedule:
     """Chain: rank r receives the prefix of ranks 0..r-1, adds its own on the right and passes
-    it on.  p-1 sequential steps.  Cost: (p-1) (alpha + n beta + n gamma).
-    """
-    yield from _linear(ctx, sendbuf, recvbuf, op, inclusive=True)
+    it on; p-1 sequential steps::
 
-
-@algorithm(
-    "exscan", "linear",
-    formula="(p-1) (alpha + n beta) + (p-2) n gamma",
-    cost=lambda p, n, a, b, g: (p - 1) * (a + n * b) + max(0, p - 2) * n * g,
-    source="MPI-1 reference implementation: a chain from rank 0 to rank p-1",
-)
-def exscan_linear(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
-                  op: MPI.Op) -> Schedule:
-    """Chain: rank r receives the prefix of ranks 0..r-1 straight into its result, then passes
-    ``prefix op x_r`` on.  Cost: (p-1) (alpha + n beta) + (p-2) n gamma.
+        p = 4:   0 -x0-> 1 -x0..1-> 2 -x0..2-> 3
     """
-    yield from _linear(ctx, sendbuf, recvbuf, op, inclusive=False)
+    yield from prefix_chain(ctx, sendbuf, recvbuf, op, inclusive=True)
 
 
 @default_rule("scan", "exscan")

@@ -12,80 +12,85 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .registry import algorithm, clg, default_rule
-from .schedule import Context, Schedule
+from . import tree
+from .registry import Cost, algorithm, default_rule
+from .schedule import Context, Schedule, block, blocks, equal_blocks
+
+#: the root-to-all direct cost, shared with the linear gather (its mirror)
+LINEAR = Cost("(p-1)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.1)
 
 
 @algorithm(
     ("scatter", "scatterv"), "linear",
-    formula="(p-1) alpha + (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: (p - 1) * a + (p - 1) / p * n * b,
+    cost=LINEAR,
     source="MPICH scatterv_allcomm_linear",
 )
 def linear(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | None,
            displs: Sequence[int] | None, recvbuf: np.ndarray, root: int) -> Schedule:
-    """The root sends every other rank its block directly, all messages in flight at once.
+    """The root sends every other rank its block directly, all messages in flight at once::
 
-    Cost: (p-1) alpha + (p-1)/p n beta at the root (single port); the only choice for scatterv,
-    whose counts are known only at the root.
+        p = 4, root 0:   one round:  0 -b1-> 1,  0 -b2-> 2,  0 -b3-> 3
+
+    The root's single port sends them one after another.  The only choice for scatterv, whose
+    counts are known only at the root.
     """
-    p, r = ctx.size, ctx.rank
-    if r != root:
-        yield (ctx.recv(recvbuf, root),)
+    yield from linear_exchange(ctx, root, recvbuf, sendbuf, counts, displs, gather=False)
+
+
+def linear_exchange(ctx: Context, root: int, mine: np.ndarray, buf: np.ndarray | None,
+                    counts: Sequence[int] | None, displs: Sequence[int] | None,
+                    gather: bool) -> Schedule:
+    """The linear scatter (``gather=False``) and its mirror, the linear gather: the root
+    exchanges block i of ``buf`` with rank i, all in one round; ``mine`` is this rank's block
+    (at the root, copied from or to its own block of ``buf``)."""
+    if ctx.rank != root:
+        yield ((ctx.send(mine, root) if gather else ctx.recv(mine, root)),)
         return
-    assert sendbuf is not None
+    assert buf is not None
     assert counts is not None
     assert displs is not None
-    ctx.copy(sendbuf[displs[r] : displs[r] + counts[r]], recvbuf)
-    ops = tuple(ctx.send(sendbuf[displs[i] : displs[i] + counts[i]], i)
-                for i in range(p) if i != r)
-    if ops:
-        yield ops
+    own = block(buf, counts, displs, root)
+    ctx.copy(*((mine, own) if gather else (own, mine)))
+    others = [i for i in range(ctx.size) if i != root]
+    make = ctx.recv if gather else ctx.send
+    if others:
+        yield tuple(make(v, i) for i, v in
+                    zip(others, blocks(buf, counts, displs, others), strict=True))
 
 
 @algorithm(
     "scatter", "binomial",
-    formula="ceil(lg p) alpha + (p-1)/p n beta",
-    cost=lambda p, n, a, b, g: clg(p) * a + (p - 1) / p * n * b,
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta"),
     source="MPICH scatter_intra_binomial; Thakur, Rabenseifner & Gropp 2005",
 )
 def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | None,
              displs: Sequence[int] | None, recvbuf: np.ndarray, root: int) -> Schedule:
-    """Binomial-tree scatter: each subtree's blocks travel as one message, halving each level.
+    """Binomial-tree scatter: each subtree's blocks travel as one message, halving each level::
 
-    Relative rank vr receives the blocks of its whole subtree [vr, vr + lowbit(vr)) from its
-    parent, keeps its own and forwards each child's subtree.  The root first lays its blocks
-    out in relative order (rank root, root+1, ...) unless root = 0.
-    Cost: ceil(lg p) alpha + (p-1)/p n beta.
+        p = 4:   step 1:  0 --[b2 b3]--> 2
+                 step 2:  0 --[b1]--> 1,   2 --[b3]--> 3
+
+    Relative rank vr receives the blocks of its whole subtree from its parent, keeps its own
+    and forwards each child's subtree (:func:`~mpicoll.algorithms.tree.scatter_blocks`).  The
+    root first lays its blocks out in relative order (rank root, root+1, ...) unless root = 0.
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size
     n = recvbuf.size  # equal blocks: every rank's count is its own recvbuf's
+    rel_counts, rel_displs = equal_blocks(n, p)
     if vr == 0:
         assert sendbuf is not None
         assert displs is not None
-        if root == 0 and (tuple(displs) == tuple(range(0, p * n, n)) if n else True):
+        if root == 0 and (tuple(displs) == tuple(rel_displs) if n else True):
             tmp = sendbuf
         else:
             tmp = c.scratch(p * n)
             for i in range(p):
-                j = (i + root) % p
-                c.copy(sendbuf[displs[j] : displs[j] + n], tmp[i * n : (i + 1) * n])
-        sub = p
+                c.copy(block(sendbuf, rel_counts, displs, (i + root) % p),
+                       block(tmp, rel_counts, rel_displs, i))
     else:
-        low = vr & -vr
-        sub = min(low, p - vr)
-        tmp = c.scratch(sub * n)
-        yield (c.recv(tmp, vr - low),)
-    mask = 1
-    while mask < sub:
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        if mask < sub:
-            hi = min(2 * mask, sub)
-            yield (c.send(tmp[mask * n : hi * n], vr + mask),)
-        mask >>= 1
+        tmp = c.scratch(tree.subtree(vr, p) * n)
+    yield from tree.scatter_blocks(c, tmp, rel_counts, rel_displs, base=vr * n)
     c.copy(tmp[:n], recvbuf)
 
 

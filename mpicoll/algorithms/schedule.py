@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from .datatypes import TypedView, is_derived, typed_copy, typed_scratch
+from .datatypes import PerPeer, TypedView, is_derived, typed_copy, typed_scratch
 
 __all__ = [
     "Context",
@@ -42,10 +42,14 @@ __all__ = [
     "Schedule",
     "Send",
     "Table",
+    "block",
     "block_counts",
+    "blocks",
     "displacements",
+    "equal_blocks",
     "is_pof2",
     "pof2_floor",
+    "span",
 ]
 
 
@@ -274,6 +278,12 @@ def block_counts(n: int, p: int) -> Table:
     return Table(q + (i < r) for i in range(p))
 
 
+def equal_blocks(n: int, p: int) -> tuple[Table, Table]:
+    """(counts, displs) of p back-to-back blocks of n elements each."""
+    counts = Table((n,) * p)
+    return counts, displacements(counts)
+
+
 def displacements(counts: Sequence[int]) -> Table:
     """Running sum of ``counts``, starting at 0 (contiguous blocks in rank order)."""
     if isinstance(counts, tuple):
@@ -297,6 +307,29 @@ def is_pof2(p: int) -> bool:
 def pof2_floor(p: int) -> int:
     """Largest power of two <= p."""
     return 1 << (p.bit_length() - 1)
+
+
+def block(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
+    """Block ``i`` of ``buf``: its ``counts[i]`` elements at ``displs[i]`` (a view); of a
+    :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``."""
+    if isinstance(buf, PerPeer):
+        return buf[i]
+    return buf[displs[i] : displs[i] + counts[i]]
+
+
+def blocks(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
+           ranks: Sequence[int]) -> list[np.ndarray]:
+    """The views :func:`block` of ``buf`` for each block index in ``ranks``."""
+    return [block(buf, counts, displs, i) for i in ranks]
+
+
+def span(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], lo: int, hi: int,
+         base: int = 0) -> np.ndarray:
+    """Blocks ``lo .. hi-1`` of ``buf`` as one view, for blocks laid out back to back (block
+    ``i`` at ``displs[i] - base``).  Empty if ``lo >= hi``."""
+    if lo >= hi:
+        return buf[:0]
+    return buf[displs[lo] - base : displs[hi - 1] + counts[hi - 1] - base]
 
 
 def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: int) -> Any:

@@ -13,13 +13,14 @@ Accepted specs are mpi4py's (see ``mpi4py.MPI.Comm`` docs):
 
 Datatypes are predefined MPI types, including the pair types of MAXLOC/MINLOC; the numpy
 dtype of each comes from :func:`mpi4py.util.dtlib.to_numpy_dtype`, and the MPI type of a plain
-array from mpi4py's own type table.  A derived datatype (positive extent) gives a view of
-``count`` elements of ``np.dtype((np.void, extent))`` from the buffer's origin plus
-``displacement * extent`` bytes (see :mod:`mpicoll.algorithms.datatypes`); the bytes its
-typemap touches must lie inside the buffer (ValueError), which mpi4py itself does not check.
-Non-contiguous arrays raise ``ValueError`` (decision: no
-silent copy, because a copy of a receive buffer would silently drop the result); read-only
-arrays raise ``ValueError`` where the buffer is written.
+array from its typecode through ``MPI.Datatype.fromcode``, as dtlib maps predefined types
+(``dtlib.from_numpy_dtype`` itself returns a new duplicate type to be freed).  A derived
+datatype (positive extent) gives a view of ``count`` elements of ``np.dtype((np.void,
+extent))`` from the buffer's origin plus ``displacement * extent`` bytes (see
+:mod:`mpicoll.algorithms.datatypes`); the bytes its typemap touches must lie inside the buffer
+(ValueError), which mpi4py itself does not check.  Non-contiguous arrays raise ``ValueError``
+(decision: no silent copy, because a copy of a receive buffer would silently drop the result);
+read-only arrays raise ``ValueError`` where the buffer is written.
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ def datatype_of(dtype: np.dtype, what: str = "") -> MPI.Datatype:
             f"{where}numpy {dtype} arrays are not supported (mpi4py cannot take a buffer of them); "
             f"pass [array, MPI.INT64_T] or array.view(np.int64)"
         )
-    dt = MPI._typedict.get(dtype.char) if not dtype.fields else None
+    dt = None
+    if not dtype.fields:
+        try:  # the predefined type of a typecode, as mpi4py.util.dtlib maps it
+            dt = MPI.Datatype.fromcode(dtype.char)
+        except ValueError:
+            dt = None
     if dt is None:
         raise TypeError(
             f"{where}no predefined MPI datatype for numpy dtype {dtype}; pass [array, datatype]"

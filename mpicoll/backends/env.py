@@ -1,5 +1,7 @@
-"""The environment variables that steer the p2p backend, read and validated in one place.
+"""The environment variables that steer the backends, read and validated in one place.
 
+* ``MPICOLL_CHECK``: checked mode by default (1/true/yes/on; unset, empty or 0/false/no/off:
+  off).
 * ``MPICOLL_SEGMENT_SIZE``: bytes per segment of the segmented (pipeline) algorithms; a
   positive integer (default 64 KiB); unset or empty means the default.
 * ``MPICOLL_RANKS_PER_NODE``: emulate nodes of k consecutive ranks (node-aware algorithms,
@@ -7,20 +9,28 @@
 * ``MPICOLL_<COLLECTIVE>_ALGORITHM``: the algorithm a p2p call runs when ``algorithm=`` is not
   given (``auto`` or one of the collective's algorithm names); unset or empty means ``auto``.
 
-Both are read at every call.  The p2p backend validates them before the call sends anything
-(and, in checked mode, before the ranks compare their arguments, so a bad value on one rank
-makes every rank raise); an invalid value raises ``ValueError`` naming the variable and the
-value.  No module here imports the rest of mpicoll at import time (the schedules use it too).
+A backend reads them once, when it is made (:func:`read`), validates them there, and the ranks
+agree on them in the same construction-time exchange (:func:`mpicoll.backends.checked.
+agree_on_construction`): a bad value raises ``ValueError`` naming the variable and the value,
+and ranks whose values differ all raise :class:`~mpicoll.MismatchError`.  No call re-reads
+them.  The simulator reads the segment size and the node size through the same functions.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
+from ..algorithms import registry
+from ..algorithms.collectives import BY_NAME, NAMES
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "RANKS_PER_NODE_VAR", "SEGMENT_VAR", "algorithm_var",
-           "check_env_algorithm", "env_algorithm", "ranks_per_node", "segment_bytes"]
+__all__ = ["CHECK_VAR", "DEFAULT_SEGMENT_BYTES", "RANKS_PER_NODE_VAR", "SEGMENT_VAR", "Settings",
+           "algorithm_var", "check_env_algorithm", "env_algorithm", "env_check",
+           "ranks_per_node", "read", "segment_bytes"]
+
+#: The variable that turns checked mode on by default.
+CHECK_VAR = "MPICOLL_CHECK"
 
 #: The variable that sets the segment size in bytes.
 SEGMENT_VAR = "MPICOLL_SEGMENT_SIZE"
@@ -41,6 +51,23 @@ def _positive(var: str, what: str) -> int | None:
     if value < 1:
         raise ValueError(f"{var}={raw!r}: expected a positive integer ({what})")
     return value
+
+
+def env_check() -> bool:
+    """``$MPICOLL_CHECK``: 1/true/yes/on turns checked mode on by default; unset, empty or
+    0/false/no/off leaves it off.
+
+    Raises:
+        ValueError: any other value, naming the variable (a typo must not silently turn the
+            checks off).
+    """
+    raw = os.environ.get(CHECK_VAR, "")
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{CHECK_VAR}={raw!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
 def segment_bytes(default: int = DEFAULT_SEGMENT_BYTES) -> int:
@@ -65,7 +92,7 @@ def ranks_per_node() -> int | None:
 
 def algorithm_var(collective: str) -> str:
     """The variable that forces ``collective``'s algorithm: ``MPICOLL_ALLREDUCE_ALGORITHM``."""
-    return f"MPICOLL_{collective.upper()}_ALGORITHM"
+    return BY_NAME[collective].algorithm_var
 
 
 def env_algorithm(collective: str) -> str | None:
@@ -84,10 +111,72 @@ def check_env_algorithm(collective: str) -> str | None:
     name = env_algorithm(collective)
     if name is None or name == "auto":
         return name
-    from ..algorithms import registry
-
     try:
         registry.get(collective, name)
     except ValueError as exc:
         raise ValueError(f"{algorithm_var(collective)}={name!r}: {exc}") from None
     return name
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment says to one backend, read once when it is made.
+
+    Attributes:
+        check: checked mode (``check=`` if given, else ``$MPICOLL_CHECK``).
+        segment_bytes: ``$MPICOLL_SEGMENT_SIZE`` (default 64 KiB).
+        ranks_per_node: ``$MPICOLL_RANKS_PER_NODE`` (None: the real nodes).
+        algorithms: ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` of every collective for which it is
+            set to a name other than ``auto`` (the p2p backend checks the names exist; the
+            native backend takes them as given: checked mode compares them).
+        error: the first refused value (ValueError naming the variable), or None; the backend
+            raises it on this rank, after telling the other ranks in the agreement.
+    """
+
+    check: bool = False
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    ranks_per_node: int | None = None
+    algorithms: dict[str, str] = field(default_factory=dict)
+    error: ValueError | None = None
+
+    def forced(self, collective: str) -> str:
+        """The name ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` forces, ``"auto"`` when none."""
+        return self.algorithms.get(collective, "auto")
+
+
+def read(check: bool | None = None, *, p2p: bool) -> Settings:
+    """Read and validate the environment once, for a backend being made.
+
+    Args:
+        check: ``check=`` of the backend (None: ``$MPICOLL_CHECK``).
+        p2p: also validate what only the p2p backend uses (segment size, node size, algorithm
+            names); the native backend reads only the check flag and the algorithm names.
+
+    Never raises: a refused value is returned in :attr:`Settings.error` (the first one, in
+    the order above), so that every rank still takes part in the agreement.
+    """
+    error: ValueError | None = None
+    try:
+        on = env_check() if check is None else bool(check)
+    except ValueError as exc:
+        on, error = False, exc
+    seg, rpn = DEFAULT_SEGMENT_BYTES, None
+    if p2p:
+        try:
+            seg = segment_bytes()
+        except ValueError as exc:
+            error = error or exc
+        try:
+            rpn = ranks_per_node()
+        except ValueError as exc:
+            error = error or exc
+    algorithms: dict[str, str] = {}
+    for name in NAMES:
+        try:
+            value = check_env_algorithm(name) if p2p else env_algorithm(name)
+        except ValueError as exc:
+            error = error or exc
+            continue
+        if value is not None and value != "auto":
+            algorithms[name] = value
+    return Settings(on, seg, rpn, algorithms, error)

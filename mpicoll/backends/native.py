@@ -6,21 +6,16 @@ from typing import Any
 
 from mpi4py import MPI
 
+from ..algorithms.collectives import BY_NAME
 from .args import Call
-from .base import Collectives, agree_on_construction
+from .base import Collectives
+from .checked import agree_on_construction
+from .objects import NativeObjects
 
 __all__ = ["Native", "native"]
 
-_METHOD = {
-    "barrier": "Barrier", "bcast": "Bcast", "scatter": "Scatter", "scatterv": "Scatterv",
-    "gather": "Gather", "gatherv": "Gatherv", "reduce": "Reduce", "allreduce": "Allreduce",
-    "reduce_scatter_block": "Reduce_scatter_block", "reduce_scatter": "Reduce_scatter",
-    "allgather": "Allgather", "allgatherv": "Allgatherv", "alltoall": "Alltoall",
-    "alltoallv": "Alltoallv", "scan": "Scan", "exscan": "Exscan", "alltoallw": "Alltoallw",
-}
 
-
-class Native(Collectives):
+class Native(NativeObjects, Collectives):
     """MPI's own collectives (``MPI_Allreduce``, ``MPI_Iallgather``, ...) behind mpicoll's
     argument checks.  Non-blocking methods return the ``MPI.Request`` itself.
 
@@ -39,7 +34,7 @@ class Native(Collectives):
 
     def __init__(self, comm: MPI.Comm, *, check: bool | None = None) -> None:
         super().__init__(comm, check=check)
-        agree_on_construction(comm, self.name, self.check, self._refused)
+        agree_on_construction(comm, self.name, self.settings)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:
@@ -48,10 +43,7 @@ class Native(Collectives):
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
                 "(use mpicoll.p2p to choose one)"
             )
-        name = _METHOD[call.collective]
-        if nonblocking:
-            name = "I" + name[0].lower() + name[1:]
-        return getattr(self.comm, name)(*args)
+        return getattr(self.comm, BY_NAME[call.collective].method_for(nonblocking))(*args)
 
     def Free(self) -> None:
         """Nothing to free (the native backend owns no communicator)."""

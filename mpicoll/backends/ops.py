@@ -1,7 +1,9 @@
-"""Reductions with MPI's own semantics: every combine goes through ``op.Reduce_local``.
+"""The op of a reduction call, checked before any message.
 
-``Reduce_local(inbuf, inoutbuf)`` computes ``inoutbuf = inbuf op inoutbuf``: the *in* buffer is
-the left operand.  Schedules that reduce non-commutative ops keep lower ranks on the left.
+The combines themselves are :meth:`mpicoll.algorithms.schedule.Context.reduce`, through
+``op.Reduce_local(inbuf, inoutbuf)`` (``inoutbuf = inbuf op inoutbuf``: the *in* buffer is the
+left operand), so every predefined op, MAXLOC/MINLOC and user op has MPI's own semantics;
+schedules that reduce non-commutative ops keep lower ranks on the left.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from mpi4py import MPI
 
 from ..algorithms.datatypes import is_derived, typed_scratch
 
-__all__ = ["check_op", "is_commutative", "op_name", "reduce_local"]
+__all__ = ["check_op", "op_name"]
 
 
 def op_name(op: MPI.Op) -> str:
@@ -21,11 +23,6 @@ def op_name(op: MPI.Op) -> str:
         if op == getattr(MPI, name):
             return f"MPI.{name}"
     return "user op"
-
-
-def is_commutative(op: MPI.Op) -> bool:
-    """``op.Is_commutative()``: decides which algorithms may run."""
-    return bool(op.Is_commutative())
 
 
 def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
@@ -59,9 +56,3 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
             ) from None
     return op
 
-
-def reduce_local(inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op,
-                 datatype: MPI.Datatype) -> None:
-    """``inoutbuf = inbuf op inoutbuf`` elementwise, by MPI (``inbuf`` is the left operand)."""
-    if inbuf.size:
-        op.Reduce_local([inbuf, datatype], [inoutbuf, datatype])

@@ -17,8 +17,13 @@ back (``MPI_Comm_free`` is collective, so it is never called from a garbage-coll
 finalizer): a program that creates many backends must free them, or MPI runs out of
 communicator context ids (MPICH has a few thousand).
 
-Environment (read at every call, validated before the call sends anything; see
-:mod:`mpicoll._env`): ``MPICOLL_<COLLECTIVE>_ALGORITHM`` and ``MPICOLL_SEGMENT_SIZE``.
+Environment (read once, when the backend is made, validated there and agreed across the
+ranks; see :mod:`mpicoll.backends.env`): ``MPICOLL_<COLLECTIVE>_ALGORITHM``,
+``MPICOLL_SEGMENT_SIZE`` and ``MPICOLL_RANKS_PER_NODE``.
+
+A call goes check-and-parse (:meth:`Collectives._call`, :mod:`mpicoll.backends.args`) ->
+select (:meth:`P2P.select`, once) -> engine (:class:`~mpicoll.engines.mpi.Engine`), the chosen
+algorithm handed to the engine beside the :class:`~mpicoll.engines.call.Call`.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from typing import Any
 from mpi4py import MPI
 
 from ..algorithms import registry
-from ..engines.mpi import Engine, Traffic
-from . import env as _env
-from .args import Call, select
-from .base import Collectives, agree_on_construction
-from .env import algorithm_var, env_algorithm
+from ..algorithms.registry import RestrictionError
+from ..engines.mpi import Engine, Traffic, check_thread
+from .args import Call
+from .base import Collectives
+from .checked import agree_on_construction
+from .env import algorithm_var
+from .objects import P2PObjects
 
 __all__ = ["P2P", "p2p"]
 
@@ -40,14 +47,13 @@ __all__ = ["P2P", "p2p"]
 TAG_WINDOW = 32767
 
 
-def node_map(comm: MPI.Comm) -> tuple[int, ...]:
+def node_map(comm: MPI.Comm, k: int | None = None) -> tuple[int, ...]:
     """Node id of every rank of ``comm`` (collective; computed once per backend).
 
-    ``$MPICOLL_RANKS_PER_NODE=k`` emulates nodes of k consecutive ranks (for testing on one
-    machine); otherwise ranks sharing memory (``Split_type(COMM_TYPE_SHARED)``) form a node,
-    numbered by their lowest rank.
+    ``k`` (``$MPICOLL_RANKS_PER_NODE``) emulates nodes of k consecutive ranks (for testing on
+    one machine); otherwise ranks sharing memory (``Split_type(COMM_TYPE_SHARED)``) form a
+    node, numbered by their lowest rank.
     """
-    k = _env.ranks_per_node()
     if k is not None:
         return tuple(r // k for r in range(comm.Get_size()))
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -58,7 +64,7 @@ def node_map(comm: MPI.Comm) -> tuple[int, ...]:
     return tuple(comm.allgather(lowest))
 
 
-class P2P(Collectives):
+class P2P(P2PObjects, Collectives):
     """Hand-rolled collectives with the methods of ``mpi4py.MPI.Comm``.
 
     Args:
@@ -72,86 +78,98 @@ class P2P(Collectives):
             instead of truncating or hanging.
 
     Raises:
-        ValueError: ``$MPICOLL_SEGMENT_SIZE`` is not a positive integer, or ``tag_ub`` is out of
-            range, on any rank (the ranks exchange that, and their check flags, in one small
-            allgather before the ``Dup``; the bad rank raises its own error, the others name
-            it); the segment size is checked again at every call, before any message.
-        MismatchError: the ranks' check flags (``check=`` / ``$MPICOLL_CHECK``) differ.
+        ValueError: ``$MPICOLL_SEGMENT_SIZE`` or ``$MPICOLL_RANKS_PER_NODE`` is not a positive
+            integer, a ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` names no algorithm, ``$MPICOLL_CHECK``
+            is not an on/off word, or ``tag_ub`` is out of range, on any rank (the ranks
+            exchange that, their check flags and their environment in one small allgather
+            before the ``Dup``; the bad rank raises its own error, the others name it).
+        MismatchError: the ranks' check flags (``check=`` / ``$MPICOLL_CHECK``) differ, or
+            their ``$MPICOLL_SEGMENT_SIZE``, ``$MPICOLL_RANKS_PER_NODE`` or
+            ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` differ (the message names the variable and
+            the values).
+        ThreadLevelError: called from a thread MPI's thread level does not allow (see
+            :func:`mpicoll.engines.mpi.check_thread`), before any message.
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
     """
 
     name = "p2p"
+    _wire_env = True
 
     def __init__(self, comm: MPI.Comm, *, tag_ub: int | None = None,
                  check: bool | None = None) -> None:
         super().__init__(comm, check=check)
+        check_thread()  # a thread MPI's thread level does not allow: refused before any message
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
-        error = self._refused  # $MPICOLL_CHECK
-        try:
-            if not 1 <= tag_ub <= limit:
-                raise ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
-            _env.segment_bytes()  # a bad value fails here, before the collective Dup
-        except ValueError as exc:
-            error = exc
-        # every rank learns of a refused rank, and of differing check flags, before the Dup
-        agree_on_construction(comm, self.name, self.check, error)
+        error = self.settings.error
+        if error is None and not 1 <= tag_ub <= limit:
+            error = ValueError(f"tag_ub: must be in [1, {limit}], got {tag_ub}")
+        # every rank learns of a refused rank, differing check flags or a differing
+        # environment, before the Dup
+        agree_on_construction(comm, self.name, self.settings, error=error, p2p=True)
+        #: $MPICOLL_<COLLECTIVE>_ALGORITHM, resolved once (the names were checked in read())
+        self._forced = {c: registry.get(c, n) for c, n in self.settings.algorithms.items()}
+        #: algorithm= names already looked up: (collective, name) -> algorithm
+        self._named: dict[tuple[str, str], registry.Algorithm] = {}
         self._comm = comm.Dup()
         self._check_comm = self._comm
-        self.nodes = node_map(self._comm)
-        self._engine = Engine(self._comm, tag_ub, self.nodes, _env.segment_bytes())
+        self.nodes = node_map(self._comm, self.settings.ranks_per_node)
+        self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes)
 
     @property
     def traffic(self) -> Traffic:
         return self._engine.traffic
 
-    def _check_options(self, collective: str, algorithm: Any) -> None:
-        """Also refuse (ValueError naming the variable) a bad ``$MPICOLL_SEGMENT_SIZE`` and,
-        when ``algorithm=`` is not given, an unknown ``$MPICOLL_<COLLECTIVE>_ALGORITHM``:
-        before any message, and in checked mode before the ranks compare their calls."""
-        super()._check_options(collective, algorithm)
-        _env.segment_bytes()
-        if algorithm is None:
-            _env.check_env_algorithm(collective)
-
-    def _check_usable(self) -> None:
-        """After :meth:`Free`: RuntimeError, before any MPI call."""
-        if self._comm == MPI.COMM_NULL:
-            raise RuntimeError("this p2p backend was freed")
+    def _checked_call(self, collective: str, nonblocking: bool, algorithm: Any,
+                      args: tuple[Any, ...]) -> Any:
+        """Checked mode's agreement sends messages too: refuse a thread MPI does not allow
+        first (the unchecked path meets the same check on entering the engine)."""
+        check_thread()
+        return super()._checked_call(collective, nonblocking, algorithm, args)
 
     def _segment_field(self) -> int:
-        try:
-            return _env.segment_bytes()
-        except ValueError:
-            return -2  # refused: the rank reports its error in the same agreement
+        return self.settings.segment_bytes
 
     def select(self, call: Call, algorithm: str | None) -> registry.Algorithm:
         """The algorithm this call runs: ``algorithm`` if given, else
-        ``$MPICOLL_<COLLECTIVE>_ALGORITHM``, else ``auto`` (see :func:`mpicoll.registry.select`).
+        ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` (as read when the backend was made), else ``auto``
+        (:func:`mpicoll.algorithms.registry.choose`).  A name is looked up in the registry
+        once per backend; its restrictions are checked at every call.
 
         Raises:
-            TypeError: ``algorithm`` is not a str.
-            ValueError / RestrictionError: an unknown name, or one whose restrictions the call
-                breaks; for a name from the environment the message starts with the variable.
+            ValueError: an unknown name (listing the valid ones).
+            RestrictionError: an algorithm whose restrictions the call breaks; for a name from
+                the environment the message starts with the variable.
         """
+        where = ""
         if algorithm is None:
-            name = env_algorithm(call.collective)
-            if name is not None:
-                try:
-                    return select(call, self.size, name)
-                except ValueError as exc:  # RestrictionError included: keep its type
-                    raise type(exc)(f"{algorithm_var(call.collective)}={name!r}: {exc}") from None
-        return select(call, self.size, algorithm)
+            alg = self._forced.get(call.collective)
+            where = f"{algorithm_var(call.collective)}={alg.name!r}: " if alg else ""
+        elif algorithm == "auto":
+            alg = None
+        else:
+            alg = self._named.get((call.collective, algorithm))
+            if alg is None:
+                alg = self._named[call.collective, algorithm] = registry.get(call.collective,
+                                                                            algorithm)
+        if alg is None:
+            return registry.choose(call.collective, self.size, call.nbytes,
+                                   commutative=call.commutative, count=call.count,
+                                   in_place=call.in_place, uniform=call.uniform)
+        if alg.restrictions:
+            why = alg.why_not(self.size, commutative=call.commutative, count=call.count,
+                              in_place=call.in_place, uniform=call.uniform)
+            if why is not None:
+                raise RestrictionError(where + why)
+        return alg
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...]) -> Any:
-        self._check_usable()
-        call.schedule = self.select(call, algorithm).schedule
         if nonblocking:
-            return self._engine.start(call)
-        self._engine.run(call)
+            return self._engine.start(call, self.select(call, algorithm))
+        self._engine.run(call, self.select(call, algorithm))
         return None
 
     def Free(self) -> None:
@@ -161,6 +179,7 @@ class P2P(Collectives):
         if self._comm != MPI.COMM_NULL:
             self._engine.wait_for(lambda: not self._engine.active)
             self._comm.Free()
+            self._freed = True
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

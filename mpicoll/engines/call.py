@@ -1,7 +1,9 @@
-"""What an engine runs: a checked collective call with its algorithm chosen.
+"""What an engine runs: a checked and parsed collective call.
 
-The backends' argument checking (:mod:`mpicoll.backends.args`) makes a :class:`Call`; the MPI
-engines (:mod:`mpicoll.engines.mpi`) and the simulator (:mod:`mpicoll.engines.sim`) run it.
+The backends' argument checking (:mod:`mpicoll.backends.args`) makes a :class:`Call`; the
+backend chooses the algorithm, and the MPI engines (:mod:`mpicoll.engines.mpi`) and the
+simulator (:mod:`mpicoll.engines.sim`) run the call with it: ``engine.run(call, algorithm)``.
+A Call is never changed after parsing (a parse cache or a persistent plan can keep it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class Call:
         count: element count for the ``count_ge_p`` restriction (None if not meaningful).
         commutative / in_place / uniform: what the restrictions are checked against.
         counts / send_counts / own_count: what checked mode compares across ranks for the
-            v-collectives (see :meth:`mpicoll._api.Collectives._agree`).
+            v-collectives (see :meth:`mpicoll.backends.checked.CheckedMode._agree`).
     """
 
     collective: str
@@ -53,5 +55,3 @@ class Call:
     #: scatterv/gatherv: this rank's own count (recvbuf's / sendbuf's), which must equal the
     #: root's counts[rank]
     own_count: int | None = None
-    #: the chosen algorithm's schedule, set by the p2p backend before the call starts
-    schedule: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]

@@ -9,6 +9,10 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   a rank sends one message at a time and receives one at a time, but may do both at once
   (single-port, full-duplex, as the Thakur-Rabenseifner-Gropp costs assume);
 * a local reduction of n bytes adds ``n gamma``; local copies are free;
+* software overhead (LogP's *o*, :class:`~mpicoll.model.Model`'s ``o_call`` and ``o_msg``):
+  every rank's clock starts at ``o_call`` (the call's front door), and a rank that posts a
+  round of k messages (sends and receives) is busy for ``k o_msg`` first: its messages are
+  posted, and may start, at its clock plus ``k o_msg``;
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
 
 Two modes: with data (real numpy buffers; results can be checked against NumPy) and cost-only
@@ -63,9 +67,11 @@ class TwoLevel:
     """A two-level model: ranks ``rank // ranks_per_node`` share a node.
 
     Messages inside a node cost ``intra.alpha + n intra.beta``, across nodes
-    ``inter.alpha + n inter.beta``; reductions cost ``intra.gamma`` per byte.  Each node has
-    one network port (one inter-node send and one receive at a time, shared by its ranks), so
-    k ranks of a node sending across nodes at once queue behind each other, as on a real NIC.
+    ``inter.alpha + n inter.beta``; reductions cost ``intra.gamma`` per byte, and the software
+    overhead is ``intra.o_call`` and ``intra.o_msg`` (a property of the rank, not the link).
+    Each node has one network port (one inter-node send and one receive at a time, shared by
+    its ranks), so k ranks of a node sending across nodes at once queue behind each other, as
+    on a real NIC.
     """
 
     ranks_per_node: int
@@ -170,8 +176,10 @@ class Simulator:
         self.p = p
         self.model = DEFAULT if model is None else model
         self.data = data
-        self.gamma = (self.model.intra.gamma if isinstance(self.model, TwoLevel)
-                      else self.model.gamma)
+        local = self.model.intra if isinstance(self.model, TwoLevel) else self.model
+        self.gamma = local.gamma
+        self.o_call = local.o_call  # seconds at the start of the call, every rank
+        self.o_msg = local.o_msg  # seconds per message a rank posts, before it starts
         self.clock = [0.0] * p
         k = self.model.ranks_per_node if isinstance(self.model, TwoLevel) else ranks_per_node
         self.nodes = tuple(r // k for r in range(p)) if k else None
@@ -200,7 +208,8 @@ class Simulator:
         two = isinstance(self.model, TwoLevel)  # one network port per node
         nd = self.nodes if self.nodes is not None else range(p)
         counted = self.nodes is not None  # inter-node bytes are counted when nodes are known
-        clock = self.clock = [0.0] * p
+        clock = self.clock = [self.o_call] * p
+        o_msg = self.o_msg
         send_free = [0.0] * p
         recv_free = [0.0] * p
         rend = [0.0] * p
@@ -268,7 +277,7 @@ class Simulator:
                     break
             if done[r]:
                 continue
-            t = clock[r]
+            t = clock[r] = clock[r] + len(rnd) * o_msg  # busy posting the round
             pending[r] = len(rnd)
             for o in rnd:
                 if type(o) is Recv:
@@ -454,6 +463,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     else:
         costs = ((m.alpha, m.beta),)
     ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes, sim.segment_bytes)
+    ctx.clock[:] = sim.o_call  # as Simulator.run: o_call first, 2 o_msg to post each round
+    post = 2 * sim.o_msg
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
     if nd is not None:
         node_index = np.unique(nd, return_inverse=True)[1]  # node ids as 0..N-1
@@ -487,6 +498,7 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             n = sbytes[src]  # bytes arriving at each rank
             if (n > rcv.buf.lengths() * isz).any():
                 raise NotVectorizableError("truncation (the per-rank engine reports it)")
+            ctx.clock += post
             t = ctx.clock
             start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
             if len(costs) == 1:

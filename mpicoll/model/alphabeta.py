@@ -1,12 +1,18 @@
-"""The alpha-beta-gamma cost model: parameters, and the calibration ``auto`` may use.
+"""The alpha-beta-gamma cost model with LogP's software overhead: parameters, and the
+calibration ``auto`` may use.
 
 ``alpha`` is seconds per message, ``beta`` seconds per byte moved, ``gamma`` seconds per byte
-reduced (Hockney's model as extended by Thakur, Rabenseifner & Gropp, IJHPCA 2005).
+reduced (Hockney's model as extended by Thakur, Rabenseifner & Gropp, IJHPCA 2005); ``o_call``
+and ``o_msg`` are the software overhead a hand-rolled collective pays on top of them, per call
+and per message posted (LogP's *o*: Culler et al., "LogP: towards a realistic model of parallel
+computation", PPoPP 1993).  Both default to 0, which is the plain alpha-beta-gamma model.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,21 +22,59 @@ __all__ = ["Model", "current", "load", "save", "DEFAULT"]
 
 @dataclass(frozen=True)
 class Model:
-    """Model parameters, in seconds: per message (alpha), per byte sent (beta), per byte reduced
-    (gamma)."""
+    """Model parameters (all finite and >= 0; :class:`ValueError` otherwise).
+
+    Attributes:
+        alpha: seconds per message: the latency of one message between two ranks.  Measured
+            by ``calibrate`` as the intercept of the ping-pong one-way time (RTT/2) fitted as
+            ``alpha + n beta``.
+        beta: seconds per byte sent (1 / bandwidth), the slope of that same fit.
+        gamma: seconds per byte reduced, the slope of ``MPI.SUM.Reduce_local`` time on float64
+            vectors against their size.
+        o_call: seconds per collective call: the Python front door of the p2p backend (argument
+            checking, algorithm choice, the engine's set-up of the call), paid by every rank
+            once, at the start of the call, before it posts anything.  Measured as the time of
+            a tiny one-round p2p call (one float64 ``Allreduce``, recursive doubling, between
+            two ranks) minus what the rest of the model predicts for it
+            (``alpha + 8 beta + 8 gamma + 2 o_msg``).
+        o_msg: seconds per message (each send and each receive) the p2p engine posts, beyond
+            ``alpha``: the Python cost of resuming the schedule and posting its round.  A rank
+            that posts a round of k messages is busy for ``k o_msg`` before they start.
+            Measured as half the difference between a round run by the p2p engine (one
+            ``Isend`` and one ``Irecv`` per rank; the slope of the engine's time against the
+            number of rounds) and the same round posted directly (``Irecv`` + ``Isend`` +
+            ``Waitall``).
+    """
 
     alpha: float = 2e-6
     beta: float = 1e-10
     gamma: float = 2.5e-10
+    o_call: float = 0.0
+    o_msg: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, v in asdict(self).items():
+            if not (isinstance(v, numbers.Real) and not isinstance(v, bool)
+                    and math.isfinite(v) and float(v) >= 0):
+                raise ValueError(f"Model.{name}: expected a finite number >= 0 (seconds), "
+                                 f"got {v!r}")
 
     def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+        """``{"alpha": ..., "beta": ..., "gamma": ...}`` plus ``o_call`` and ``o_msg`` where
+        they are not 0 (so the outputs of a model without overhead terms are what they were
+        before those terms existed); :func:`save` writes all five."""
+        d = asdict(self)
+        return {k: v for k, v in d.items() if v or not k.startswith("o_")}
 
 
-#: Round numbers for a shared-memory node, used when nothing was calibrated.
+#: Round numbers for a shared-memory node, used when nothing was calibrated (no overhead).
 DEFAULT = Model()
 
 _ENV = "MPICOLL_MODEL"
+#: the parameters a model file must hold, and those it may (absent: 0, as in files written
+#: before the overhead terms existed)
+_REQUIRED = ("alpha", "beta", "gamma")
+_OPTIONAL = ("o_call", "o_msg")
 
 
 def default_path() -> Path:
@@ -42,20 +86,25 @@ def default_path() -> Path:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Model | None:
-    """The calibrated model saved at ``path`` (default :func:`default_path`), or None."""
+    """The calibrated model saved at ``path`` (default :func:`default_path`), or None if there
+    is no such file or it is not a model file (a parameter missing, not a number, negative or
+    not finite).  ``o_call`` and ``o_msg`` are 0 where the file has none."""
     p = Path(path) if path is not None else default_path()
     try:
         d = json.loads(p.read_text())
-        return Model(float(d["alpha"]), float(d["beta"]), float(d["gamma"]))
+        kw = {k: float(d[k]) for k in _REQUIRED}
+        kw.update({k: float(d[k]) for k in _OPTIONAL if d.get(k) is not None})
+        return Model(**kw)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def save(m: Model, path: str | os.PathLike[str] | None = None, **extra: object) -> Path:
-    """Write ``m`` (and any extra fields, e.g. fit quality) as JSON; returns the path."""
+    """Write ``m`` (all five parameters, seconds) and any extra fields (e.g. the fit quality)
+    as JSON; returns the path."""
     p = Path(path) if path is not None else default_path()
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({**m.as_dict(), **extra}, indent=2) + "\n")
+    p.write_text(json.dumps({**asdict(m), **extra}, indent=2) + "\n")
     return p
 
 

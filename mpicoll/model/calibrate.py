@@ -1,9 +1,23 @@
-"""Fit the alpha-beta-gamma model on the machine in use.
+"""Fit the cost model (:class:`~mpicoll.model.Model`) on the machine in use, and judge the fit.
 
 * alpha, beta: ping-pong between ranks 0 and 1 (as ``osu_latency`` does) over a range of
   message sizes; the one-way time t(n) = RTT/2 is fitted as ``alpha + n beta`` by least
   squares (``numpy.polyfit``), reported with R^2 and the largest relative residual.
 * gamma: ``MPI.SUM.Reduce_local`` throughput on float64 vectors, fitted the same way (slope).
+* o_msg, o_call (LogP's software overhead, given an :class:`OverheadProbe`: it needs the p2p
+  backend, which lives above this module): between ranks 0 and 1, interleaved in each batch,
+  a raw round (``Irecv`` + ``Isend`` + ``Waitall``), the p2p engine running schedules of
+  k = 1, 2, 4, 8 such rounds, and one tiny one-round p2p collective call (each batch: the
+  mean of :data:`OVERHEAD_REPS` runs, max over the two ranks; each kind: the median over
+  batches).  The engine's time is fitted as ``c + k r``; ``o_msg = (r - raw round) / 2`` (a
+  round posts two messages); ``o_call = call - (alpha + n beta + n_r gamma + 2 o_msg)``, the
+  call minus what the rest of the model predicts for it.  The raw round is also compared with
+  the ping-pong's ``alpha + n beta`` (``round_fit``): the same message, timed apart.
+
+Every fit has a quality (:func:`fit_quality`): R^2 where the term is a line's slope or
+intercept, and the largest relative residual.  :func:`fit_warnings` turns a poor one (R^2 below
+:data:`MIN_R2`, a residual above :data:`MAX_REL_RESIDUAL`, a term that came out negative and
+was set to 0) into warnings that say how to get a better fit.
 
 Run under ``mpiexec -n 2`` (or more: the others wait).  The result is saved as JSON where
 :func:`mpicoll.model.default_path` says (``$MPICOLL_MODEL`` or ``~/.cache/mpicoll/model.json``)
@@ -13,7 +27,9 @@ bench's predicted column.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +38,37 @@ from mpi4py import MPI
 
 from .alphabeta import Model
 
-__all__ = ["Fit", "calibrate", "fit_line"]
+__all__ = [
+    "ADVICE", "ENGINE_ROUNDS", "FITS", "MAX_REL_RESIDUAL", "MIN_R2", "Fit", "OverheadProbe",
+    "calibrate", "fit_line", "fit_quality", "fit_warnings",
+]
+
+#: a fit is poor below this R^2 (where R^2 applies: a line over a range of sizes or rounds)
+MIN_R2 = 0.95
+#: ... or above this largest relative residual |measured - fitted| / measured
+MAX_REL_RESIDUAL = 0.5
+#: the numbers of rounds of the engine schedules timed for o_msg
+ENGINE_ROUNDS = (1, 2, 4, 8)
+#: calls (or rounds) per timed batch of the overhead measurement (each batch's time is their mean)
+OVERHEAD_REPS = 20
+
+#: The fits :func:`calibrate` records in its details, and what each one fits.
+FITS = {
+    "alpha_beta_fit": "alpha + n beta (ping-pong one-way time against message size)",
+    "gamma_fit": "n gamma (Reduce_local time against bytes reduced)",
+    "o_msg_fit": "o_msg (p2p engine time against rounds per call)",
+    "o_call_fit": "o_call (a one-round p2p call, batch times about their median)",
+    "round_fit": "the raw round of the o_msg measurement against alpha + n beta (the two "
+                 "are measured apart: they disagree on a loaded machine)",
+}
+
+#: How to get a better fit: the last warning :func:`fit_warnings` returns.
+ADVICE = (
+    "calibrate: for a better fit, run it longer (-i 200 -x 20), on a quieter machine (no other "
+    "jobs: see uptime or top), with pinned ranks (Open MPI: mpiexec --bind-to core; MPICH: "
+    "mpiexec -bind-to core) and fewer ranks than cores (calibrate times ranks 0 and 1 only: "
+    "mpiexec -n 2 is enough)"
+)
 
 
 @dataclass
@@ -47,6 +93,85 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> Fit:
     return Fit(float(a), float(b), 1.0 - ss_res / ss_tot, rel)
 
 
+def fit_quality(fit: Fit | None = None, *, samples: Sequence[float] | None = None
+                ) -> dict[str, float | None]:
+    """The quality record of one fitted term: ``{"r2": R^2 or None, "max_rel_residual": r}``.
+
+    ``fit``: a line (:func:`fit_line`): its R^2 and largest relative residual.  ``samples``:
+    repeated measurements of one quantity estimated by their median: R^2 does not apply
+    (None), the residual is the largest ``|sample - median| / median``.
+    """
+    if fit is not None:
+        return {"r2": fit.r2, "max_rel_residual": fit.max_rel_residual}
+    if not samples:
+        raise ValueError("fit_quality: give a fit or samples")
+    s = np.asarray(samples, float)
+    med = float(np.median(s))
+    rel = float(np.max(np.abs(s - med)) / med) if med > 0 else math.inf
+    return {"r2": None, "max_rel_residual": rel}
+
+
+def fit_warnings(details: Mapping[str, Any], *, min_r2: float = MIN_R2,
+                 max_rel_residual: float = MAX_REL_RESIDUAL) -> list[str]:
+    """What is wrong with a calibration's fits, as lines to print (empty: nothing).
+
+    Args:
+        details: :func:`calibrate`'s details, or any mapping with the entries of :data:`FITS`
+            it has (each ``{"r2": float or None, "max_rel_residual": float}``) and, optionally,
+            ``"unclamped"``: the fitted values before negative ones were set to 0 (seconds).
+        min_r2, max_rel_residual: the thresholds (default :data:`MIN_R2`,
+            :data:`MAX_REL_RESIDUAL`).
+
+    Returns:
+        One ``calibrate: warning: ...`` line per poor fit and per term set to 0, then, if there
+        was any, :data:`ADVICE` (how to get a better fit).
+    """
+    out = []
+    for key, what in FITS.items():
+        q = details.get(key)
+        if q is None:
+            continue
+        r2, rel = q.get("r2"), q.get("max_rel_residual")
+        bad = []
+        if r2 is not None and not r2 >= min_r2:  # NaN is poor too
+            bad.append(f"R^2 = {r2:.3f} < {min_r2:g}")
+        if rel is not None and not rel <= max_rel_residual:
+            bad.append(f"max relative residual {100 * rel:.0f}% > {100 * max_rel_residual:.0f}%")
+        if bad:
+            out.append(f"calibrate: warning: poor fit of {what}: {', '.join(bad)}")
+    for name, v in (details.get("unclamped") or {}).items():
+        if not v >= 0:  # negative, or NaN
+            out.append(f"calibrate: warning: {name} came out negative ({v:.3g} s) and was set "
+                       "to 0: the timings are noisy")
+    if out:
+        out.append(ADVICE)
+    return out
+
+
+@dataclass
+class OverheadProbe:
+    """What :func:`calibrate` times to fit ``o_call`` and ``o_msg``, on a communicator of two
+    ranks.  It needs the p2p backend and its engine, which live above this module, so the
+    caller builds it (``mpicoll calibrate`` does).
+
+    Attributes:
+        call: one tiny p2p collective call whose schedule is a single round in which each rank
+            sends and receives ``call_bytes`` and reduces ``call_reduce_bytes`` (one float64
+            ``Allreduce`` by recursive doubling: 8 and 8).
+        call_bytes, call_reduce_bytes: those sizes, bytes.
+        rounds: ``rounds(k)`` returns a function that runs, through the p2p engine (no front
+            door), one schedule of k rounds, each one ``Isend`` and one ``Irecv`` of
+            ``call_bytes`` with the other rank.
+        close: frees what the probe holds (its communicators), or None.
+    """
+
+    call: Callable[[], object]
+    call_bytes: int
+    call_reduce_bytes: int
+    rounds: Callable[[int], Callable[[], object]]
+    close: Callable[[], object] | None = None
+
+
 def _pingpong(comm: MPI.Comm, nbytes: int, iters: int, warmup: int) -> float:
     """Median one-way time (seconds) of an ``nbytes`` message between ranks 0 and 1."""
     buf = np.zeros(max(nbytes, 1), np.uint8)[:nbytes]
@@ -66,13 +191,87 @@ def _pingpong(comm: MPI.Comm, nbytes: int, iters: int, warmup: int) -> float:
     return float(np.median(times)) if r == 0 else 0.0
 
 
+def _time_overhead(pair: MPI.Comm, probe: OverheadProbe, iters: int, warmup: int,
+                   reps: int) -> dict[str, list[float]]:
+    """Per-batch mean times (seconds, max over the two ranks of ``pair``) of a raw round
+    (``"raw"``), of the engine running k rounds (``"k"`` for k in :data:`ENGINE_ROUNDS`) and
+    of the probe's call (``"call"``); the kinds interleave in each batch, so drift hits all."""
+    peer = 1 - pair.Get_rank()
+    n = probe.call_bytes
+    sbuf = np.zeros(max(n, 1), np.uint8)[:n]
+    rbuf = np.zeros(max(n, 1), np.uint8)[:n]
+
+    def raw() -> None:
+        MPI.Request.Waitall([pair.Irecv(rbuf, peer, 11), pair.Isend(sbuf, peer, 11)])
+
+    kinds: dict[str, Callable[[], object]] = {"raw": raw, "call": probe.call}
+    kinds.update({str(k): probe.rounds(k) for k in ENGINE_ROUNDS})
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for i in range(warmup + iters):
+        for kind, f in kinds.items():
+            pair.Barrier()
+            t0 = MPI.Wtime()
+            for _ in range(reps):
+                f()
+            t = pair.allreduce((MPI.Wtime() - t0) / reps, MPI.MAX)
+            if i >= warmup:
+                times[kind].append(t)
+    return times
+
+
+def _clamp(v: float) -> float:
+    """A fitted value as the model takes it: negative (or not finite) -> 0."""
+    return v if math.isfinite(v) and v > 0 else 0.0
+
+
+def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_bytes: int,
+                  probe_reduce_bytes: int) -> tuple[float, float, dict[str, Any]]:
+    """``(o_call, o_msg, details)`` from :func:`_time_overhead`'s batches and the fitted
+    alpha, beta, gamma; negative values are returned as they came (the caller clamps)."""
+    raw = float(np.median(times["raw"]))
+    ks = np.array(ENGINE_ROUNDS, float)
+    engine = np.array([float(np.median(times[str(k)])) for k in ENGINE_ROUNDS])
+    line = fit_line(ks, engine)
+    o_msg = (line.slope - raw) / 2  # a round posts one send and one receive
+    call = float(np.median(times["call"]))
+    rest = (partial.alpha + probe_bytes * partial.beta + probe_reduce_bytes * partial.gamma
+            + 2 * _clamp(o_msg))
+    predicted_raw = partial.alpha + probe_bytes * partial.beta
+    details = {
+        "overhead": {
+            "probe_bytes": probe_bytes, "probe_reduce_bytes": probe_reduce_bytes,
+            "batches": len(times["raw"]), "raw_round_s": raw,
+            "engine_rounds": list(ENGINE_ROUNDS), "engine_s": engine.tolist(),
+            "engine_round_s": line.slope, "engine_call_setup_s": line.intercept,
+            "call_s": call,
+        },
+        "o_msg_fit": fit_quality(line),
+        "o_call_fit": fit_quality(samples=times["call"]),
+        "round_fit": {"r2": None,
+                      "max_rel_residual": abs(raw - predicted_raw) / raw if raw > 0 else math.inf},
+    }
+    return call - rest, o_msg, details
+
+
 def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 22, iters: int = 50,
-              warmup: int = 5) -> tuple[Model, dict[str, Any]]:
+              warmup: int = 5, probe: Callable[[MPI.Comm], OverheadProbe] | None = None,
+              ) -> tuple[Model, dict[str, Any]]:
     """Measure and fit the model (collective over ``comm``; needs 2 ranks or more).
+
+    Args:
+        comm: the communicator (default ``MPI.COMM_WORLD``); ranks 0 and 1 are timed.
+        max_bytes: largest ping-pong message, bytes.
+        iters, warmup: timed and untimed ping-pongs per size (fewer above 64 KiB), and timed
+            and untimed batches of :data:`OVERHEAD_REPS` calls of the overhead measurement.
+        probe: called on ranks 0 and 1 with a communicator of those two, returns the
+            :class:`OverheadProbe` that fits ``o_call`` and ``o_msg``; None: both stay 0 and
+            the details have no overhead entries.
 
     Returns:
         (model, details): the fitted :class:`~mpicoll.model.Model` (same on every rank) and a
-        dict with the raw points and the fit quality of each line.
+        dict with the raw points, the quality of each fit (the entries of :data:`FITS`:
+        ``{"r2", "max_rel_residual"}``), ``"unclamped"`` (the fitted values before negative
+        ones were set to 0, seconds) and ``"fit_warnings"`` (:func:`fit_warnings`).
 
     Raises:
         ValueError: fewer than two ranks.
@@ -94,17 +293,37 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 22, iters: 
                 MPI.SUM.Reduce_local(a, b)
             gx.append(s)
             gy.append((time.perf_counter() - t0) / reps)
+    times: dict[str, list[float]] = {}
+    probe_sizes = (0, 0)
+    if probe is not None:
+        pair = comm.Split(0 if comm.Get_rank() < 2 else MPI.UNDEFINED, comm.Get_rank())
+        if pair != MPI.COMM_NULL:
+            pr = probe(pair)
+            try:
+                times = _time_overhead(pair, pr, iters, warmup, OVERHEAD_REPS)
+                probe_sizes = (pr.call_bytes, pr.call_reduce_bytes)
+            finally:
+                if pr.close is not None:
+                    pr.close()
+                pair.Free()
     details: dict[str, Any] = {}
     model = Model()
     if comm.Get_rank() == 0:
         net = fit_line(np.array(sizes, float), np.array(pts))
         red = fit_line(np.array(gx, float), np.array(gy))
-        model = Model(max(net.intercept, 0.0), max(net.slope, 0.0), max(red.slope, 0.0))
+        fitted = {"alpha": net.intercept, "beta": net.slope, "gamma": red.slope}
         details = {
             "pingpong_bytes": sizes, "pingpong_one_way_s": pts,
             "reduce_bytes": gx, "reduce_s": gy,
-            "alpha_beta_fit": {"r2": net.r2, "max_rel_residual": net.max_rel_residual},
-            "gamma_fit": {"r2": red.r2, "max_rel_residual": red.max_rel_residual},
+            "alpha_beta_fit": fit_quality(net), "gamma_fit": fit_quality(red),
         }
+        model = Model(**{k: _clamp(v) for k, v in fitted.items()})
+        if times:
+            o_call, o_msg, more = _fit_overhead(times, model, *probe_sizes)
+            fitted.update(o_call=o_call, o_msg=o_msg)
+            details.update(more)
+            model = Model(**{k: _clamp(v) for k, v in fitted.items()})
+        details["unclamped"] = fitted
+        details["fit_warnings"] = fit_warnings(details)
     model = comm.bcast(model, root=0)
     return model, comm.bcast(details, root=0)

@@ -34,6 +34,7 @@ barrier                     unused (0)
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
+
+from ..algorithms.collectives import BY_NAME, RECORDS
 
 __all__ = [
     "BLOCK_COLLECTIVES",
@@ -55,6 +58,8 @@ __all__ = [
     "V_COLLECTIVES",
     "Case",
     "compare",
+    "count_for",
+    "dtype_name",
     "dtype_op_problem",
     "method_name",
     "mpi_datatype",
@@ -63,31 +68,17 @@ __all__ = [
     "per_element",
 ]
 
+# Views of the records of :mod:`mpicoll.algorithms.collectives` (the facts live there).
 #: Collectives whose ``count`` is one block of ``P`` (sizes in bytes are per block x P).
-BLOCK_COLLECTIVES: frozenset[str] = frozenset(
-    {
-        "scatter", "scatterv", "gather", "gatherv", "allgather", "allgatherv",
-        "alltoall", "alltoallv", "reduce_scatter_block", "reduce_scatter", "alltoallw",
-    }
-)
+BLOCK_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.blocks)
 #: Collectives with a root.
-ROOTED: frozenset[str] = frozenset({"bcast", "scatter", "scatterv", "gather", "gatherv", "reduce"})
+ROOTED: frozenset[str] = frozenset(c.name for c in RECORDS if c.rooted)
 #: Collectives that reduce with an op.
-REDUCTIONS: frozenset[str] = frozenset(
-    {"reduce", "allreduce", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"}
-)
+REDUCTIONS: frozenset[str] = frozenset(c.name for c in RECORDS if c.reduction)
 #: Collectives that accept ``MPI.IN_PLACE`` (bcast is in place by nature: the flag is moot).
-IN_PLACE_COLLECTIVES: frozenset[str] = frozenset(
-    {
-        "scatter", "scatterv", "gather", "gatherv", "reduce", "allreduce",
-        "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv",
-        "alltoall", "alltoallv", "scan", "exscan", "alltoallw",
-    }
-)
+IN_PLACE_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.in_place)
 #: Collectives whose counts may differ per rank (``uniform`` applies).
-V_COLLECTIVES: frozenset[str] = frozenset(
-    {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter", "alltoallw"}
-)
+V_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.vector)
 
 #: Predefined pair types (value, int) for MAXLOC / MINLOC, by the name the CLI accepts.
 PAIR_DTYPES: dict[str, Any] = {
@@ -196,6 +187,7 @@ def known_dtype(name: str) -> bool:
     return True
 
 
+@functools.cache
 def numpy_dtype(name: str) -> np.dtype[Any]:
     """NumPy dtype of a dtype name of :data:`DTYPES` (pair types: the aligned structured dtype;
     a derived name: its predefined base's)."""
@@ -207,6 +199,25 @@ def numpy_dtype(name: str) -> np.dtype[Any]:
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}")
     return np.dtype(name)
+
+
+def dtype_name(dt: Any) -> str:
+    """The :data:`DTYPES` name of a NumPy dtype (a pair type's aligned structured dtype too).
+
+    Raises:
+        ValueError: no name of :data:`DTYPES` has this dtype.
+    """
+    return _dtype_name(np.dtype(dt))
+
+
+@functools.cache
+def _dtype_name(dt: np.dtype[Any]) -> str:
+    for name in PAIR_DTYPES:
+        if numpy_dtype(name) == dt:
+            return name
+    if dt.name in DTYPES:
+        return dt.name
+    raise ValueError(f"unsupported dtype {dt}; expected one of {', '.join(DTYPES)}")
 
 
 def mpi_datatype(name: str) -> Any:
@@ -333,8 +344,20 @@ def dtype_op_problem(dtype: str, op: str, size: int = 1) -> str | None:
 
 def method_name(collective: str, nonblocking: bool = False) -> str:
     """Backend method of a collective: ``reduce_scatter_block`` -> ``Reduce_scatter_block``."""
-    name = collective[0].upper() + collective[1:]
-    return "I" + collective if nonblocking else name
+    return BY_NAME[collective].method_for(nonblocking)
+
+
+def count_for(coll: str, size: int, p: int, itemsize: int) -> int:
+    """The count argument for message size S = ``size`` bytes (S as :meth:`Case.nbytes`).
+
+    One element of ``itemsize`` bytes per ``itemsize`` bytes of S; block collectives
+    (:data:`mpicoll.BLOCK_COLLECTIVES`) split S into P blocks.  Rounded down to whole
+    elements, at least one (a block); barrier: 0.
+    """
+    if coll == "barrier":
+        return 0
+    blocks = p if coll in BLOCK_COLLECTIVES else 1
+    return max(1, size // (blocks * itemsize))
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,6 +540,8 @@ class Case:
         size: number of ranks P.
         rank: this rank.
         uniform: v-variants: equal counts on every rank (False: counts differ per rank).
+        gaps: see the attribute's comment.
+        op_object: see the attribute's comment.
     """
 
     collective: str
@@ -528,6 +553,12 @@ class Case:
     size: int = 1
     rank: int = 0
     uniform: bool = True
+    #: varying counts of a v-variant: a one-element gap between blocks, so a write outside a
+    #: block is caught (False: packed blocks passed as ``[buf, counts]``, the simulator's form)
+    gaps: bool = True
+    #: an ``MPI.Op`` to pass instead of the named ``op``'s (a caller's own op); the inputs stay
+    #: those made for ``op`` (:meth:`expected` still reduces with the named one)
+    op_object: Any = None
     _b: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     #: derived dtypes: the buffers MPI sees (the values of ``_b`` at the typemap's positions)
     _host: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -552,6 +583,11 @@ class Case:
         return mpi_datatype(self.dtype)
 
     @property
+    def mpi_op(self) -> Any:
+        """The ``MPI.Op`` the call passes (:attr:`op_object`, else the named op's)."""
+        return self.op_object if self.op_object is not None else mpi_op(self.op)
+
+    @property
     def is_reduction(self) -> bool:
         """Whether the collective reduces with an op."""
         return self.collective in REDUCTIONS
@@ -561,7 +597,7 @@ class Case:
         """Whether this call passes ``MPI.IN_PLACE`` on this rank."""
         if not self.in_place or self.collective not in IN_PLACE_COLLECTIVES:
             return False
-        if self.collective in ("scatter", "scatterv", "gather", "gatherv", "reduce"):
+        if BY_NAME[self.collective].in_place_at == "root":
             return self.rank == self.root
         return True
 
@@ -582,7 +618,8 @@ class Case:
     def _layout(self, counts: Sequence[int]) -> tuple[list[int], list[int], int]:
         """(counts, displacements, extent); v-variants with varying counts leave a one-element
         gap between blocks (reduce_scatter excepted: its blocks are contiguous)."""
-        gap = 0 if self.uniform or self.collective == "reduce_scatter" else self.per_element
+        gap = 0 if self.uniform or not self.gaps or self.collective == "reduce_scatter" \
+            else self.per_element
         displs, pos = [], 0
         for c in counts:
             displs.append(pos)
@@ -617,7 +654,7 @@ class Case:
         coll = self.collective
         commutative = True
         if self.is_reduction:
-            commutative = bool(mpi_op(self.op).Is_commutative())
+            commutative = bool(self.mpi_op.Is_commutative())
         count: int | None = self.count
         uniform = True
         if coll in ("scatterv", "gatherv", "alltoallv", "alltoallw"):
@@ -677,40 +714,53 @@ class Case:
             return self._layout([self.pair_count(r, j) for j in range(p)])[2]
         return 0
 
-    def build(self) -> Case:
-        """Allocate this rank's buffers (once) and fill them (:meth:`reset`); returns self."""
+    def build(self, shared: dict[tuple[str, int, str], np.ndarray[Any, Any]] | None = None) -> Case:
+        """Allocate this rank's buffers (once) and fill them (:meth:`reset`); returns self.
+
+        ``shared``: cost-only mode (the simulator's): the buffers come from this pool, one
+        per (role, length, dtype) for every rank that uses it, and are never filled, so no page
+        of them is ever touched (P ranks of 64 MiB each cost nothing)."""
         coll, p, r = self.collective, self.size, self.rank
         c = self.count
+        dt = self.np_dtype
         b: dict[str, Any] = {}
         if coll == "barrier":
             self._b = b
             return self
-        b["send"] = np.empty(self._send_len(), dtype=self.np_dtype)
+
+        def empty(role: str, n: int) -> np.ndarray[Any, Any]:
+            if shared is None:
+                return np.empty(n, dtype=dt)
+            key = (role, n, dt.str)
+            if key not in shared:
+                shared[key] = np.empty(n, dtype=dt)
+            return shared[key]
+
+        b["send"] = empty("send", self._send_len())
         if coll == "bcast":
             pass
         elif coll in ("reduce", "allreduce", "scan", "exscan", "scatter"):
-            b["recv"] = np.empty(c, dtype=self.np_dtype)
+            b["recv"] = empty("recv", c)
         elif coll == "scatterv":
-            b["recv"] = np.empty(self.counts()[r], dtype=self.np_dtype)
+            b["recv"] = empty("recv", self.counts()[r])
         elif coll in ("gather", "allgather"):
-            b["recv"] = np.empty(p * c, dtype=self.np_dtype)
+            b["recv"] = empty("recv", p * c)
         elif coll in ("gatherv", "allgatherv"):
-            b["recv"] = np.empty(self._layout(self.counts())[2], dtype=self.np_dtype)
+            b["recv"] = empty("recv", self._layout(self.counts())[2])
         elif coll == "alltoall":
-            b["recv"] = np.empty(p * c, dtype=self.np_dtype)
+            b["recv"] = empty("recv", p * c)
         elif coll in ("alltoallv", "alltoallw"):
-            b["recv"] = np.empty(
-                self._layout([self.pair_count(j, r) for j in range(p)])[2], dtype=self.np_dtype
-            )
+            b["recv"] = empty("recv", self._layout([self.pair_count(j, r) for j in range(p)])[2])
         elif coll == "reduce_scatter_block":
-            b["recv"] = np.empty(p * c if self.uses_in_place else c, dtype=self.np_dtype)
+            b["recv"] = empty("recv", p * c if self.uses_in_place else c)
         elif coll == "reduce_scatter":
             n = self._send_len() if self.uses_in_place else self.counts()[r]
-            b["recv"] = np.empty(n, dtype=self.np_dtype)
+            b["recv"] = empty("recv", n)
         else:
             raise ValueError(f"unknown collective {coll!r}")
         self._b = b
-        self.reset()
+        if shared is None:
+            self.reset()
         return self
 
     def reset(self) -> None:
@@ -793,6 +843,8 @@ class Case:
     # ---- the call ----------------------------------------------------------------------
 
     def _vspec(self, arr: np.ndarray[Any, Any], counts: Sequence[int]) -> list[Any]:
+        if not self.gaps and self.dtype not in PAIR_DTYPES and self.per_element == 1:
+            return [arr, list(counts)]
         cs, ds, _ = self._layout(counts)
         k = self.per_element
         if k > 1:
@@ -803,9 +855,11 @@ class Case:
     def _wspec(self, arr: np.ndarray[Any, Any], counts: Sequence[int]) -> list[Any]:
         """Alltoallw's ``[buf, (counts, byte displacements), datatypes]``: the v layout, every
         block of the case's datatype."""
-        buf, (cs, ds), t = self._vspec(arr, counts)
+        cs, ds, _ = self._layout(counts)
+        k, t = self.per_element, self.mpi_type
+        buf = self._host_spec(arr)[0] if k > 1 else arr
         ext = t.Get_extent()[1]
-        return [buf, (list(cs), [d * ext for d in ds]), [t] * self.size]
+        return [buf, ([c // k for c in cs], [d // k * ext for d in ds]), [t] * self.size]
 
     def _spec(self, arr: np.ndarray[Any, Any]) -> Any:
         if self.per_element > 1:
@@ -826,7 +880,7 @@ class Case:
         sp = self._spec
         kw: dict[str, Any] = {}
         if self.is_reduction:
-            kw["op"] = mpi_op(self.op)
+            kw["op"] = self.mpi_op
         if coll in ROOTED:
             kw["root"] = root
         if coll == "bcast":
@@ -869,6 +923,26 @@ class Case:
                 return (IN_PLACE, vs(recv, rcounts)), kw
             return (vs(send, scounts), vs(recv, rcounts)), kw
         raise ValueError(f"unknown collective {coll!r}")
+
+    def positional(self) -> tuple[Any, ...]:
+        """:meth:`arguments` as one positional tuple, in the order of mpi4py's signatures
+        (the buffers, then ``recvcounts``, ``op``, ``root``)."""
+        args, kw = self.arguments()
+        return (*args, *(kw[k] for k in ("recvcounts", "op", "root") if k in kw))
+
+    def output(self) -> np.ndarray[Any, Any] | None:
+        """This rank's output buffer itself (not a copy, unlike :meth:`result`: a call writes
+        into it); None where the call gives this rank no output."""
+        coll, r = self.collective, self.rank
+        b = self._b
+        if coll == "barrier" or (coll in ("reduce", "gather", "gatherv") and r != self.root):
+            return None
+        if coll == "bcast":
+            return b["send"]
+        if coll in ("scatter", "scatterv") and r == self.root and self.uses_in_place:
+            counts, displs, _ = self._layout(self.counts())
+            return b["send"][displs[r] : displs[r] + counts[r]]
+        return b["recv"]
 
     def call(
         self, backend: Any, algorithm: str | None = None, nonblocking: bool = False
@@ -998,7 +1072,7 @@ class Case:
         return " ".join(parts)
 
 
-def _selftest() -> None:  # pragma: no cover - manual check: python -m mpicoll._cases
+def _selftest() -> None:  # pragma: no cover - manual check: python -m mpicoll.tools.cases
     comm = MPI.COMM_WORLD
     bad = 0
     for coll in ("bcast", "allreduce", "alltoallv", "gatherv"):

@@ -4,11 +4,12 @@ Run the MPI subcommands under the launcher, e.g. ``mpiexec -n 4 python -m mpicol
 Every rank parses the same command line; only rank 0 prints.  A usage error is reported once,
 argparse-style (usage line + ``error:`` on stderr), and every rank returns 2 without any
 communication, so nothing hangs.  An uncaught exception on any rank prints its traceback and
-calls ``MPI.COMM_WORLD.Abort(1)`` (:mod:`mpicoll._abort`), so one failing rank never strands
+calls ``MPI.COMM_WORLD.Abort(1)`` (:mod:`mpicoll.tools.abort`), so one failing rank never strands
 the others.
 
-Subcommands live in :data:`SUBCOMMANDS`; a later module adds its own with :func:`register`
-(``simulate`` and ``calibrate`` are meant to plug in that way).
+Subcommands live in :data:`SUBCOMMANDS`; a later module adds its own with :func:`register`.
+Each command's options and work are in its own module (:mod:`.bench`, :mod:`.verify`,
+:mod:`.simulate`, :mod:`.calibrate`); this one wires the parser and dispatches.
 """
 
 from __future__ import annotations
@@ -17,13 +18,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from mpi4py import MPI
 
-if TYPE_CHECKING:
-    from ..engines.sim import TwoLevel
-    from ..model.alphabeta import Model
+from ..algorithms.collectives import BY_NAME
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "UsageError", "main", "register", "run"]
 
@@ -173,8 +172,9 @@ def _algorithms_validate(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
     from ..algorithms.registry import COLLECTIVES
+    from .options import split
 
-    names = [x for v in args.collective or [] for x in v.replace(",", " ").split()]
+    names = split(args.collective)
     for c in names:
         if c not in COLLECTIVES:
             error(f"argument -c/--collective: unknown collective {c!r} "
@@ -193,7 +193,7 @@ def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
             if not a.auto:
                 labels.append("node-aware: forced only")
             restr = ", ".join(labels) or "-"
-            rows.append([coll, a.name, restr, a.formula, registry.SIZE_MEANING.get(coll, ""),
+            rows.append([coll, a.name, restr, a.formula, BY_NAME[coll].size_meaning,
                          a.source or "-"])
     return rows
 
@@ -234,7 +234,7 @@ def _info_configure(p: argparse.ArgumentParser) -> None:
 def _info_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     import json
 
-    from .bench import provenance
+    from .harness import provenance
 
     info = provenance(comm, ["info", *argv])
     info.pop("argv", None)
@@ -264,445 +264,59 @@ def _info_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: Tex
 
 
 # --------------------------------------------------------------------------------------------
-# simulate: predicted time and traffic of every algorithm, no MPI needed
-
-
-#: From this many simulated ranks, ``simulate`` shows its progress on stderr even when stderr is
-#: not a terminal (each algorithm at each size may take seconds).
-SIMULATE_PROGRESS_RANKS = 256
+# simulate (tools/simulate.py) and calibrate (tools/calibrate.py)
 
 
 def _simulate_configure(p: argparse.ArgumentParser) -> None:
-    from .bench import DEFAULT_COLLECTIVES, DEFAULT_SIZES
+    from . import simulate
 
-    g = p.add_argument_group("what to simulate")
-    g.add_argument("-n", "--ranks", type=int, required=True, metavar="P",
-                   help="number of simulated ranks")
-    g.add_argument("-c", "--collective", nargs="+", metavar="NAME", default=None,
-                   help=f"collective(s) (or 'all'); default: {' '.join(DEFAULT_COLLECTIVES)}")
-    g.add_argument("-a", "--algorithm", nargs="+", metavar="NAME", default=["all"],
-                   help="algorithms to compare: 'all' (default: every registered one; the "
-                   "node-aware smp ones only with --ranks-per-node) or registry names "
-                   "(comma-separated or several)")
-    g.add_argument("-m", "--message-size", default=DEFAULT_SIZES, metavar="MIN:MAX",
-                   help="message sizes S in bytes, as in bench: powers of two from MIN to MAX, "
-                   f"K/M/G suffixes (default {DEFAULT_SIZES})")
-    g.add_argument("--dtype", default="float64", help="element type (default float64)")
-    g.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
-    m = p.add_argument_group(
-        "cost model (seconds per message, seconds per byte)",
-        "Default: the calibrated model (mpicoll calibrate) if there is one, else the built-in "
-        "defaults; --alpha/--beta/--gamma override single parameters.",
-    )
-    m.add_argument("--model", metavar="FILE", default=None,
-                   help="a model file written by mpicoll calibrate")
-    m.add_argument("--alpha", type=float, metavar="SECONDS", help="time per message")
-    m.add_argument("--beta", type=float, metavar="SECONDS", help="time per byte sent")
-    m.add_argument("--gamma", type=float, metavar="SECONDS", help="time per byte reduced")
-    m.add_argument("--ranks-per-node", type=int, metavar="K", default=None,
-                   help="two-level model: ranks r // K share a node, the model above is the "
-                   "intra-node one; adds the node-aware smp algorithms and inter-node bytes")
-    m.add_argument("--inter-alpha", type=float, metavar="SECONDS",
-                   help="inter-node time per message (default: the intra-node alpha)")
-    m.add_argument("--inter-beta", type=float, metavar="SECONDS",
-                   help="inter-node time per byte (default: the intra-node beta)")
-    o = p.add_argument_group("output")
-    o.add_argument("--json", metavar="FILE",
-                   help="write the model and every row, with per-rank clocks and traffic")
-    o.add_argument("-q", "--quiet", action="store_true",
-                   help=f"no progress line on stderr (shown on a terminal, or always from "
-                   f"{SIMULATE_PROGRESS_RANKS} ranks up)")
+    simulate.add_arguments(p)
 
 
 def _simulate_validate(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
-    import math
+    from . import simulate
 
-    from . import bench
-    from . import cases as _cases
-
-    if args.ranks < 1:
-        error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
-    colls, algs = bench.selection(args, bench.DEFAULT_COLLECTIVES, ["all"], ("all",), error)
-    try:
-        sizes = bench.parse_sizes(args.message_size)
-    except ValueError as exc:
-        error(f"argument -m/--message-size: {exc}")
-    dtypes = [d for d in _cases.DTYPES if d not in _cases.PAIR_DTYPES]  # predefined types only
-    if args.dtype not in dtypes:
-        error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from {', '.join(dtypes)})")
-    if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < args.ranks:
-        error(f"argument --root: root {args.root} is not a rank (P = {args.ranks})")
-    for name in ("alpha", "beta", "gamma", "inter_alpha", "inter_beta"):
-        v = getattr(args, name)
-        if v is not None and not (math.isfinite(v) and v >= 0):
-            error(f"argument --{name.replace('_', '-')}: must be a number >= 0 (seconds), "
-                  f"got {v}")
-    if args.ranks_per_node is None:
-        if args.inter_alpha is not None or args.inter_beta is not None:
-            error("argument --inter-alpha/--inter-beta: only with --ranks-per-node K")
-    elif args.ranks_per_node < 1:
-        error(f"argument --ranks-per-node: must be >= 1, got {args.ranks_per_node}")
-    from ..backends import env as _env
-
-    try:  # the environment the schedules read (nodes, pipeline segments)
-        _env.ranks_per_node()
-        _env.segment_bytes()
-    except ValueError as exc:
-        error(str(exc))
-    args.collectives, args.algorithms, args.sizes = colls, algs, sizes
+    simulate.check_arguments(args, size, error)
 
 
 def _simulate_check(args: argparse.Namespace) -> str | None:
-    from .bench import output_file_problem, resolve_model
+    from . import simulate
 
-    if args.model:
-        try:
-            resolve_model(args.model)
-        except ValueError as exc:
-            return f"argument --model: {exc}"
-    return output_file_problem("--json", args.json) if args.json else None
-
-
-def simulation_model(
-    args: argparse.Namespace,
-) -> tuple[Model | TwoLevel, str, dict[str, Any]]:
-    """The model of a ``simulate`` command line: ``(Model or TwoLevel, where from, as JSON)``.
-
-    Base: ``--model FILE``, else the calibrated file, else the defaults; then ``--alpha``,
-    ``--beta``, ``--gamma`` replace single parameters.  With ``--ranks-per-node K`` that is
-    the intra-node model of a :class:`mpicoll.sim.TwoLevel` whose inter-node alpha and beta are
-    ``--inter-alpha`` / ``--inter-beta`` (default: the intra-node ones).
-    """
-    from dataclasses import replace
-
-    from ..engines.sim import TwoLevel
-    from .bench import resolve_model
-
-    base, source = resolve_model(args.model)
-    given = {k: getattr(args, k) for k in ("alpha", "beta", "gamma")
-             if getattr(args, k) is not None}
-    if len(given) == 3:
-        source = "command line"
-    elif given:
-        source += ", with " + ", ".join(f"--{k}" for k in given) + " from the command line"
-    m = replace(base, **given)
-    doc: dict[str, Any] = {**m.as_dict(), "source": source, "two_level": None}
-    if args.ranks_per_node is None:
-        return m, source, doc
-    inter = replace(
-        m,
-        alpha=m.alpha if args.inter_alpha is None else args.inter_alpha,
-        beta=m.beta if args.inter_beta is None else args.inter_beta,
-    )
-    k = args.ranks_per_node
-    doc["two_level"] = {"ranks_per_node": k, "nodes": -(-args.ranks // k),
-                        "inter_alpha": inter.alpha, "inter_beta": inter.beta}
-    return TwoLevel(k, m, inter), source, doc
-
-
-def _simulation_algorithms(coll: str, requested: Sequence[str], two_level: bool) -> list[str]:
-    """Registry names of ``coll`` that ``-a`` selects (``all``: node-aware ones only if
-    ``two_level``)."""
-    from ..algorithms import registry
-
-    every = registry.algorithms(coll)
-    out: list[str] = []
-    for tok in requested:
-        if tok == "all":
-            picks = [a.name for a in every if a.auto or two_level]
-        else:
-            picks = [a.name for a in every if a.name == tok]
-        out += [a for a in picks if a not in out]
-    return out
-
-
-def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | TwoLevel,
-                 algorithms: Sequence[str], *, dtype: str = "float64", root: int = 0,
-                 per_rank: bool = False,
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Cost-only simulation of each named algorithm at each message size S (bytes, as bench).
-
-    Returns one row per (size, algorithm), sizes in order (sizes giving the same count are
-    merged): ``collective``, ``algorithm``, ``size_bytes`` (S of the count used), ``count``,
-    ``status`` (``ok`` or ``n/a``), ``reason``, ``time_us``, ``best`` (fastest at that size;
-    every one of a tie), max over ranks of ``messages_sent``, ``bytes_sent``,
-    ``messages_recv``, ``bytes_recv``, the sum over ranks of ``inter_node_bytes``, and with
-    ``per_rank`` the simulator's per-rank figures (:meth:`mpicoll.sim.SimResult.as_dict`).
-    The count of a size is bench's (:func:`mpicoll.bench.count_for`); for the v-variants S is
-    nominal (count x P elements): the simulator gives the ranks uneven counts averaging count
-    (:func:`mpicoll.sim.vcounts`).  ``progress(text)``, if given, is called as each
-    simulation starts (``allreduce 4K ring (3/40)``).
-    """
-    from . import cases as _cases
-    from .bench import count_for, human_size
-    from .simulate import simulate
-
-    np_dtype = _cases.numpy_dtype(dtype)
-    item = np_dtype.itemsize
-    blocks = p if collective in _cases.BLOCK_COLLECTIVES else 1
-    counts: list[int] = []
-    for s in [0] if collective == "barrier" else sizes:
-        c = count_for(collective, s, p, item)
-        if c not in counts:
-            counts.append(c)
-    rows: list[dict[str, Any]] = []
-    total = len(counts) * len(algorithms)
-    for k_count, count in enumerate(counts):
-        block = []
-        for k_alg, name in enumerate(algorithms):
-            if progress is not None:
-                k = k_count * len(algorithms) + k_alg + 1
-                progress(f"{collective} {human_size(count * blocks * item)}B {name} "
-                         f"({k}/{total})")
-            row: dict[str, Any] = {
-                "collective": collective, "algorithm": name, "size_bytes": count * blocks * item,
-                "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
-                "messages_sent": None, "bytes_sent": None, "messages_recv": None,
-                "bytes_recv": None, "inter_node_bytes": None, "per_rank": None,
-            }
-            try:
-                r = simulate(collective, p, count, algorithm=name, dtype=np_dtype, root=root,
-                             model=model)
-            except (ValueError, TypeError) as exc:  # RestrictionError is a ValueError
-                row.update(status="n/a", reason=str(exc))
-            else:
-                row.update(
-                    time_us=r.time * 1e6,
-                    messages_sent=int(r.messages_sent.max()),
-                    bytes_sent=int(r.bytes_sent.max()),
-                    messages_recv=int(r.messages_recv.max()),
-                    bytes_recv=int(r.bytes_recv.max()),
-                    inter_node_bytes=int(r.inter_bytes_sent.sum()),
-                    per_rank=r.as_dict() if per_rank else None,
-                )
-            block.append(row)
-        ok = [b for b in block if b["status"] == "ok"]
-        if ok:
-            t_min = min(b["time_us"] for b in ok)
-            for b in ok:
-                b["best"] = b["time_us"] <= t_min * (1 + 1e-9)
-        rows += block
-    return rows
-
-
-def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
-                      two_level: bool) -> str:
-    """The text of one collective: predicted times (us) per size, ``*`` on the fastest, then
-    the traffic of each algorithm at the largest size."""
-    from .bench import _fmt_us, _size_meaning, _table, human_size
-
-    names: list[str] = []
-    by_size: dict[int, dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        if r["algorithm"] not in names:
-            names.append(r["algorithm"])
-        by_size.setdefault(r["size_bytes"], {})[r["algorithm"]] = r
-    lines = [f"# {collective}: S = {_size_meaning(collective)}; predicted time (us), "
-             "* = fastest at that size"]
-    heads = ["size", "count", *names, "best"]
-    units = ["(B)", "(elements)", *(["(us)"] * len(names)), ""]
-    table = []
-    for size, row in by_size.items():
-        cells = [str(size), str(next(iter(row.values()))["count"])]
-        for n in names:
-            r = row[n]
-            cells.append(_fmt_us(r["time_us"]) + ("*" if r["best"] else " ")
-                         if r["status"] == "ok" else "n/a ")
-        bests = [n for n in names if row[n]["best"]]
-        cells.append(", ".join(bests) or "-")
-        table.append(cells)
-    na: dict[str, str] = {}
-    for r in rows:
-        if r["status"] == "n/a":
-            na.setdefault(r["algorithm"], r["reason"])
-    lines += _table(heads, units, table, [f"#   {n}: n/a: {why}" for n, why in na.items()])
-    size = max(by_size)
-    last = by_size[size]
-    lines.append("")
-    lines.append(f"# {collective} traffic at S = {human_size(size)} ({size} B), per rank (max over "
-                 "ranks)" + ("; inter-node: bytes sent between nodes, all ranks" if two_level
-                            else ""))
-    heads = ["algorithm", "time", "msgs sent", "bytes sent", "msgs recv", "bytes recv"]
-    units = ["", "(us)", "", "(B)", "", "(B)"]
-    if two_level:
-        heads.append("inter-node")
-        units.append("(B)")
-    table = []
-    for n in names:
-        r = last[n]
-        if r["status"] != "ok":
-            table.append([n, "n/a", *(["-"] * (len(heads) - 2))])
-            continue
-        cells = [n, _fmt_us(r["time_us"]), str(r["messages_sent"]), str(r["bytes_sent"]),
-                 str(r["messages_recv"]), str(r["bytes_recv"])]
-        if two_level:
-            cells.append(str(r["inter_node_bytes"]))
-        table.append(cells)
-    lines += _table(heads, units, table, [])
-    return "\n".join(lines) + "\n"
+    return simulate.environment_problem(args)
 
 
 def _simulate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
-    import json
-    from pathlib import Path
+    from . import simulate
 
-    from ..engines.sim import TwoLevel
-    from .bench import Progress, describe_model
-
-    if comm.Get_rank() != 0:  # one process simulates every rank: the others have nothing to do
-        return 0
-    model, source, mdoc = simulation_model(args)
-    two = args.ranks_per_node is not None
-    p = args.ranks
-    # stdout keeps only the tables (--json stays valid); the progress line goes to stderr
-    progress = Progress(not args.quiet)
-    progress.enabled = progress.enabled and (progress.tty or p >= SIMULATE_PROGRESS_RANKS)
-    out.write(f"# mpicoll simulate: P={p} simulated ranks, dtype={args.dtype}, root={args.root}; "
-              "cost-only simulation of the schedules (no MPI, no data)\n")
-    base = model.intra if isinstance(model, TwoLevel) else model
-    out.write(f"# model {source}: {describe_model(base)}\n")
-    if isinstance(model, TwoLevel):
-        tl = mdoc["two_level"]
-        gbps = f"{1 / model.inter.beta / 1e9:.3g} GB/s" if model.inter.beta > 0 else "inf GB/s"
-        out.write(f"# two-level: {tl['ranks_per_node']} ranks per node, {tl['nodes']} nodes; "
-                  "intra-node: the model above; inter-node: alpha = "
-                  f"{model.inter.alpha * 1e6:.3g} us, beta = {model.inter.beta * 1e9:.3g} ns/B "
-                  f"({gbps})\n")
-    out.write("\n")
-    all_rows: list[dict[str, Any]] = []
-    for coll in args.collectives:
-        names = _simulation_algorithms(coll, args.algorithms, two)
-        if not names:
-            out.write(f"# {coll}: none of the algorithms asked for (-a) is one of its own\n\n")
-            continue
-        try:
-            rows = predict_rows(coll, p, args.sizes, model, names, dtype=args.dtype,
-                                root=args.root, per_rank=bool(args.json),
-                                progress=lambda text: progress.show(f"[mpicoll simulate] {text}"))
-        finally:
-            progress.clear()
-        all_rows += rows
-        out.write(simulation_tables(coll, rows, two) + "\n")
-        out.flush()
-    if args.json:
-        doc = {
-            "schema": "mpicoll-simulate/1",
-            "command_line": "mpicoll simulate " + " ".join(argv),
-            "P": p, "dtype": args.dtype, "root": args.root, "sizes": args.sizes,
-            "model": mdoc,
-            "rows": all_rows,
-        }
-        Path(args.json).write_text(json.dumps(doc) + "\n")
-        out.write(f"# wrote {args.json}\n")
-    return 0
-
-
-# --------------------------------------------------------------------------------------------
-# calibrate: fit alpha, beta, gamma on this machine
+    return simulate.run(args, comm, argv, out)
 
 
 def _calibrate_configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", metavar="FILE", default=None,
-                   help="where to save the model (default: $MPICOLL_MODEL, else "
-                   "~/.cache/mpicoll/model.json, where simulate and bench look)")
-    p.add_argument("--max-bytes", default="4M", metavar="SIZE",
-                   help="largest ping-pong message, K/M/G suffixes (default 4M)")
-    p.add_argument("-i", "--iterations", type=int, default=50,
-                   help="timed ping-pongs per size up to 64 KiB, fewer above (default 50)")
-    p.add_argument("-x", "--warmup", type=int, default=5,
-                   help="warm-up ping-pongs per size (default 5)")
+    from . import calibrate
+
+    calibrate.add_arguments(p)
 
 
 def _calibrate_validate(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
-    from .bench import parse_size
+    from . import calibrate
 
-    if size < 2:
-        error(f"calibrate needs at least 2 ranks (a ping-pong between ranks 0 and 1), got "
-              f"P = {size}: run it as mpiexec -n 2 python -m mpicoll calibrate")
-    try:
-        args.max_bytes_n = parse_size(args.max_bytes)
-    except ValueError as exc:
-        error(f"argument --max-bytes: {exc}")
-    if args.max_bytes_n < 1:
-        error("argument --max-bytes: must be >= 1 byte")
-    if args.iterations < 1:
-        error("argument -i/--iterations: must be >= 1")
-    if args.warmup < 0:
-        error("argument -x/--warmup: must be >= 0")
+    calibrate.check_arguments(args, size, error)
 
 
 def _calibrate_check(args: argparse.Namespace) -> str | None:
-    import os
-    from pathlib import Path
+    from . import calibrate
 
-    from ..model.alphabeta import default_path
-
-    path = Path(args.output) if args.output else default_path()
-    if path.is_dir():
-        return f"argument -o/--output: {str(path)!r} is a directory"
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        return f"argument -o/--output: cannot write {str(path)!r} ({str(parent)!r} is not " \
-               "a writable directory)"
-    return None
+    return calibrate.environment_problem(args)
 
 
 def _calibrate_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
-    import numpy as np
+    from . import calibrate
 
-    from ..model import alphabeta as model
-    from ..model import calibrate
-    from .bench import human_size, provenance
-
-    prov = provenance(comm, ["calibrate", *argv])
-    m, details = calibrate.calibrate(comm, max_bytes=args.max_bytes_n, iters=args.iterations,
-                                     warmup=args.warmup)
-    if comm.Get_rank() != 0:
-        return 0
-    sizes = details["pingpong_bytes"]
-    times = details["pingpong_one_way_s"]
-    ab, gf = details["alpha_beta_fit"], details["gamma_fit"]
-    hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
-    out.write(f"# mpicoll calibrate  {prov['date']}\n# {prov['mpi_library']}; P={prov['P']} on "
-              f"{hosts}\n# ping-pong between ranks 0 and 1, {human_size(sizes[0])} to "
-              f"{human_size(sizes[-1])} bytes: median one-way time (RTT/2), fitted as alpha + n "
-              "beta (least squares); gamma: MPI.SUM Reduce_local on float64, rank 0\n")
-    fitted = m.alpha + np.array(sizes, float) * m.beta
-    rows = []
-    for n, t, f in zip(sizes, times, fitted, strict=True):
-        res = 100.0 * (t - f) / t if t > 0 else 0.0
-        rows.append([str(n), f"{t * 1e6:.3f}", f"{f * 1e6:.3f}", f"{res:+.1f}"])
-    from .bench import _table
-
-    out.write("\n".join(_table(["size", "one-way", "model", "residual"],
-                               ["(B)", "(us)", "(us)", "(%)"], rows, [])) + "\n\n")
-    bw = f"{1 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
-    gw = f"{1 / m.gamma / 1e9:.3g} GB/s" if m.gamma > 0 else "inf GB/s"
-    out.write(f"alpha = {m.alpha * 1e6:.4g} us per message\n")
-    out.write(f"beta  = {m.beta * 1e9:.4g} ns/B  ({bw})\n")
-    out.write(f"gamma = {m.gamma * 1e9:.4g} ns/B  ({gw} reduced)\n")
-    out.write(f"fit alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
-              f"{100 * ab['max_rel_residual']:.1f}% ({len(sizes)} sizes)\n")
-    out.write(f"fit n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
-              f"{100 * gf['max_rel_residual']:.1f}% ({len(details['reduce_bytes'])} sizes)\n")
-    if m.alpha == 0.0 or m.beta == 0.0:
-        out.write("note: a fitted parameter came out negative and was set to 0: the timings "
-                  "are noisy (a loaded machine?); calibrate again on a quiet one\n")
-    path = model.save(m, args.output, date=prov["date"], P=prov["P"],
-                      mpi_library=prov["mpi_library"], hosts=prov["hosts"], **details)
-    if args.output is None or path.absolute() == model.default_path().absolute():
-        how = ("simulate and bench's meas/pred use it from there; MPICOLL_MODEL=" f"{path} "
-               "also makes algorithm=\"auto\" choose by it")
-    else:
-        how = f"use it with --model {path} (simulate, bench), or MPICOLL_MODEL={path}"
-    out.write(f"saved to {path}: {how}\n")
-    return 0
+    return calibrate.run(args, comm, argv, out)
 
 
 register(Subcommand(
@@ -758,10 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="MPI collectives, native and hand-rolled from point-to-point: "
         "benchmark, verify, list. Run bench/verify under mpiexec -n P.",
     )
-    try:
-        from .. import __version__ as version
-    except ImportError:  # pragma: no cover - before the package exports it
-        version = "unknown"
+    from .harness import package_version
+
+    version = package_version() or "unknown"
     parser.add_argument("--version", action="version", version=f"mpicoll {version}")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for sub in SUBCOMMANDS.values():
@@ -822,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``mpicoll`` and ``python -m mpicoll``; returns the exit status.
 
     An uncaught exception on a rank of a multi-rank job prints that rank's traceback and aborts
-    the whole job (``MPI.COMM_WORLD.Abort``, see :mod:`mpicoll._abort`), so the other ranks are
+    the whole job (``MPI.COMM_WORLD.Abort``, see :mod:`mpicoll.tools.abort`), so the other ranks are
     never left waiting; in a single process the exception propagates as usual.
     """
     from .abort import abort_on_exception

@@ -1,4 +1,8 @@
-"""``mpicoll.simulate``: one collective call simulated on p ranks, as a user would make it.
+"""``mpicoll.simulate`` and ``mpicoll simulate``: collective calls simulated on p ranks.
+
+:func:`simulate` runs one call as a user would make it;
+the ``simulate`` command (:func:`run`) predicts the time and traffic of every algorithm at every
+message size, and bench's predicted column comes from :func:`predict_us`.
 
 Builds every rank's mpi4py-style arguments, checks and parses them as the backends do
 (:mod:`mpicoll.backends.args`), picks the algorithm, and runs the schedules on the simulator
@@ -8,159 +12,104 @@ environment (``MPICOLL_RANKS_PER_NODE``, ``MPICOLL_SEGMENT_SIZE``) is read here,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import argparse
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from ..algorithms.collectives import RECORDS
 from ..algorithms.datatypes import is_derived
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
-from ..backends.buffers import datatype_of
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
 from ..model.alphabeta import Model
+from . import cases as _cases
+from . import report
+from .cases import count_for
+from .harness import Progress
+from .options import (
+    DEFAULT_COLLECTIVES,
+    DEFAULT_SIZES,
+    algorithms_of,
+    output_file_problem,
+    parse_sizes,
+    resolve_model,
+    selection,
+)
 
-__all__ = ["SYMMETRIC", "make_args", "simulate", "vcounts"]
+if TYPE_CHECKING:
+    from .cases import Case
+
+__all__ = [
+    "SIMULATE_PROGRESS_RANKS",
+    "SYMMETRIC",
+    "add_arguments",
+    "check_arguments",
+    "environment_problem",
+    "case_of",
+    "make_args",
+    "predict_rows",
+    "predict_us",
+    "run",
+    "simulate",
+    "simulation_model",
+    "simulation_tables",
+]
 
 
 # ---------------------------------------------------------------------------------------------
-# Building each rank's arguments: the same mpi4py-style calls a user makes.
+# Each rank's arguments: the same mpi4py-style calls a user makes, built by the one builder
+# (:class:`mpicoll.tools.cases.Case`) that bench and verify use.
 
 
-def vcounts(count: int, p: int) -> list[int]:
-    """Uneven per-rank counts averaging ``count`` (some zero): the v-variants' test shape."""
-    return [max(0, count + (i % 3) - 1) for i in range(p)]
+def _op_name(op: Any) -> str:
+    """The :data:`mpicoll.tools.cases.OPS` name whose inputs suit ``op`` (a user op: those of
+    ``user`` if it commutes, else the digits of ``noncomm``)."""
+    for name in _cases.OPS:
+        if name not in ("user", "noncomm") and _cases.mpi_op(name) == op:
+            return name
+    return "user" if op.Is_commutative() else "noncomm"
 
 
-def _data(rank: int, n: int, dtype: np.dtype, salt: int = 0) -> np.ndarray:
-    """Small integer-valued inputs (exact in every dtype and op we test)."""
-    vals = (np.arange(n, dtype=np.int64) * 7 + rank * 3 + salt) % 5 + 1
-    if dtype == np.bool_:
-        return (vals % 2).astype(bool)
-    return vals.astype(dtype)
+def case_of(collective: str, p: int, rank: int, count: int, dtype: Any, *,
+            op: MPI.Op = MPI.SUM, root: int = 0, in_place: bool = False,
+            uniform: bool = False) -> _cases.Case:
+    """The :class:`~mpicoll.tools.cases.Case` the simulator runs on rank ``rank`` (not built).
 
-
-class _Args:
-    """Per-rank user arguments of one collective call (see :func:`make_args`)."""
-
-    def __init__(self, data: bool) -> None:
-        self.data = data
-        self._shared: dict[tuple[str, int, str], np.ndarray] = {}
-
-    def buf(self, kind: str, n: int, dtype: np.dtype, rank: int, fill: bool) -> np.ndarray:
-        if self.data:
-            return _data(rank, n, dtype, salt=len(kind)) if fill else np.zeros(n, dtype)
-        key = (kind, n, dtype.str)
-        if key not in self._shared:  # never touched in cost-only mode: no pages are committed
-            self._shared[key] = np.empty(n, dtype)
-        return self._shared[key]
-
-
-def make_args(collective: str, p: int, rank: int, count: int, dtype: np.dtype, *,
-              op: MPI.Op = MPI.SUM, root: int = 0, in_place: bool = False,
-              factory: _Args | None = None) -> tuple[tuple[Any, ...], Any]:
-    """The arguments rank ``rank`` passes to the collective's mpi4py method, and its output.
-
-    ``count`` is elements per rank (per block for the block collectives); v-variants use
-    :func:`vcounts`.
+    ``count`` is the collective's count argument (per block for the block collectives); the
+    v-variants have uneven counts (:meth:`~mpicoll.tools.cases.Case.counts`, some zero) unless
+    ``uniform``, their blocks packed; ``op`` is passed as it is (a user op too).
     """
-    f = factory or _Args(True)
-    B = f.buf
-    n = count
-    c = collective
-    if c == "barrier":
-        return (), None
-    if c == "bcast":
-        b = B("x", n, dtype, root, True) if rank == root else B("y", n, dtype, rank, False)
-        return (b, root), b
-    if c in ("scatter", "scatterv"):
-        counts = vcounts(n, p) if c == "scatterv" else [n] * p
-        total = sum(counts)
-        s = B("s", total, dtype, root, True) if rank == root else None
-        if rank == root and in_place:
-            rb: Any = MPI.IN_PLACE
-            out = s
-        else:
-            rb = out = B("r", counts[rank], dtype, rank, False)
-        sspec = [s, counts] if (c == "scatterv" and s is not None) else s
-        return (sspec, rb, root), out
-    if c in ("gather", "gatherv"):
-        counts = vcounts(n, p) if c == "gatherv" else [n] * p
-        rbuf = B("r", sum(counts), dtype, rank, False) if rank == root else None
-        if rank == root and in_place:
-            assert rbuf is not None
-            off = sum(counts[:rank])
-            if f.data:
-                rbuf[off : off + counts[rank]] = _data(rank, counts[rank], dtype)
-            sb: Any = MPI.IN_PLACE
-        else:
-            sb = B("s", counts[rank], dtype, rank, True)
-        rspec = [rbuf, counts] if (c == "gatherv" and rbuf is not None) else rbuf
-        return (sb, rspec, root), rbuf
-    if c in ("reduce", "allreduce", "scan", "exscan"):
-        r_out = B("r", n, dtype, rank, False) if (c != "reduce" or rank == root) else None
-        if in_place and r_out is not None:
-            if f.data:
-                r_out[:] = _data(rank, n, dtype)
-            sbuf: Any = MPI.IN_PLACE
-        else:
-            sbuf = B("s", n, dtype, rank, True)
-        if c == "reduce":
-            return (sbuf, r_out, op, root), r_out
-        return (sbuf, r_out, op), r_out
-    if c in ("reduce_scatter_block", "reduce_scatter"):
-        counts = vcounts(n, p) if c == "reduce_scatter" else [n] * p
-        total = sum(counts)
-        if in_place:
-            r_out = B("r", total, dtype, rank, True)
-            sbuf = MPI.IN_PLACE
-        else:
-            r_out = B("r", counts[rank], dtype, rank, False)
-            sbuf = B("s", total, dtype, rank, True)
-        if c == "reduce_scatter":
-            return (sbuf, r_out, counts, op), r_out
-        return (sbuf, r_out, op), r_out
-    if c in ("allgather", "allgatherv"):
-        counts = vcounts(n, p) if c == "allgatherv" else [n] * p
-        r_out = B("r", sum(counts), dtype, rank, False)
-        if in_place:
-            off = sum(counts[:rank])
-            if f.data:
-                r_out[off : off + counts[rank]] = _data(rank, counts[rank], dtype)
-            sbuf = MPI.IN_PLACE
-        else:
-            sbuf = B("s", counts[rank], dtype, rank, True)
-        rspec = [r_out, counts] if c == "allgatherv" else r_out
-        return (sbuf, rspec), r_out
-    if c in ("alltoall", "alltoallv", "alltoallw"):
-        if c != "alltoall":
-            sc = [max(0, n + (rank + j) % 3 - 1) for j in range(p)]
-            rc = [max(0, n + (j + rank) % 3 - 1) for j in range(p)]
-        else:
-            sc = rc = [n] * p
-        r_out = B("r", sum(rc), dtype, rank, in_place)
-        sbuf = MPI.IN_PLACE if in_place else B("s", sum(sc), dtype, rank, True)
-        if c == "alltoallw":  # alltoallv's blocks, a datatype per peer, byte displacements
-            types = [datatype_of(np.dtype(dtype))] * p
+    dt = np.dtype(dtype)
+    return _cases.Case(collective, count, _cases.dtype_name(dt), _op_name(op), root, in_place,
+                       p, rank, uniform=uniform, gaps=False, op_object=op)
 
-            def w(buf: Any, counts: list[int]) -> list[Any]:
-                displs = np.concatenate(([0], np.cumsum(counts[:-1]))) * np.dtype(dtype).itemsize
-                return [buf, (counts, [int(d) for d in displs[:p]]), types]
 
-            return ((sbuf if in_place else w(sbuf, sc)), w(r_out, rc)), r_out
-        if c == "alltoallv":
-            return ((sbuf if in_place else [sbuf, sc]), [r_out, rc]), r_out
-        return (sbuf, r_out), r_out
-    raise ValueError(f"unknown collective {collective!r}")
+def make_args(collective: str, p: int, rank: int, count: int, dtype: Any, *,
+              op: MPI.Op = MPI.SUM, root: int = 0, in_place: bool = False,
+              uniform: bool = False,
+              shared: dict[tuple[str, int, str], np.ndarray] | None = None,
+              ) -> tuple[tuple[Any, ...], Any]:
+    """The positional arguments rank ``rank`` passes to the collective's mpi4py method, and
+    its output buffer (None where it has none): :func:`case_of`, built with data, or from the
+    ``shared`` pool of a cost-only run (:meth:`mpicoll.tools.cases.Case.build`).
+    """
+    case = case_of(collective, p, rank, count, dtype, op=op, root=root, in_place=in_place,
+                   uniform=uniform).build(shared)
+    return case.positional(), case.output()
 
 
 #: collectives without a root whose ranks all pass the same counts (each its own block aside):
 #: the vector engine prepares rank 0's call for all ranks.  tests/unit/test_sim_vector.py
 #: checks every algorithm of these against the per-rank engine.
-SYMMETRIC = frozenset({"barrier", "allreduce", "allgather", "allgatherv", "reduce_scatter_block",
-                       "reduce_scatter", "alltoall"})
+SYMMETRIC = frozenset(c.name for c in RECORDS if c.symmetric)
 
 
 def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
@@ -168,7 +117,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
              in_place: bool = False, model: Model | TwoLevel | None = None,
              data: bool = False,
              args: Sequence[tuple[Any, ...]] | None = None,
-             nodes: Sequence[int] | None = None, engine: str = "auto") -> SimResult:
+             nodes: Sequence[int] | None = None, engine: str = "auto",
+             uniform: bool = False) -> SimResult:
     """Simulate one collective call on p ranks with one algorithm.
 
     Args:
@@ -184,6 +134,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         args: per-rank argument tuples to use instead of the generated ones (data mode).
         nodes: node id of each rank (node-aware algorithms; default: from a
             :class:`TwoLevel` model or ``$MPICOLL_RANKS_PER_NODE``, else one rank per node).
+        uniform: v-variants: every block of ``count`` elements (default: uneven counts, as
+            :func:`case_of` gives them).
         engine: ``"auto"`` (the vector engine where it applies, else per rank), ``"rank"``
             (always per rank) or ``"vector"`` (raise :class:`NotVectorizableError` if it does not
             apply).  Both give identical results; see the module docstring.
@@ -199,25 +151,23 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
     """
     if engine not in ("auto", "rank", "vector"):
         raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
-    if collective == "alltoallw":
-        if args is None:  # one datatype for every peer: alltoallv's messages and schedules
-            collective = "alltoallv"
-        elif any(is_derived(t) for a in args for spec in a[:2] if isinstance(spec, list)
-                 for t in spec[-1]):
-            raise TypeError("simulate: alltoallw with a derived datatype per peer is not "
-                            "simulated (predefined ones are)")
+    if collective == "alltoallw" and args is not None and any(
+            is_derived(t) for a in args for spec in a[:2] if isinstance(spec, list)
+            for t in spec[-1]):
+        raise TypeError("simulate: alltoallw with a derived datatype per peer is not "
+                        "simulated (predefined ones are)")
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
                     segment_bytes=_env.segment_bytes())
     p = sim.p  # a plain int
-    factory = _Args(data)
+    shared: dict[tuple[str, int, str], np.ndarray] | None = None if data else {}
     parser = PARSERS[collective]
 
     def call_of(rank: int) -> tuple[Call, Any]:
         if args is not None:
             return parser(p, rank, *tuple(args[rank])), None
         a, out = make_args(collective, p, rank, count, dt, op=op, root=root,
-                           in_place=in_place, factory=factory)
+                           in_place=in_place, uniform=uniform, shared=shared)
         return parser(p, rank, *a), out
 
     if engine != "rank":
@@ -259,3 +209,313 @@ def _result(collective: str, name: str, p: int, nbytes: int, stats: dict[str, np
                      stats["clocks"], stats["messages_sent"], stats["bytes_sent"],
                      stats["messages_recv"], stats["bytes_recv"], stats["inter_bytes_sent"],
                      outputs, engine)
+
+
+def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
+    """Predicted time (us) of ``case`` run by p2p ``algorithm`` (a registry name or ``auto``):
+    a cost-only simulation (:func:`simulate`) of the same call, counts included, with model
+    ``m``; None if the simulator cannot run the call.
+    """
+    try:
+        r = simulate(case.collective, case.size, case.count, algorithm=algorithm,
+                     dtype=case.np_dtype, op=case.mpi_op if case.is_reduction else MPI.SUM,
+                     root=case.root,
+                     in_place=bool(case.in_place
+                                   and case.collective in _cases.IN_PLACE_COLLECTIVES),
+                     model=m, data=False, uniform=case.uniform)
+    except Exception:  # a call the simulator does not model: no prediction
+        return None
+    return r.time * 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# the simulate command: predicted time and traffic of every algorithm, no MPI needed
+
+
+#: From this many simulated ranks, ``simulate`` shows its progress on stderr even when stderr is
+#: not a terminal (each algorithm at each size may take seconds).
+SIMULATE_PROGRESS_RANKS = 256
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what to simulate")
+    g.add_argument("-n", "--ranks", type=int, required=True, metavar="P",
+                   help="number of simulated ranks")
+    g.add_argument("-c", "--collective", nargs="+", metavar="NAME", default=None,
+                   help=f"collective(s) (or 'all'); default: {' '.join(DEFAULT_COLLECTIVES)}")
+    g.add_argument("-a", "--algorithm", nargs="+", metavar="NAME", default=["all"],
+                   help="algorithms to compare: 'all' (default: every registered one; the "
+                   "node-aware smp ones only with --ranks-per-node) or registry names "
+                   "(comma-separated or several)")
+    g.add_argument("-m", "--message-size", default=DEFAULT_SIZES, metavar="MIN:MAX",
+                   help="message sizes S in bytes, as in bench: powers of two from MIN to MAX, "
+                   f"K/M/G suffixes (default {DEFAULT_SIZES})")
+    g.add_argument("--dtype", default="float64", help="element type (default float64)")
+    g.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
+    m = p.add_argument_group(
+        "cost model (seconds per message, seconds per byte)",
+        "Default: the calibrated model (mpicoll calibrate) if there is one, else the built-in "
+        "defaults; --alpha/--beta/--gamma override single parameters.",
+    )
+    m.add_argument("--model", metavar="FILE", default=None,
+                   help="a model file written by mpicoll calibrate")
+    m.add_argument("--alpha", type=float, metavar="SECONDS", help="time per message")
+    m.add_argument("--beta", type=float, metavar="SECONDS", help="time per byte sent")
+    m.add_argument("--gamma", type=float, metavar="SECONDS", help="time per byte reduced")
+    m.add_argument("--ranks-per-node", type=int, metavar="K", default=None,
+                   help="two-level model: ranks r // K share a node, the model above is the "
+                   "intra-node one; adds the node-aware smp algorithms and inter-node bytes")
+    m.add_argument("--inter-alpha", type=float, metavar="SECONDS",
+                   help="inter-node time per message (default: the intra-node alpha)")
+    m.add_argument("--inter-beta", type=float, metavar="SECONDS",
+                   help="inter-node time per byte (default: the intra-node beta)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="FILE",
+                   help="write the model and every row, with per-rank clocks and traffic")
+    o.add_argument("-q", "--quiet", action="store_true",
+                   help=f"no progress line on stderr (shown on a terminal, or always from "
+                   f"{SIMULATE_PROGRESS_RANKS} ranks up)")
+
+
+def check_arguments(
+    args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
+) -> None:
+    if args.ranks < 1:
+        error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
+    colls, algs = selection(args, DEFAULT_COLLECTIVES, ["all"], ("all",), error)
+    try:
+        sizes = parse_sizes(args.message_size)
+    except ValueError as exc:
+        error(f"argument -m/--message-size: {exc}")
+    dtypes = [d for d in _cases.DTYPES if d not in _cases.PAIR_DTYPES]  # predefined types only
+    if args.dtype not in dtypes:
+        error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from {', '.join(dtypes)})")
+    if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < args.ranks:
+        error(f"argument --root: root {args.root} is not a rank (P = {args.ranks})")
+    for name in ("alpha", "beta", "gamma", "inter_alpha", "inter_beta"):
+        v = getattr(args, name)
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            error(f"argument --{name.replace('_', '-')}: must be a number >= 0 (seconds), "
+                  f"got {v}")
+    if args.ranks_per_node is None:
+        if args.inter_alpha is not None or args.inter_beta is not None:
+            error("argument --inter-alpha/--inter-beta: only with --ranks-per-node K")
+    elif args.ranks_per_node < 1:
+        error(f"argument --ranks-per-node: must be >= 1, got {args.ranks_per_node}")
+    try:  # the environment the schedules read (nodes, pipeline segments)
+        _env.ranks_per_node()
+        _env.segment_bytes()
+    except ValueError as exc:
+        error(str(exc))
+    args.collectives, args.algorithms, args.sizes = colls, algs, sizes
+
+
+def environment_problem(args: argparse.Namespace) -> str | None:
+    if args.model:
+        try:
+            resolve_model(args.model)
+        except ValueError as exc:
+            return f"argument --model: {exc}"
+    return output_file_problem("--json", args.json) if args.json else None
+
+
+def simulation_model(
+    args: argparse.Namespace,
+) -> tuple[Model | TwoLevel, str, dict[str, Any]]:
+    """The model of a ``simulate`` command line: ``(Model or TwoLevel, where from, as JSON)``.
+
+    Base: ``--model FILE``, else the calibrated file, else the defaults; then ``--alpha``,
+    ``--beta``, ``--gamma`` replace single parameters.  With ``--ranks-per-node K`` that is
+    the intra-node model of a :class:`mpicoll.sim.TwoLevel` whose inter-node alpha and beta are
+    ``--inter-alpha`` / ``--inter-beta`` (default: the intra-node ones).
+    """
+    base, source = resolve_model(args.model)
+    given = {k: getattr(args, k) for k in ("alpha", "beta", "gamma")
+             if getattr(args, k) is not None}
+    if len(given) == 3:
+        source = "command line"
+    elif given:
+        source += ", with " + ", ".join(f"--{k}" for k in given) + " from the command line"
+    m = replace(base, **given)
+    doc: dict[str, Any] = {**m.as_dict(), "source": source, "two_level": None}
+    if args.ranks_per_node is None:
+        return m, source, doc
+    inter = replace(
+        m,
+        alpha=m.alpha if args.inter_alpha is None else args.inter_alpha,
+        beta=m.beta if args.inter_beta is None else args.inter_beta,
+    )
+    k = args.ranks_per_node
+    doc["two_level"] = {"ranks_per_node": k, "nodes": -(-args.ranks // k),
+                        "inter_alpha": inter.alpha, "inter_beta": inter.beta}
+    return TwoLevel(k, m, inter), source, doc
+
+
+def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | TwoLevel,
+                 algorithms: Sequence[str], *, dtype: str = "float64", root: int = 0,
+                 per_rank: bool = False,
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Cost-only simulation of each named algorithm at each message size S (bytes, as bench).
+
+    Returns one row per (size, algorithm), sizes in order (sizes giving the same count are
+    merged): ``collective``, ``algorithm``, ``size_bytes`` (S of the count used), ``count``,
+    ``status`` (``ok`` or ``n/a``), ``reason``, ``time_us``, ``best`` (fastest at that size;
+    every one of a tie), max over ranks of ``messages_sent``, ``bytes_sent``,
+    ``messages_recv``, ``bytes_recv``, the sum over ranks of ``inter_node_bytes``, and with
+    ``per_rank`` the simulator's per-rank figures (:meth:`mpicoll.sim.SimResult.as_dict`).
+    The count of a size is bench's (:func:`mpicoll.tools.cases.count_for`); for the v-variants S is
+    nominal (count x P elements): the simulator gives the ranks uneven counts averaging count
+    (:meth:`mpicoll.tools.cases.Case.counts`).  ``progress(text)``, if given, is called as each
+    simulation starts (``allreduce 4K ring (3/40)``).
+    """
+    np_dtype = _cases.numpy_dtype(dtype)
+    item = np_dtype.itemsize
+    blocks = p if collective in _cases.BLOCK_COLLECTIVES else 1
+    counts: list[int] = []
+    for s in [0] if collective == "barrier" else sizes:
+        c = count_for(collective, s, p, item)
+        if c not in counts:
+            counts.append(c)
+    rows: list[dict[str, Any]] = []
+    total = len(counts) * len(algorithms)
+    for k_count, count in enumerate(counts):
+        block = []
+        for k_alg, name in enumerate(algorithms):
+            if progress is not None:
+                k = k_count * len(algorithms) + k_alg + 1
+                progress(f"{collective} {report.human_size(count * blocks * item)}B {name} "
+                         f"({k}/{total})")
+            row: dict[str, Any] = {
+                "collective": collective, "algorithm": name, "size_bytes": count * blocks * item,
+                "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
+                "messages_sent": None, "bytes_sent": None, "messages_recv": None,
+                "bytes_recv": None, "inter_node_bytes": None, "per_rank": None,
+            }
+            try:
+                r = simulate(collective, p, count, algorithm=name, dtype=np_dtype, root=root,
+                             model=model)
+            except (ValueError, TypeError) as exc:  # RestrictionError is a ValueError
+                row.update(status="n/a", reason=str(exc))
+            else:
+                row.update(
+                    time_us=r.time * 1e6,
+                    messages_sent=int(r.messages_sent.max()),
+                    bytes_sent=int(r.bytes_sent.max()),
+                    messages_recv=int(r.messages_recv.max()),
+                    bytes_recv=int(r.bytes_recv.max()),
+                    inter_node_bytes=int(r.inter_bytes_sent.sum()),
+                    per_rank=r.as_dict() if per_rank else None,
+                )
+            block.append(row)
+        ok = [b for b in block if b["status"] == "ok"]
+        if ok:
+            t_min = min(b["time_us"] for b in ok)
+            for b in ok:
+                b["best"] = b["time_us"] <= t_min * (1 + 1e-9)
+        rows += block
+    return rows
+
+
+def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
+                      two_level: bool) -> str:
+    """The text of one collective: predicted times (us) per size, ``*`` on the fastest, then
+    the traffic of each algorithm at the largest size."""
+    names: list[str] = []
+    by_size: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if r["algorithm"] not in names:
+            names.append(r["algorithm"])
+        by_size.setdefault(r["size_bytes"], {})[r["algorithm"]] = r
+    lines = [f"# {collective}: S = {report.size_meaning(collective)}; predicted time (us), "
+             "* = fastest at that size"]
+    heads = ["size", "count", *names, "best"]
+    units = ["(B)", "(elements)", *(["(us)"] * len(names)), ""]
+    table = []
+    for size, row in by_size.items():
+        cells = [str(size), str(next(iter(row.values()))["count"])]
+        for n in names:
+            r = row[n]
+            cells.append(report.fmt_us(r["time_us"]) + ("*" if r["best"] else " ")
+                         if r["status"] == "ok" else "n/a ")
+        bests = [n for n in names if row[n]["best"]]
+        cells.append(", ".join(bests) or "-")
+        table.append(cells)
+    na: dict[str, str] = {}
+    for r in rows:
+        if r["status"] == "n/a":
+            na.setdefault(r["algorithm"], r["reason"])
+    lines += report.table(heads, units, table, [f"#   {n}: n/a: {why}" for n, why in na.items()])
+    size = max(by_size)
+    last = by_size[size]
+    lines.append("")
+    lines.append(f"# {collective} traffic at S = {report.human_size(size)} ({size} B), per rank "
+                 "(max over ranks)" + ("; inter-node: bytes sent between nodes, all ranks"
+                                       if two_level else ""))
+    heads = ["algorithm", "time", "msgs sent", "bytes sent", "msgs recv", "bytes recv"]
+    units = ["", "(us)", "", "(B)", "", "(B)"]
+    if two_level:
+        heads.append("inter-node")
+        units.append("(B)")
+    table = []
+    for n in names:
+        r = last[n]
+        if r["status"] != "ok":
+            table.append([n, "n/a", *(["-"] * (len(heads) - 2))])
+            continue
+        cells = [n, report.fmt_us(r["time_us"]), str(r["messages_sent"]), str(r["bytes_sent"]),
+                 str(r["messages_recv"]), str(r["bytes_recv"])]
+        if two_level:
+            cells.append(str(r["inter_node_bytes"]))
+        table.append(cells)
+    lines += report.table(heads, units, table, [])
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    if comm.Get_rank() != 0:  # one process simulates every rank: the others have nothing to do
+        return 0
+    model, source, mdoc = simulation_model(args)
+    two = args.ranks_per_node is not None
+    p = args.ranks
+    # stdout keeps only the tables (--json stays valid); the progress line goes to stderr
+    progress = Progress(not args.quiet)
+    progress.enabled = progress.enabled and (progress.tty or p >= SIMULATE_PROGRESS_RANKS)
+    out.write(f"# mpicoll simulate: P={p} simulated ranks, dtype={args.dtype}, root={args.root}; "
+              "cost-only simulation of the schedules (no MPI, no data)\n")
+    base = model.intra if isinstance(model, TwoLevel) else model
+    out.write(f"# model {source}: {report.describe_model(base)}\n")
+    if isinstance(model, TwoLevel):
+        tl = mdoc["two_level"]
+        gbps = f"{1 / model.inter.beta / 1e9:.3g} GB/s" if model.inter.beta > 0 else "inf GB/s"
+        out.write(f"# two-level: {tl['ranks_per_node']} ranks per node, {tl['nodes']} nodes; "
+                  "intra-node: the model above; inter-node: alpha = "
+                  f"{model.inter.alpha * 1e6:.3g} us, beta = {model.inter.beta * 1e9:.3g} ns/B "
+                  f"({gbps})\n")
+    out.write("\n")
+    all_rows: list[dict[str, Any]] = []
+    for coll in args.collectives:
+        names = algorithms_of(coll, args.algorithms, node_aware=two)
+        if not names:
+            out.write(f"# {coll}: none of the algorithms asked for (-a) is one of its own\n\n")
+            continue
+        try:
+            rows = predict_rows(coll, p, args.sizes, model, names, dtype=args.dtype,
+                                root=args.root, per_rank=bool(args.json),
+                                progress=lambda text: progress.show(f"[mpicoll simulate] {text}"))
+        finally:
+            progress.clear()
+        all_rows += rows
+        out.write(simulation_tables(coll, rows, two) + "\n")
+        out.flush()
+    if args.json:
+        doc = {
+            "schema": "mpicoll-simulate/1",
+            "command_line": "mpicoll simulate " + " ".join(argv),
+            "P": p, "dtype": args.dtype, "root": args.root, "sizes": args.sizes,
+            "model": mdoc,
+            "rows": all_rows,
+        }
+        Path(args.json).write_text(json.dumps(doc) + "\n")
+        out.write(f"# wrote {args.json}\n")
+    return 0
+

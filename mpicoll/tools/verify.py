@@ -19,8 +19,8 @@ exception's text (for an error of the MPI library, its error class and message, 
 with 1000 elements at P >= 4).  Native errors are failures, not skips: verify cannot tell an
 upstream bug from a wrong call mpicoll makes, so it shows the error and exits 1; the p2p
 algorithms of that case are then checked against the exact NumPy answer.  After each call the
-ranks settle its outcome (:class:`mpicoll.bench.CallGuard`): when an error has stranded other
-ranks inside the call (waiting for a message the failing rank will never send or receive, as
+ranks settle its outcome (:class:`~mpicoll.tools.harness.CallGuard`): when an error has stranded
+other ranks inside the call (waiting for a message the failing rank will never send or receive, as
 MPICH's error above does at P = 6), the run cannot go on, so the failing rank prints the case,
 the backend and the error on stderr and aborts the job (non-zero exit status) after at most
 ``min(10, --timeout / 2)`` seconds, instead of the others reporting a timeout.
@@ -31,24 +31,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
 from . import cases as _cases
-from .bench import (
-    WATCHDOG,
-    CallGuard,
-    Progress,
-    make_backends,
-    provenance,
-    run_checked,
-    seconds_problem,
-    selection,
-)
 from .cases import Case, compare
+from .harness import WATCHDOG, CallGuard, Plan, Progress, make_backends, provenance, run_checked
+from .options import algorithms_of, seconds_problem, selection, split
 
-__all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "main", "make_plan",
-           "run"]
+__all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "make_plan", "run"]
 
 #: Default dtypes of each op (reductions): one or two per op, covering every type class.
 DEFAULT_REDUCTION_DTYPES: dict[str, list[str]] = {
@@ -76,24 +67,6 @@ _QUICK_REDUCTION_DTYPES = {"sum": ["float64"], "max": ["int32"], "noncomm": ["in
 
 
 @dataclass
-class Plan:
-    """What a verify run covers."""
-
-    collectives: list[str]
-    algorithms: list[str]
-    counts: list[int]
-    reduction_pairs: list[tuple[str, str]]  # (dtype, op)
-    data_dtypes: list[str]
-    roots: list[int] | None  # None: every root
-    in_place: list[bool]
-    uniform: list[bool]
-    nonblocking: bool
-    timeout: float
-    max_failures: int
-    argv: list[str] = field(default_factory=list)
-
-
-@dataclass
 class Outcome:
     """One (case, implementation, form) verdict, as rank 0 records it."""
 
@@ -105,10 +78,6 @@ class Outcome:
     detail: str | None = None
     rank: int | None = None
     form: str = "blocking"
-
-
-def _split(values: Sequence[str] | None) -> list[str]:
-    return [x for v in values or [] for x in v.replace(",", " ").split() if x]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,7 +120,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
                             error)
     if args.counts:
         try:
-            counts = [int(x) for x in _split([args.counts])]
+            counts = [int(x) for x in split([args.counts])]
         except ValueError:
             error(f"argument --counts: expected integers, got {args.counts!r}")
         if any(c < 0 for c in counts):
@@ -162,13 +131,13 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
         counts = [0, 1, p - 1, p + 1, LARGE_COUNT]
     counts = sorted(set(counts))
     # ops and dtypes
-    ops = _split([args.ops]) if args.ops else None
+    ops = split([args.ops]) if args.ops else None
     if ops == ["all"]:
         ops = list(_cases.OPS)
     for o in ops or []:
         if o not in _cases.OPS:
             error(f"argument --ops: unknown op {o!r} (choose from {', '.join(_cases.OPS)})")
-    dtypes = _split([args.dtypes]) if args.dtypes else None
+    dtypes = split([args.dtypes]) if args.dtypes else None
     if dtypes == ["all"]:
         dtypes = list(_cases.DTYPES)
     for d in dtypes or []:
@@ -193,7 +162,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
         roots = None
     elif args.roots:
         try:
-            roots = sorted({int(x) for x in _split([args.roots])})
+            roots = sorted({int(x) for x in split([args.roots])})
         except ValueError:
             error(f"argument --roots: expected integers or 'all', got {args.roots!r}")
         bad = [r for r in roots if not 0 <= r < p]
@@ -207,21 +176,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
     timeout_problem = seconds_problem("--timeout", args.timeout)
     if timeout_problem:
         error(timeout_problem)
-    return Plan(colls, algs, counts, pairs, data_dtypes, roots, in_place, [True, False],
-                args.nonblocking, args.timeout, args.max_failures)
-
-
-def _impl_names(coll: str, requested: Sequence[str]) -> list[str]:
-    from ..algorithms import registry
-
-    names = [a.name for a in registry.algorithms(coll)]
-    out: list[str] = []
-    for tok in requested:
-        picks = names if tok == "all" else [] if tok == "none" else [tok]
-        for a in picks:
-            if (a == "auto" or a in names) and a not in out:
-                out.append(a)
-    return out
+    return Plan(colls, algs, args.nonblocking, args.timeout, counts=counts,
+                reduction_pairs=pairs, data_dtypes=data_dtypes, roots=roots, in_places=in_place,
+                uniform=[True, False], max_failures=args.max_failures)
 
 
 def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
@@ -235,7 +192,7 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
     roots = [0]
     if coll in _cases.ROOTED:
         roots = plan.roots if plan.roots is not None else list(range(p))
-    in_places = plan.in_place if coll in _cases.IN_PLACE_COLLECTIVES else [False]
+    in_places = plan.in_places if coll in _cases.IN_PLACE_COLLECTIVES else [False]
     uniforms = plan.uniform if coll in _cases.V_COLLECTIVES else [True]
     counts = [0] if coll == "barrier" else plan.counts
     for count in counts:
@@ -257,7 +214,7 @@ def _check_case(
 ) -> tuple[list[tuple[str, str, str, str | None]], Any]:
     """Run one case on every implementation and form.
 
-    Every call is settled with ``guard`` (see :class:`mpicoll.bench.CallGuard`).
+    Every call is settled with ``guard`` (see :class:`mpicoll.tools.harness.CallGuard`).
 
     Returns:
         the local ``(impl, form, status, detail)`` verdicts, and the native backend to use
@@ -379,9 +336,8 @@ def run(
     """Run ``verify``; exit status 0 if everything applicable matched, 1 otherwise (all ranks)."""
     out = out or sys.stdout
     plan: Plan = args.plan
-    plan.argv = list(argv)
     rank, p = comm.Get_rank(), comm.Get_size()
-    impls_of = {c: _impl_names(c, plan.algorithms) for c in plan.collectives}
+    impls_of = {c: algorithms_of(c, plan.algorithms) for c in plan.collectives}
     native, p2p = make_backends(comm, any(impls_of.values()))
     prov = provenance(comm, ["verify", *argv])
     forms = [False, True] if plan.nonblocking else [False]
@@ -392,7 +348,7 @@ def run(
             f"numpy {prov['numpy']}\n"
             f"# counts {' '.join(map(str, plan.counts))}; roots "
             f"{'all' if plan.roots is None else ' '.join(map(str, plan.roots))}; in-place "
-            f"{'/'.join('yes' if x else 'no' for x in plan.in_place)}; "
+            f"{'/'.join('yes' if x else 'no' for x in plan.in_places)}; "
             f"{'blocking + non-blocking' if plan.nonblocking else 'blocking'} forms\n"
             "# cell: ok = every applicable case matched; Fk/n = k of n failed; n/a = the "
             "algorithm's restrictions rule every case out\n\n"
@@ -435,9 +391,3 @@ def run(
         out.flush()
     return 1 if rank == 0 and failed else 0
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m mpicoll verify ARGS``: same as ``mpicoll.cli.main(["verify", *ARGS])``."""
-    from .cli import main as cli_main
-
-    return cli_main(["verify", *(sys.argv[1:] if argv is None else argv)])

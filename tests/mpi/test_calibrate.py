@@ -3,7 +3,7 @@
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_calibrate.py`` (P = 1..5).
 Calibration needs two ranks (a ping-pong between ranks 0 and 1): at P = 1 only the usage error
 is checked.  Fitted values are never compared with a machine's expected speed: only that they
-are positive, the same on every rank, saved and loadable.
+are positive (or 0), finite, the same on every rank, saved and loadable.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from mpi4py import MPI
 from mpicoll.model import alphabeta as model
 from mpicoll.model import calibrate
 from mpicoll.tools import bench
+from mpicoll.tools.calibrate import overhead_probe
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
@@ -27,27 +28,52 @@ SIZE = WORLD.Get_size()
 QUICK = ["--max-bytes", "1M", "-i", "10", "-x", "2"]
 
 needs_two = pytest.mark.skipif(SIZE < 2, reason="calibrate needs at least 2 ranks")
-
-
+TERMS = ("alpha", "beta", "gamma", "o_call", "o_msg")
 
 
 @pytest.mark.mpi
 @needs_two
 def test_calibrate_fits_the_same_model_on_every_rank() -> None:
-    m, details = calibrate.calibrate(WORLD, max_bytes=1 << 20, iters=10, warmup=2)
+    m, details = calibrate.calibrate(WORLD, max_bytes=1 << 20, iters=10, warmup=2,
+                                     probe=overhead_probe)
     # a fit on a noisy, oversubscribed machine may come out at the clamp (0): no timing
     # thresholds here, only that the numbers are a model, the same everywhere
-    assert min(m.alpha, m.beta, m.gamma) >= 0
+    values = [getattr(m, k) for k in TERMS]
+    assert min(values) >= 0
+    assert all(math.isfinite(x) for x in values)
     assert all(t > 0 for t in details["pingpong_one_way_s"])
-    assert all(math.isfinite(x) for x in (m.alpha, m.beta, m.gamma))
     assert WORLD.allgather(m) == [m] * SIZE
     assert WORLD.allgather(details) == [details] * SIZE
-    for fit in ("alpha_beta_fit", "gamma_fit"):
-        assert details[fit]["r2"] <= 1.0
+    for fit in calibrate.FITS:  # every fitted term has its quality
+        r2 = details[fit]["r2"]
+        # R^2 where the term is a line's (a constant estimated by a median has none)
+        assert r2 is None if fit in ("o_call_fit", "round_fit") else r2 <= 1.0
         assert details[fit]["max_rel_residual"] >= 0.0
+    # the model is the fitted values, negative ones set to 0
+    assert sorted(details["unclamped"]) == sorted(TERMS)
+    assert values == [max(details["unclamped"][k], 0.0) for k in TERMS]
+    # the warnings are the function's, and end with the advice when there are any
+    assert details["fit_warnings"] == calibrate.fit_warnings(details)
+    assert all(isinstance(w, str) for w in details["fit_warnings"])
+    if details["fit_warnings"]:
+        assert details["fit_warnings"][-1] == calibrate.ADVICE
+    over = details["overhead"]
+    assert over["engine_rounds"] == list(calibrate.ENGINE_ROUNDS)
+    assert over["batches"] == 10
+    assert min(over["engine_s"] + [over["raw_round_s"], over["call_s"]]) > 0
     assert details["pingpong_bytes"][0] == 0
     assert details["pingpong_bytes"][-1] == 1 << 20
     assert len(details["pingpong_one_way_s"]) == len(details["pingpong_bytes"])
+
+
+@pytest.mark.mpi
+@needs_two
+def test_calibrate_without_a_probe_fits_no_overhead() -> None:
+    m, details = calibrate.calibrate(WORLD, max_bytes=1 << 10, iters=5, warmup=1)
+    assert (m.o_call, m.o_msg) == (0.0, 0.0)
+    assert "o_call_fit" not in details
+    assert "overhead" not in details
+    assert sorted(details["unclamped"]) == ["alpha", "beta", "gamma"]
 
 
 @pytest.mark.mpi
@@ -61,11 +87,22 @@ def test_calibrate_command_saves_a_loadable_model(
     if RANK == 0:
         m = model.load(path)
         assert m is not None
-        assert min(m.alpha, m.beta, m.gamma) >= 0
         doc = json.loads(path.read_text())
+        for term in TERMS:  # every term is in the file, a time in seconds
+            assert math.isfinite(doc[term]), term
+            assert doc[term] >= 0, term
+            assert getattr(m, term) == doc[term]
         assert doc["P"] == SIZE
         assert "r2" in doc["alpha_beta_fit"]
-        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "R^2 =",
+        assert isinstance(doc["fit_warnings"], list)  # the fit quality is recorded
+        assert m.o_call > 0 or doc["unclamped"]["o_call"] <= 0  # the command fits o_call
+        for fit in calibrate.FITS:
+            assert fit in doc, fit
+        # the warnings go to stderr, as recorded, and only there
+        assert err.splitlines() == doc["fit_warnings"]
+        for w in doc["fit_warnings"]:
+            assert w not in out
+        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "o_call =", "o_msg  =", "R^2 =",
                      "max relative residual", f"saved to {path}"):
             assert word in out, word
         # the printed values are the saved ones
@@ -82,7 +119,7 @@ def test_bench_predicts_with_the_calibrated_model(
     has neither; the model is recorded in the JSON."""
     path = shared_dir / "model.json"
     if RANK == 0:
-        model.save(model.Model(3e-6, 2e-10, 5e-10), path)
+        model.save(model.Model(3e-6, 2e-10, 5e-10, o_call=1e-5, o_msg=5e-7), path)
     WORLD.Barrier()
     out_json = shared_dir / "bench.json"
     status, out, err = run_all(capsys, "bench", "-c", "allreduce", "bcast", "-a", "all",
@@ -93,13 +130,14 @@ def test_bench_predicts_with_the_calibrated_model(
         doc = json.loads(out_json.read_text())
         assert bench.validate(doc) == []
         assert doc["settings"]["model"] == {"alpha": 3e-6, "beta": 2e-10, "gamma": 5e-10,
+                                            "o_call": 1e-5, "o_msg": 5e-7,
                                             "source": f"file {path}"}
         for r in doc["results"]:
-            if r["backend"] == "native" or r["status"] != "ok":
+            if r["backend"] != "p2p" or r["status"] != "ok":
                 assert r["predicted_us"] is None
                 assert r["measured_over_predicted"] is None
             else:
-                assert r["predicted_us"] > 0, r
+                assert r["predicted_us"] > 10, r  # the prediction includes o_call (10 us)
                 assert r["measured_over_predicted"] == pytest.approx(
                     r["time_us"]["median"] / r["predicted_us"])
         assert "meas/pred" in out

@@ -19,7 +19,7 @@ from _cli import run_all
 from mpi4py import MPI
 
 from mpicoll import registry
-from mpicoll.tools import bench, cli
+from mpicoll.tools import bench, cli, harness
 
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
@@ -41,7 +41,7 @@ def test_bench_every_algorithm_against_native(
         assert doc["provenance"]["P"] == SIZE
         assert sum(h["ranks"] for h in doc["provenance"]["hosts"]) == SIZE
         names = {a.name for a in registry.algorithms("allreduce")}
-        assert {r["implementation"] for r in doc["results"]} == {"native"} | names
+        assert {r["implementation"] for r in doc["results"]} == {"native", "mpi4py"} | names
         for r in doc["results"]:
             assert r["status"] in ("ok", "n/a"), r
             if r["status"] == "n/a":
@@ -54,6 +54,38 @@ def test_bench_every_algorithm_against_native(
         assert "# allreduce: S = vector per rank" in out
         if SIZE > 1:
             assert f"busbw = algbw x 2(P-1)/P = {2 * (SIZE - 1) / SIZE:.3g}" in out
+
+
+@pytest.mark.mpi
+def test_bench_predicts_the_v_collectives_with_its_own_counts(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    """bench and the simulator build the same call (tools/cases.py): each timed p2p result of
+    a v-collective carries the time the simulator gives for bench's (equal) counts, under the
+    model the JSON records; the mpi4py column is timed and never predicted."""
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    path = shared_dir / "v.json"
+    colls = ["allgatherv", "alltoallv", "gatherv", "reduce_scatter", "scatterv"]
+    status, out, err = run_all(capsys, "bench", "-c", *colls, "-a", "all", "-m", "64:256",
+                               "--root", str(SIZE - 1), *FAST, "--json", str(path))
+    assert status == 0, out + err
+    if RANK == 0:
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        m = doc["settings"]["model"]
+        model = Model(m["alpha"], m["beta"], m["gamma"])
+        timed = [r for r in doc["results"] if r["backend"] == "p2p" and r["status"] == "ok"]
+        assert {r["collective"] for r in timed} == set(colls)
+        for r in timed:
+            alg = r["auto_choice"] or r["algorithm"]
+            want = simulate(r["collective"], SIZE, r["count"], algorithm=alg, root=SIZE - 1,
+                            model=model, uniform=True)
+            assert r["predicted_us"] == pytest.approx(want.time * 1e6), r
+        for r in doc["results"]:
+            if r["backend"] == "mpi4py":
+                assert (r["status"], r["predicted_us"]) == ("ok", None)
 
 
 @pytest.mark.mpi
@@ -188,7 +220,7 @@ def test_verify_reports_a_native_error_on_one_rank(
     if RANK == 0:
         fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
         assert fails == [f"FAIL gather/native: gather P={SIZE} dtype=float64 root=0 count=2: "
-                         f"rank {SIZE - 1}: {bench.describe_error(MPI.Exception(MPI.ERR_TYPE))}"]
+                         f"rank {SIZE - 1}: {harness.describe_error(MPI.Exception(MPI.ERR_TYPE))}"]
         rows = [line.split() for line in out.splitlines()
                 if line.startswith(("gather ", "allgather "))]
         assert rows

@@ -18,13 +18,13 @@ are not involved, and the recovery collective proves it.
 
 Also: explicit counts on the block side of Scatter/Gather/Allgather/Alltoall/Reduce_scatter_block
 are per block, as in mpi4py (a total-count spec is refused before MPI could write past the
-buffer); overlapping receive blocks of the v-collectives are refused (those cases skip until the
-check exists); ``Reduce_scatter(recvcounts=None)`` with a recvbuf refused on one rank must not
+buffer); overlapping receive blocks of the v-collectives are refused;
+``Reduce_scatter(recvcounts=None)`` with a recvbuf refused on one rank must not
 strand the others.
 
 Checked mode (``mpicoll.p2p(comm, check=True)``, ``MPICOLL_CHECK=1``): ranks that disagree on
 (collective, root, count, dtype, op) all raise :class:`mpicoll.MismatchError`, instead of
-truncating or hanging; these tests are skipped while ``mpicoll.MismatchError`` does not exist.
+truncating or hanging.
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_errors.py`` (P = 1..5; some cases
 need P >= 2, or a P that is not a power of two).
@@ -32,7 +32,6 @@ need P >= 2, or a P that is not a power of two).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +46,7 @@ from mpicoll.algorithms.registry import RestrictionError
 
 WORLD = MPI.COMM_WORLD
 KINDS = ("native", "p2p")
-MismatchError: type[ValueError] | None = getattr(mpicoll, "MismatchError", None)
+MismatchError = mpicoll.MismatchError
 
 _BACKENDS: dict[str, Any] = {}
 
@@ -98,7 +97,6 @@ class Bad:
     make: Callable[[int, int], Attempt | None]
     applies: Callable[[int], bool]
     kinds: tuple[str, ...]
-    pending: Callable[[], str | None] | None = None
 
 
 CASES: list[Bad] = []
@@ -106,16 +104,14 @@ CASES: list[Bad] = []
 
 def bad(group: str, name: str, exc: type[BaseException], *words: str, min_p: int = 1,
         when: Callable[[int], bool] | None = None, kinds: tuple[str, ...] = KINDS,
-        pending: Callable[[], str | None] | None = None,
         ) -> Callable[[Callable[[int, int], Attempt | None]], Callable[[int, int], Any]]:
-    """Register a case (decorator on its ``make(rank, size)``).  ``pending()`` returns a
-    reason to skip while the package does not have the check yet (None once it does)."""
+    """Register a case (decorator on its ``make(rank, size)``)."""
 
     def deco(make: Callable[[int, int], Attempt | None]) -> Callable[[int, int], Any]:
         def applies(p: int) -> bool:
             return p >= min_p and (when is None or when(p))
 
-        CASES.append(Bad(group, name, exc, words, make, applies, kinds, pending))
+        CASES.append(Bad(group, name, exc, words, make, applies, kinds))
         return make
 
     return deco
@@ -440,21 +436,7 @@ def _(r: int, p: int) -> Attempt | None:
     return Attempt(lambda b: b.Gatherv(s, [rb, [1] * (p + 2), MPI.DOUBLE], root=p - 1), [s, rb])
 
 
-def _overlap_check_pending() -> str | None:
-    """The check for overlapping receive blocks is a proposed addition (not in the acceptance
-    list); skip its cases until ``_buffers.parse_v`` refuses overlaps."""
-    from mpicoll.backends import buffers as _buffers
-
-    try:
-        _buffers.parse_v([np.zeros(4), ([2, 2], [0, 1]), MPI.DOUBLE], "recvbuf", 2,
-                         writable=True)
-    except ValueError:
-        return None
-    return "receive blocks that overlap are not refused yet (proposed check)"
-
-
-@bad("counts", "allgatherv_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2,
-     pending=_overlap_check_pending)
+@bad("counts", "allgatherv_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2)
 def _(r: int, p: int) -> Attempt:
     s, rb = fill(2, r), fill(2 * p, -7)
     displs = [2 * k for k in range(p)]
@@ -462,8 +444,7 @@ def _(r: int, p: int) -> Attempt:
     return Attempt(lambda b: b.Allgatherv(s, [rb, ([2] * p, displs), MPI.DOUBLE]), [s, rb])
 
 
-@bad("counts", "gatherv_root_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2,
-     pending=_overlap_check_pending)
+@bad("counts", "gatherv_root_recv_blocks_overlap", ValueError, "recvbuf", "overlap", min_p=2)
 def _(r: int, p: int) -> Attempt | None:
     if r != 0:
         return None
@@ -918,9 +899,6 @@ def check_bad(case: Bad, kind: str) -> None:
         pytest.skip(f"{case.name} is for {'/'.join(case.kinds)} only")
     if not case.applies(p):
         pytest.skip(f"{case.name} does not apply at P={p}")
-    why = case.pending() if case.pending is not None else None
-    if why:
-        pytest.skip(why)
     b = backend(kind)
     problems: list[str] = []
     attempt = case.make(r, p)
@@ -1081,23 +1059,18 @@ def _expect(problems: list[str], what: str, call: Callable[[], Any], exc: type[B
 def test_bad_segment_size_refused_before_any_message(monkeypatch: pytest.MonkeyPatch,
                                                      value: str) -> None:
     """``MPICOLL_SEGMENT_SIZE`` that is not a positive integer: ValueError naming the variable
-    and the value, at every p2p call (segmented algorithm or not) and when a backend is made,
-    before any message; no buffer changed; the backend works once the variable is fixed."""
+    and the value when a backend is made, before the ``Dup``, on every rank; the variable is
+    read once, so a backend made before it was set still works (no call re-reads it)."""
     b = backend("p2p")
-    p, r = WORLD.size, WORLD.rank
+    r = WORLD.rank
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", value)
     problems: list[str] = []
-    a = fill(1000, r)
-    s, y = fill(3, r), fill(3, -7)
-    before = _snapshot([a, s, y])
     words = ("MPICOLL_SEGMENT_SIZE", repr(value))
-    _expect(problems, "Bcast pipeline", lambda: b.Bcast(a, root=0, algorithm="pipeline"),
-            ValueError, *words)
-    _expect(problems, "Ibcast", lambda: b.Ibcast(a, root=p - 1).Wait(), ValueError, *words)
-    _expect(problems, "Allreduce", lambda: b.Allreduce(s, y), ValueError, *words)
     _expect(problems, "mpicoll.p2p()", lambda: mpicoll.p2p(WORLD).Free(), ValueError, *words)
-    if _snapshot([a, s, y]) != before:
-        problems.append("a buffer was changed by a refused call")
+    a = fill(1000, r)
+    b.Bcast(a, root=0, algorithm="pipeline")  # made before: its segment size stays
+    if not np.array_equal(a, fill(1000, 0)):
+        problems.append(f"Bcast pipeline after the variable was set gave {a[:4]}...")
     monkeypatch.delenv("MPICOLL_SEGMENT_SIZE")
     problems += _recover(b)
     _agree(problems, f"MPICOLL_SEGMENT_SIZE={value!r}")
@@ -1106,31 +1079,85 @@ def test_bad_segment_size_refused_before_any_message(monkeypatch: pytest.MonkeyP
 @pytest.mark.mpi
 def test_bad_env_algorithm_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     """An unknown ``MPICOLL_<COLLECTIVE>_ALGORITHM``: ValueError naming the variable, the value
-    and the valid names; one whose restriction the call breaks: RestrictionError naming the
-    variable; ``algorithm=`` on the call still wins over the variable."""
-    b = backend("p2p")
+    and the valid names, when the backend is made; one whose restriction a call breaks:
+    RestrictionError naming the variable at that call, before any message; ``algorithm=`` on
+    the call still wins over the variable."""
     p, r = WORLD.size, WORLD.rank
     problems: list[str] = []
     monkeypatch.setenv("MPICOLL_ALLREDUCE_ALGORITHM", "nope")
-    s, y = fill(3, r + 1.0), fill(3, -7)
-    _expect(problems, "Allreduce", lambda: b.Allreduce(s, y), ValueError,
+    _expect(problems, "mpicoll.p2p()", lambda: mpicoll.p2p(WORLD).Free(), ValueError,
             "MPICOLL_ALLREDUCE_ALGORITHM", "'nope'", "ring")
-    _expect(problems, "Iallreduce", lambda: b.Iallreduce(s, y).Wait(), ValueError,
-            "MPICOLL_ALLREDUCE_ALGORITHM")
-    if not np.array_equal(y, fill(3, -7)):
-        problems.append("recvbuf changed by a refused call")
-    b.Allreduce(s, y, algorithm="ring")
-    if not np.array_equal(y, fill(3, p * (p + 1) / 2)):
-        problems.append(f"Allreduce(algorithm='ring') under a bad variable gave {y}")
+    monkeypatch.setenv("MPICOLL_ALLREDUCE_ALGORITHM", "ring")
+    with mpicoll.p2p(WORLD) as c:
+        s, y = fill(3, r + 1.0), fill(3, -7)
+        c.Allreduce(s, y)
+        if not np.array_equal(y, fill(3, p * (p + 1) / 2)):
+            problems.append(f"Allreduce under MPICOLL_ALLREDUCE_ALGORITHM=ring gave {y}")
+        if c.traffic.messages_sent != (2 * (p - 1) if p > 1 else 0):
+            problems.append(f"not the ring: {c.traffic.messages_sent} messages sent")
     monkeypatch.delenv("MPICOLL_ALLREDUCE_ALGORITHM")
     if not_pof2(p):
         monkeypatch.setenv("MPICOLL_ALLGATHER_ALGORITHM", "recursive_doubling")
-        g = fill(2 * p, -7)
-        _expect(problems, "Allgather", lambda: b.Allgather(fill(2, r), g), RestrictionError,
-                "MPICOLL_ALLGATHER_ALGORITHM", "power-of-two")
+        with mpicoll.p2p(WORLD) as c:
+            g = fill(2 * p, -7)
+            _expect(problems, "Allgather", lambda: c.Allgather(fill(2, r), g), RestrictionError,
+                    "MPICOLL_ALLGATHER_ALGORITHM", "power-of-two")
+            if not np.array_equal(g, fill(2 * p, -7)):
+                problems.append("recvbuf changed by a refused call")
+            c.Allgather(fill(2, r), g, algorithm="ring")
+            if not np.array_equal(g, np.repeat(np.arange(p), 2).astype(g.dtype)):
+                problems.append(f"Allgather(algorithm='ring') under the variable gave {g}")
+            problems += _recover(c)
         monkeypatch.delenv("MPICOLL_ALLGATHER_ALGORITHM")
-    problems += _recover(b)
     _agree(problems, "bad MPICOLL_<COLLECTIVE>_ALGORITHM")
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("check", [False, True])
+@pytest.mark.parametrize(("var", "last", "others"), [
+    ("MPICOLL_ALLREDUCE_ALGORITHM", "ring", "recursive_doubling"),
+    ("MPICOLL_BCAST_ALGORITHM", "binomial", None),
+    ("MPICOLL_SEGMENT_SIZE", "128", "4096"),
+    ("MPICOLL_RANKS_PER_NODE", "1", None),
+])
+def test_construction_env_differs_on_one_rank(monkeypatch: pytest.MonkeyPatch, check: bool,
+                                              var: str, last: str, others: str | None) -> None:
+    """A variable that changes what goes on the wire, different on the last rank (Open MPI's
+    mpiexec passes a variable only with -x): every rank raises MismatchError when the backend
+    is made, naming the variable and both values (before: wrong sums on some ranks, a hang on
+    the others); the ranks are still in step afterwards."""
+    p, r = WORLD.size, WORLD.rank
+    if p < 2:
+        pytest.skip("needs 2 ranks")
+    value = last if r == p - 1 else others
+    if value is None:
+        monkeypatch.delenv(var, raising=False)
+    else:
+        monkeypatch.setenv(var, value)
+    problems: list[str] = []
+    try:
+        mpicoll.p2p(WORLD, check=check).Free()
+    except MismatchError as exc:
+        unset = "'auto'" if var.endswith("_ALGORITHM") else "unset"
+        if var == "MPICOLL_SEGMENT_SIZE" and others is None:
+            unset = "65536"
+        shown = ([repr(v) if var.endswith("_ALGORITHM") else v for v in (last, others)]
+                 if others is not None else
+                 [repr(last) if var.endswith("_ALGORITHM") else last, unset])
+        words = [var, f"{shown[0]} on rank(s) [{p - 1}]",
+                 f"{shown[1]} on rank(s) [{', '.join(map(str, range(p - 1)))}]"]
+        missing = [w for w in words if w not in str(exc)]
+        if missing:
+            problems.append(f"message {str(exc)!r} does not name {missing}")
+    except Exception as exc:
+        problems.append(f"raised {type(exc).__name__}: {exc}; expected MismatchError")
+    else:
+        problems.append("no exception")
+    monkeypatch.delenv(var, raising=False)
+    with mpicoll.p2p(WORLD) as c:  # the ranks are still in step
+        problems += _recover(c)
+    _agree(problems, f"{var} different on rank {p - 1}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1243,17 +1270,6 @@ def test_block_counts_are_per_block_as_in_mpi4py(kind: str) -> None:
 # checked mode: ranks that disagree all raise MismatchError
 
 
-requires_checked_mode = pytest.mark.skipif(
-    MismatchError is None, reason="checked mode not there yet (no mpicoll.MismatchError)")
-
-
-def _native_has_check() -> bool:
-    try:
-        return "check" in inspect.signature(mpicoll.native).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 CHECKED = ("p2p-check", "native-check", "p2p-env")
 
 
@@ -1261,10 +1277,6 @@ CHECKED = ("p2p-check", "native-check", "p2p-env")
 def checked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A backend in checked mode: ``check=True`` (p2p, native), or ``MPICOLL_CHECK=1``."""
     how = request.param
-    if MismatchError is None:
-        pytest.skip("checked mode not there yet (no mpicoll.MismatchError)")
-    if how == "native-check" and not _native_has_check():
-        pytest.skip("mpicoll.native has no check= argument")
     if how == "p2p-env":
         monkeypatch.setenv("MPICOLL_CHECK", "1")
         b = mpicoll.p2p(WORLD)
@@ -1432,7 +1444,6 @@ def _v_count_mismatch_cases() -> list[Mismatch]:
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 @pytest.mark.parametrize("case", _mismatch_cases(), ids=lambda c: c.name)
 def test_checked_mode_mismatch(checked: Any, case: Mismatch) -> None:
@@ -1463,7 +1474,6 @@ def test_checked_mode_mismatch(checked: Any, case: Mismatch) -> None:
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 def test_checked_mode_local_error_on_one_rank(checked: Any) -> None:
     """Bad input seen by one rank only (the root's too-small receive buffer): that rank raises
@@ -1524,7 +1534,6 @@ def test_reduce_scatter_gathered_counts_local_error_on_one_rank(kind: str) -> No
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 def test_checked_mode_accepts_agreeing_calls(checked: Any) -> None:
     """No false alarms: calls whose ranks legitimately differ (v-collective counts, arguments
@@ -1575,20 +1584,17 @@ def test_checked_mode_accepts_agreeing_calls(checked: Any) -> None:
                                             ("MPICOLL_ALLREDUCE_ALGORITHM", "nope")])
 def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: str,
                                           value: str) -> None:
-    """A bad environment variable on one rank only (checked p2p): that rank raises its own
-    ValueError naming the variable, every other rank a MismatchError; nothing is sent."""
-    if MismatchError is None:
-        pytest.skip("checked mode not there yet")
+    """A bad environment variable on one rank only (checked p2p): when the backend is made,
+    that rank raises its own ValueError naming the variable, every other rank a ValueError
+    naming that rank; nothing is sent, and the ranks are still in step."""
     p, r = WORLD.size, WORLD.rank
     if p < 2:
         pytest.skip("needs two ranks")
-    b = backend("p2p-check")
     if r == p - 1:
         monkeypatch.setenv(var, value)
     problems: list[str] = []
-    s, y = fill(3, r), fill(3, -7)
     try:
-        b.Allreduce(s, y)
+        mpicoll.p2p(WORLD, check=True).Free()
     except Exception as exc:
         if r == p - 1:
             if isinstance(exc, MismatchError) or not isinstance(exc, ValueError):
@@ -1596,19 +1602,17 @@ def test_checked_mode_bad_env_on_one_rank(monkeypatch: pytest.MonkeyPatch, var: 
                                 "ValueError")
             elif var not in str(exc):
                 problems.append(f"message {str(exc)!r} does not name {var}")
-        elif not isinstance(exc, MismatchError):
-            problems.append(f"raised {type(exc).__name__}: {exc}; expected MismatchError")
+        elif not (isinstance(exc, ValueError) and f"refused on rank(s) [{p - 1}]" in str(exc)):
+            problems.append(f"raised {type(exc).__name__}: {exc}; expected a ValueError "
+                            f"naming rank {p - 1}")
     else:
         problems.append("no exception")
-    if not np.array_equal(y, fill(3, -7)):
-        problems.append("recvbuf changed")
     monkeypatch.delenv(var, raising=False)
-    problems += _recover(b)
+    problems += _recover(backend("p2p-check"))
     _agree(problems, f"checked mode: {var}={value!r} on rank {p - 1} only")
 
 
 @pytest.mark.mpi
-@requires_checked_mode
 @pytest.mark.parametrize("checked", CHECKED, indirect=True)
 def test_checked_mode_reduce_scatter_gathered_counts(checked: Any) -> None:
     """Checked Reduce_scatter(recvcounts=None): uneven receive counts are gathered in the

@@ -1,6 +1,6 @@
 """The non-blocking forms (Ibarrier ... Iexscan) of both backends (run under mpiexec).
 
-* every I-form gives what its blocking form gives (the NumPy reference), completed by ``Wait()``
+* every I-form gives what its blocking form gives (the NumPy oracle), completed by ``Wait()``
   and by a ``Test()`` loop, on native, p2p auto and every p2p algorithm;
 * many requests of mixed kinds outstanding at once, completed in reverse order with single
   ``Wait()`` calls, with ``mpicoll.Waitall``, with a ``Test()`` polling loop, in a different order
@@ -13,78 +13,65 @@ Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_nonblocking.py`` 
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+import _runners as runners
 import numpy as np
+import oracle
 import pytest
+from _runners import backend
 from mpi4py import MPI
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _reference as ref
-import test_collectives as tc
 
 import mpicoll
 
 WORLD = MPI.COMM_WORLD
 DEADLINE_S = 120.0
 
-_BACKENDS: dict[str, Any] = {}
-
-
-def backend(kind: str) -> Any:
-    """One backend object per kind for this module (p2p creation is collective)."""
-    if kind not in _BACKENDS:
-        _BACKENDS[kind] = getattr(mpicoll, kind)(WORLD)
-    return _BACKENDS[kind]
-
 
 # ------------------------------------------------------------------------------------------
 # 1. every I-form = its blocking form, on every implementation
 
 
-def _iform_cases(coll: str, p: int) -> list[tc.Case]:
+def _iform_cases(coll: str, p: int) -> list[runners.Case]:
     """A few cases per collective: a non-commutative op / odd counts / in-place / zeros."""
-    if coll in ("scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"):
-        layouts = [0, 2] if coll == "alltoallv" else [0, 1]
+    if coll in runners.VECTOR:
+        layouts = [0, 2] if coll in ("alltoallv", "alltoallw") else [0, 1]
         op = "AFFINE" if coll == "reduce_scatter" else None
         dtype = "int64" if op else "float64"
-        return [tc.Case(dtype, op, 0, root=(k + 1) % p, in_place=k == 1, layout=lay,
+        return [runners.Case(dtype, op, 0, root=(k + 1) % p, in_place=k == 1, layout=lay,
                         form="typed") for k, lay in enumerate(layouts)]
-    if coll in tc.REDUCTIONS:
-        return [tc.Case("int64", "AFFINE", p + 1, root=p - 1),
-                tc.Case("float64", "SUM", 7, root=0, in_place=True),
-                tc.Case("double_int", "MAXLOC", 1, root=p // 2, form="typed")]
-    return [tc.Case("int32", None, p + 1, root=p - 1),
-            tc.Case("float64", None, 7, root=0, in_place=True),
-            tc.Case("complex128", None, 0, root=p // 2)]
+    if coll in runners.REDUCTIONS:
+        return [runners.Case("int64", "AFFINE", p + 1, root=p - 1),
+                runners.Case("float64", "SUM", 7, root=0, in_place=True),
+                runners.Case("double_int", "MAXLOC", 1, root=p // 2, form="typed")]
+    return [runners.Case("int32", None, p + 1, root=p - 1),
+            runners.Case("float64", None, 7, root=0, in_place=True),
+            runners.Case("complex128", None, 0, root=p // 2)]
 
 
 _IFORM_PARAMS = [pytest.param(coll, impl, mode, id=f"{coll}-{impl.label}-{mode}")
-                 for coll in tc.COLLECTIVES if coll != "barrier"
-                 for impl in tc.implementations(coll)
+                 for coll in runners.COLLECTIVES if coll != "barrier"
+                 for impl in runners.implementations(coll)
                  for mode in ("wait", "test")]
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(("coll", "impl", "mode"), _IFORM_PARAMS)
-def test_iform_matches_blocking(coll: str, impl: tc.Impl, mode: str) -> None:
+def test_iform_matches_blocking(coll: str, impl: runners.Impl, mode: str) -> None:
     """The I-form, completed by ``mode`` ("wait": Wait(), "test": a Test() loop), gives the
-    blocking form's result (both are checked against the reference, exactly)."""
+    blocking form's result (both are checked against the oracle, exactly)."""
     for m in ("blocking", mode):
-        run = tc.Run(coll, impl, mode=m)
+        run = runners.Run(coll, impl, mode=m)
         for case in _iform_cases(coll, run.p):
-            run.case = case
-            tc.RUNNERS[coll](run)
+            run.run_case(case)
         run.finish()
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("impl", tc.implementations("barrier"), ids=lambda i: i.label)
-def test_ibarrier(impl: tc.Impl) -> None:
+@pytest.mark.parametrize("impl", runners.implementations("barrier"), ids=lambda i: i.label)
+def test_ibarrier(impl: runners.Impl) -> None:
     """Ibarrier: no rank's request completes before the last rank started its Ibarrier."""
     hosts = WORLD.allgather(MPI.Get_processor_name())
     if len(set(hosts)) > 1:
@@ -93,7 +80,7 @@ def test_ibarrier(impl: tc.Impl) -> None:
     if WORLD.rank == late:
         time.sleep(0.05)
     started = time.monotonic()
-    req = tc.invoke(impl, "Ibarrier")
+    req = runners.invoke(impl, "Ibarrier")
     req.Wait()
     done = time.monotonic()
     late_started = WORLD.bcast(started, root=late)
@@ -141,68 +128,71 @@ def start_mixed(kinds: list[str], pick: str = "auto", salt: int = 0) -> list[Pen
 
     n = p + 2 + salt
     # 0: Iallreduce SUM
-    a0 = ref.inputs(r, n, "float64", "SUM", salt)
+    a0 = oracle.inputs(r, n, "float64", "SUM", salt)
     o0 = np.zeros(n)
-    w0 = ref.reference_reduce("SUM", [ref.inputs(q, n, "float64", "SUM", salt) for q in range(p)])
+    w0 = oracle.reference_reduce("SUM", [oracle.inputs(q, n, "float64", "SUM", salt)
+                                         for q in range(p)])
     start(0, "allreduce", (a0, o0), {"op": MPI.SUM},
-          lambda: ref.describe_difference(o0, w0), {"count": n, "commutative": True})
+          lambda: oracle.describe_difference(o0, w0), {"count": n, "commutative": True})
     # 1: Ibcast from the last rank
     root = p - 1
-    o1 = ref.values(root, 5, "int64") if r == root else ref.garbage(5, "int64")
-    w1 = ref.values(root, 5, "int64")
-    start(1, "bcast", (o1,), {"root": root}, lambda: ref.describe_difference(o1, w1),
+    o1 = oracle.values(root, 5, "int64") if r == root else oracle.garbage(5, "int64")
+    w1 = oracle.values(root, 5, "int64")
+    start(1, "bcast", (o1,), {"root": root}, lambda: oracle.describe_difference(o1, w1),
           {"count": 5})
     # 2: Iallgather
-    a2 = ref.values(r, 3, "int32")
-    o2 = ref.garbage(3 * p, "int32")
-    w2 = np.concatenate([ref.values(q, 3, "int32") for q in range(p)])
-    start(2, "allgather", (a2, o2), {}, lambda: ref.describe_difference(o2, w2), {"count": 3})
+    a2 = oracle.values(r, 3, "int32")
+    o2 = oracle.garbage(3 * p, "int32")
+    w2 = np.concatenate([oracle.values(q, 3, "int32") for q in range(p)])
+    start(2, "allgather", (a2, o2), {}, lambda: oracle.describe_difference(o2, w2), {"count": 3})
     # 3: Ialltoall
-    a3 = ref.values(r, 2 * p, "float32")
-    o3 = ref.garbage(2 * p, "float32")
-    w3 = np.concatenate([ref.values(q, 2 * p, "float32")[2 * r:2 * r + 2] for q in range(p)])
-    start(3, "alltoall", (a3, o3), {}, lambda: ref.describe_difference(o3, w3), {"count": 2})
+    a3 = oracle.values(r, 2 * p, "float32")
+    o3 = oracle.garbage(2 * p, "float32")
+    w3 = np.concatenate([oracle.values(q, 2 * p, "float32")[2 * r:2 * r + 2] for q in range(p)])
+    start(3, "alltoall", (a3, o3), {}, lambda: oracle.describe_difference(o3, w3), {"count": 2})
     # 4: Ireduce, non-commutative, root 0
-    a4 = ref.inputs(r, 4, "int64", "AFFINE", salt)
-    o4 = ref.garbage(4, "int64") if r == 0 else None
-    w4 = ref.reference_reduce("AFFINE", [ref.inputs(q, 4, "int64", "AFFINE", salt)
+    a4 = oracle.inputs(r, 4, "int64", "AFFINE", salt)
+    o4 = oracle.garbage(4, "int64") if r == 0 else None
+    w4 = oracle.reference_reduce("AFFINE", [oracle.inputs(q, 4, "int64", "AFFINE", salt)
                                          for q in range(p)])
-    start(4, "reduce", (a4, o4), {"op": ref.mpi_op("AFFINE"), "root": 0},
-          lambda: None if o4 is None else ref.describe_difference(o4, w4),
+    start(4, "reduce", (a4, o4), {"op": oracle.mpi_op("AFFINE"), "root": 0},
+          lambda: None if o4 is None else oracle.describe_difference(o4, w4),
           {"count": 4, "commutative": False})
     # 5: Iscan MAX
-    a5 = ref.inputs(r, 6, "int32", "MAX", salt)
-    o5 = ref.garbage(6, "int32")
-    w5 = ref.reference_scan("MAX", [ref.inputs(q, 6, "int32", "MAX", salt) for q in range(p)])[r]
-    start(5, "scan", (a5, o5), {"op": MPI.MAX}, lambda: ref.describe_difference(o5, w5),
+    a5 = oracle.inputs(r, 6, "int32", "MAX", salt)
+    o5 = oracle.garbage(6, "int32")
+    w5 = oracle.reference_scan("MAX", [oracle.inputs(q, 6, "int32", "MAX", salt)
+                                       for q in range(p)])[r]
+    start(5, "scan", (a5, o5), {"op": MPI.MAX}, lambda: oracle.describe_difference(o5, w5),
           {"count": 6, "commutative": True})
     # 6: Igatherv to root p//2, counts with zeros, blocks in reverse order
     root6 = p // 2
-    counts = ref.vcounts(p, 0)
-    displs, length = ref.vdispls(counts, "reverse")
-    a6 = ref.values(r, counts[r], "int64")
-    o6 = ref.garbage(length, "int64")
+    counts = oracle.vcounts(p, 0)
+    displs, length = oracle.vdispls(counts, "reverse")
+    a6 = oracle.values(r, counts[r], "int64")
+    o6 = oracle.garbage(length, "int64")
     w6 = o6.copy()
     for q in range(p):
-        w6[displs[q]:displs[q] + counts[q]] = ref.values(q, counts[q], "int64")
+        w6[displs[q]:displs[q] + counts[q]] = oracle.values(q, counts[q], "int64")
     rv6 = [o6, (counts, displs), MPI.INT64_T] if r == root6 else None
     start(6, "gatherv", (a6, rv6), {"root": root6},
-          lambda: None if r != root6 else ref.describe_difference(o6, w6), {})
+          lambda: None if r != root6 else oracle.describe_difference(o6, w6), {})
     # 7: Ibarrier
     start(7, "barrier", (), {}, lambda: None, {})
     # 8: Ireduce_scatter_block BOR, in place
-    o8 = ref.inputs(r, 3 * p, "int64", "BOR", salt)
-    w8 = ref.reference_reduce("BOR", [ref.inputs(q, 3 * p, "int64", "BOR", salt)
+    o8 = oracle.inputs(r, 3 * p, "int64", "BOR", salt)
+    w8 = oracle.reference_reduce("BOR", [oracle.inputs(q, 3 * p, "int64", "BOR", salt)
                                       for q in range(p)])[3 * r:3 * r + 3]
     start(8, "reduce_scatter_block", (MPI.IN_PLACE, o8), {"op": MPI.BOR},
-          lambda: ref.describe_difference(o8[:3], w8),
+          lambda: oracle.describe_difference(o8[:3], w8),
           {"count": 3, "commutative": True, "in_place": True})
     # 9: Iexscan SUM (rank 0's result is undefined)
-    a9 = ref.inputs(r, 5, "int64", "SUM", salt)
-    o9 = ref.garbage(5, "int64")
-    w9 = ref.reference_exscan("SUM", [ref.inputs(q, 5, "int64", "SUM", salt) for q in range(p)])[r]
+    a9 = oracle.inputs(r, 5, "int64", "SUM", salt)
+    o9 = oracle.garbage(5, "int64")
+    w9 = oracle.reference_exscan("SUM", [oracle.inputs(q, 5, "int64", "SUM", salt)
+                                         for q in range(p)])[r]
     start(9, "exscan", (a9, o9), {"op": MPI.SUM},
-          lambda: None if w9 is None else ref.describe_difference(o9, w9),
+          lambda: None if w9 is None else oracle.describe_difference(o9, w9),
           {"count": 5, "commutative": True})
     return out
 
@@ -298,11 +288,11 @@ def test_blocking_collective_while_requests_outstanding() -> None:
     the right answer, and so do the outstanding ones afterwards."""
     pending = start_mixed(["p2p"], "auto", salt=6)
     p, r = WORLD.size, WORLD.rank
-    x = ref.inputs(r, 9, "int64", "SUM")
+    x = oracle.inputs(r, 9, "int64", "SUM")
     y = np.zeros(9, dtype=np.int64)
     backend("p2p").Allreduce(x, y, op=MPI.SUM)
-    want = ref.reference_reduce("SUM", [ref.inputs(q, 9, "int64", "SUM") for q in range(p)])
-    assert ref.describe_difference(y, want) is None, f"rank {r}: blocking Allreduce wrong"
+    want = oracle.reference_reduce("SUM", [oracle.inputs(q, 9, "int64", "SUM") for q in range(p)])
+    assert oracle.describe_difference(y, want) is None, f"rank {r}: blocking Allreduce wrong"
     mpicoll.Waitall([q.req for q in pending])
     _verify(pending, "blocking collective in between")
 

@@ -13,7 +13,6 @@ size these tests skip.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import numpy as np
@@ -21,16 +20,8 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-
-try:
-    from mpicoll import registry as _registry
-    from mpicoll.algorithms.registry import RestrictionError
-except ImportError:  # pragma: no cover - package not there yet
-    _registry = None  # type: ignore[assignment]
-
-    class RestrictionError(ValueError):  # type: ignore[no-redef]
-        """Placeholder: the registry is not importable."""
-
+from mpicoll import registry as _registry
+from mpicoll.algorithms.registry import RestrictionError
 
 WORLD = MPI.COMM_WORLD
 pytestmark = pytest.mark.mpi(min_size=4)
@@ -45,12 +36,10 @@ RS_OUT = [18, 35, 27, 10]
 
 def _impls(coll: str) -> list[tuple[str, str | None, Any]]:
     """(backend, algorithm, registry entry) for native, p2p auto and every p2p algorithm."""
-    out: list[tuple[str, str | None, Any]] = [("native", None, None)]
-    if hasattr(mpicoll, "p2p"):
-        out.append(("p2p", "auto", None))
-        with contextlib.suppress(Exception):  # no registry yet: native + auto only
-            out += [("p2p", a.name, a) for a in _registry.algorithms(coll)]
-    return out
+    algorithms = _registry.algorithms(coll)
+    assert algorithms, f"the registry lists no algorithm of {coll}"
+    return [("native", None, None), ("p2p", "auto", None),
+            *(("p2p", a.name, a) for a in algorithms)]
 
 
 def _params(*colls: str) -> list[Any]:
@@ -191,16 +180,13 @@ def test_alltoall(coll: str, backend: str, alg: str | None, entry: Any) -> None:
 
 
 def _rsag_params() -> list[Any]:
-    out = [pytest.param("native", None, None, id="native")]
-    if hasattr(mpicoll, "p2p"):
-        out.append(pytest.param("p2p", "auto", "auto", id="p2p/auto"))
-        try:
-            rs = [a.name for a in _registry.algorithms("reduce_scatter_block")]
-            ag = [a.name for a in _registry.algorithms("allgather")]
-        except Exception:
-            rs, ag = [], []
-        out += [pytest.param("p2p", r, a, id=f"p2p/{r}+{a}") for r in rs for a in ag]
-    return out
+    rs = [a.name for a in _registry.algorithms("reduce_scatter_block")]
+    ag = [a.name for a in _registry.algorithms("allgather")]
+    assert rs, "the registry lists no reduce_scatter_block algorithm"
+    assert ag, "the registry lists no allgather algorithm"
+    return [pytest.param("native", None, None, id="native"),
+            pytest.param("p2p", "auto", "auto", id="p2p/auto"),
+            *(pytest.param("p2p", r, a, id=f"p2p/{r}+{a}") for r in rs for a in ag)]
 
 
 @pytest.mark.parametrize(("backend", "rs_alg", "ag_alg"), _rsag_params())

@@ -42,7 +42,7 @@ def test_bench_json_validates_and_has_every_algorithm(
         assert prov[key]
     for coll in ("allreduce", "bcast"):
         impls = {r["implementation"] for r in doc["results"] if r["collective"] == coll}
-        assert impls == {"native"} | {a.name for a in registry.algorithms(coll)}
+        assert impls == {"native", "mpi4py"} | {a.name for a in registry.algorithms(coll)}
         sizes = sorted({r["size_bytes"] for r in doc["results"] if r["collective"] == coll})
         assert sizes == [8, 16, 32, 64]
     for r in doc["results"]:
@@ -199,3 +199,31 @@ def test_verify_shows_restrictions_as_na(capsys: pytest.CaptureFixture[str]) -> 
     row = next(line for line in out.splitlines() if line.startswith("allreduce")
                and noncomm_only[0] in line)
     assert "n/a" in row
+
+
+def test_bench_has_an_mpi4py_column_beside_native(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The same call on the plain MPI.Comm: checked against native, timed by the same loop, in
+    the table after native and in the JSON (backend ``mpi4py``, summary ``native_over_mpi4py``);
+    never the ``fastest`` (that is of mpicoll's implementations)."""
+    path = tmp_path / "out.json"
+    for extra in ([], ["--nonblocking"]):
+        status, out, err = run_cli(capsys, "bench", "-c", "allreduce", "gatherv", "-a", "none",
+                                   "-m", "8:16", *FAST, *extra, "--json", str(path))
+        assert status == 0, out + err
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        plain = [r for r in doc["results"] if r["backend"] == "mpi4py"]
+        assert [(r["collective"], r["size_bytes"]) for r in plain] == [
+            ("allreduce", 8), ("allreduce", 16), ("gatherv", 8), ("gatherv", 16)]
+        for r in plain:
+            assert (r["implementation"], r["status"], r["check"]) == ("mpi4py", "ok", "native")
+            assert (r["algorithm"], r["predicted_us"]) == (None, None)
+            assert r["time_us"]["median"] > 0
+        for s in doc["summary"]:
+            assert s["fastest"] == "native"  # -a none: native is mpicoll's only one
+            assert s["native_over_mpi4py"] > 0
+        if not extra:
+            heads = next(ln for ln in out.splitlines() if ln.startswith("# size")).split()
+            assert heads[4:6] == ["native", "mpi4py"]

@@ -130,3 +130,34 @@ def test_case_nonblocking_form() -> None:
 def test_describe_names_the_case() -> None:
     text = Case("reduce", 5, "int32", "max", 2, True, 4, 0).describe()
     assert text == "reduce P=4 dtype=int32 op=max root=2 count=5 in-place"
+
+
+def test_cost_only_cases_share_one_buffer_per_shape() -> None:
+    """The simulator's cost-only mode: every rank's Case takes its buffers from one pool (one
+    per role and length), never fills them, and its arguments still parse as the data ones."""
+    from mpicoll.backends.args import PARSERS
+
+    p, count = 5, 7
+    for coll in COLLECTIVES:
+        pool: dict = {}
+        cases = [Case(coll, count, size=p, rank=r, uniform=False).build(pool) for r in range(p)]
+        assert len(pool) <= 2 * 3  # send and recv, at most three lengths each (v-counts)
+        shapes = {id(a) for c in cases for a in c._b.values()}
+        assert shapes == {id(a) for a in pool.values()}
+        for c in cases:
+            data = Case(coll, count, size=p, rank=c.rank, uniform=False).build()
+            args, kw = c.arguments()
+            want = PARSERS[coll](p, c.rank, *data.positional())
+            assert PARSERS[coll](p, c.rank, *args, **kw).nbytes == want.nbytes
+
+
+def test_positional_arguments_follow_mpi4py_signatures() -> None:
+    case = Case("reduce", 3, "int32", "max", 1, False, 2, 0).build()  # rank 0: not the root
+    sendbuf, recvbuf, op, root = case.positional()
+    assert recvbuf is None
+    assert (op, root) == (MPI.MAX, 1)
+    assert sendbuf is case._b["send"]
+    case = Case("reduce_scatter", 2, size=3, rank=0, uniform=False, gaps=False).build()
+    _, recvbuf, counts, op = case.positional()
+    assert (counts, op) == (case.counts(), MPI.SUM)
+    assert case.output() is recvbuf

@@ -15,7 +15,7 @@ import pytest
 from mpi4py import MPI
 
 from mpicoll.backends.native import Native
-from mpicoll.tools import bench, cli
+from mpicoll.tools import cli, harness
 
 # An MPICH 5 error stack, as str(MPI.Exception) gives it (cut where MPI cuts it).
 MPICH_STACK = (
@@ -58,10 +58,10 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 
 def test_describe_error() -> None:
-    assert bench.describe_error(ValueError("bad\nvalue")) == "ValueError: bad | value"
-    assert bench.describe_error(MPI.Exception(MPI.ERR_TYPE)).startswith(
+    assert harness.describe_error(ValueError("bad\nvalue")) == "ValueError: bad | value"
+    assert harness.describe_error(MPI.Exception(MPI.ERR_TYPE)).startswith(
         "MPI.Exception [MPI_ERR_TYPE]: ")
-    assert bench.describe_error(_StackError()) == (
+    assert harness.describe_error(_StackError()) == (
         "MPI.Exception [MPI_ERR_TYPE]: Invalid datatype, error stack: | internal_Gather_c(389): "
         "MPI_Gather_c(sendbuf=0x5, sendcount=750, MPI_CHAR, recvbuf=0x6, recvcount=750, "
         "MPI_CHAR, 0, MPI_COMM_WORLD) failed | MPID_Gather(880) | "
@@ -78,9 +78,9 @@ def test_verify_reports_a_native_mpi_error_as_a_failure(
     fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
     assert fails == [
         "FAIL gather/native: gather P=1 dtype=float64 root=0 count=3: rank 0: "
-        + bench.describe_error(_StackError()),
+        + harness.describe_error(_StackError()),
         "FAIL gather/native (non-blocking): gather P=1 dtype=float64 root=0 count=3: rank 0: "
-        + bench.describe_error(_StackError()),
+        + harness.describe_error(_StackError()),
     ]
     rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines()
             if line.startswith(("gather ", "bcast "))}
@@ -104,14 +104,14 @@ def test_bench_reports_a_native_mpi_error(
     doc = json.loads(path.read_text())
     native = {r["collective"]: r for r in doc["results"] if r["backend"] == "native"}
     assert native["gather"]["status"] == "error"
-    assert native["gather"]["reason"] == bench.describe_error(_StackError())
+    assert native["gather"]["reason"] == harness.describe_error(_StackError())
     assert native["bcast"]["status"] == "ok"  # the next collective runs
     assert "native: ERROR at 1 size(s)" in out
     assert "MPI.Exception [MPI_ERR_TYPE]: Invalid datatype" in out
 
 
 def test_call_guard_tells_whether_a_call_raised() -> None:
-    guard = bench.CallGuard(MPI.COMM_WORLD, timeout=60.0)
+    guard = harness.CallGuard(MPI.COMM_WORLD, timeout=60.0)
     try:
         assert guard.grace == 10.0
         guard.settle("ok", None, "a")
@@ -130,5 +130,5 @@ def test_call_guard_tells_whether_a_call_raised() -> None:
         assert fresh.Get_size() == cli_native.Get_size()
     finally:
         guard.Free()
-    assert bench.stranding_grace(4.0) == 2.0
-    assert bench.stranding_grace(0.0) == 10.0
+    assert harness.stranding_grace(4.0) == 2.0
+    assert harness.stranding_grace(0.0) == 10.0

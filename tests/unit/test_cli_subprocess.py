@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import mpicoll
 from mpicoll import registry
-from mpicoll.tools import bench
+from mpicoll.tools import bench, harness
 
 REPO = Path(mpicoll.__file__).resolve().parent.parent
 TIMEOUT = 180
@@ -48,8 +48,9 @@ def test_acceptance_command(tmp_path: Path) -> None:
     names = {a.name for a in registry.algorithms("allreduce")}
     for size in [8 << k for k in range(13)]:
         row = {r["implementation"]: r for r in doc["results"] if r["size_bytes"] == size}
-        assert set(row) == {"native"} | names, size
+        assert set(row) == {"native", "mpi4py"} | names, size
         assert row["native"]["time_us"]["median"] > 0
+        assert row["mpi4py"]["time_us"]["median"] > 0
         for name in names:
             assert row[name]["status"] in ("ok", "n/a")
             if row[name]["status"] == "ok":
@@ -175,7 +176,7 @@ def test_native_error_that_strands_ranks_is_named(tmp_path: Path) -> None:
     r = mpirun(3, str(script), "verify", "-q", "-c", "bcast", "--counts", "5", "--dtypes",
                "float64", "--roots", "0", "--timeout", "8")
     assert r.returncode != 0
-    error = bench.describe_error(MPI.Exception(MPI.ERR_TYPE))  # the MPI library's own text
+    error = harness.describe_error(MPI.Exception(MPI.ERR_TYPE))  # the MPI library's own text
     assert ("[rank 0] mpicoll: verify bcast P=3 dtype=float64 root=0 count=5 native blocking: "
             f"{error}") in r.stderr, r.stderr
     assert "aborting the MPI job" in r.stderr

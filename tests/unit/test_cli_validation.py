@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mpicoll.model import alphabeta as model
-from mpicoll.tools import bench, cli
+from mpicoll.tools import bench, cli, simulate
 from mpicoll.tools.bench import MAX_ITERATIONS, MIN_ITERATIONS, Settings
 
 FAST = ["-c", "bcast", "-m", "8", "-q"]
@@ -214,7 +214,7 @@ def no_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_simulate_shows_progress_on_stderr_for_many_ranks(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, no_calibration: None
 ) -> None:
-    p = cli.SIMULATE_PROGRESS_RANKS
+    p = simulate.SIMULATE_PROGRESS_RANKS
     path = tmp_path / "sim.json"
     argv = ["simulate", "-n", str(p), "-c", "bcast", "-a", "binomial", "pipeline", "-m", "8:16",
             *FLAGS]

@@ -1,5 +1,6 @@
-"""The p2p environment variables (``MPICOLL_SEGMENT_SIZE``, ``MPICOLL_<COLL>_ALGORITHM``) and
-the type of ``algorithm=``, in one process (no mpiexec)."""
+"""The environment variables (``MPICOLL_SEGMENT_SIZE``, ``MPICOLL_<COLL>_ALGORITHM``,
+``MPICOLL_RANKS_PER_NODE``, ``MPICOLL_CHECK``), read once when a backend is made, and the type
+of ``algorithm=``, in one process (no mpiexec)."""
 
 from __future__ import annotations
 
@@ -57,14 +58,67 @@ def test_bad_segment_size_refused_by_the_backend_and_the_simulator(
 
 
 def test_bad_env_algorithm_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown name is refused when the backend is made (naming the variable, the value and
+    the valid names); ``auto`` is accepted."""
+    monkeypatch.setenv("MPICOLL_BCAST_ALGORITHM", "nope")
+    with pytest.raises(ValueError, match=r"MPICOLL_BCAST_ALGORITHM='nope'.*binomial"):
+        mpicoll.p2p(MPI.COMM_SELF)
+    monkeypatch.setenv("MPICOLL_BCAST_ALGORITHM", "auto")
     with mpicoll.p2p(MPI.COMM_SELF) as b:
+        b.Bcast(np.zeros(3))
+
+
+def test_env_algorithm_is_used_and_the_keyword_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPICOLL_ALLGATHER_ALGORITHM", "recursive_doubling")
+    with mpicoll.p2p(MPI.COMM_SELF) as b:
+        assert b.settings.forced("allgather") == "recursive_doubling"
+        assert b.settings.forced("allreduce") == "auto"
+        x, y = np.arange(3.0), np.zeros(3)
+        b.Allgather(x, y)
+        assert np.array_equal(x, y)
+        b.Allgather(x, y, algorithm="ring")  # the keyword wins over the variable
+
+
+def test_environment_is_read_once_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable set after the backend was made changes nothing: no call re-reads it."""
+    for var in ("MPICOLL_SEGMENT_SIZE", "MPICOLL_RANKS_PER_NODE", "MPICOLL_BCAST_ALGORITHM"):
+        monkeypatch.delenv(var, raising=False)
+    with mpicoll.p2p(MPI.COMM_SELF) as b:
+        monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "0")
         monkeypatch.setenv("MPICOLL_BCAST_ALGORITHM", "nope")
-        a = np.zeros(3)
-        with pytest.raises(ValueError, match=r"MPICOLL_BCAST_ALGORITHM='nope'.*binomial"):
-            b.Bcast(a)
-        b.Bcast(a, algorithm="binomial")  # the keyword wins over the variable
-        monkeypatch.setenv("MPICOLL_BCAST_ALGORITHM", "auto")
+        monkeypatch.setenv("MPICOLL_RANKS_PER_NODE", "abc")
+        a = np.arange(4.0)
         b.Bcast(a)
+        b.Bcast(a, algorithm="pipeline")
+        s = b.settings
+        assert (s.segment_bytes, s.ranks_per_node, s.algorithms) == (65536, None, {})
+        assert np.array_equal(a, np.arange(4.0))
+
+
+@pytest.mark.parametrize(("var", "value"), [("MPICOLL_RANKS_PER_NODE", "0"),
+                                            ("MPICOLL_SEGMENT_SIZE", "64k"),
+                                            ("MPICOLL_ALLREDUCE_ALGORITHM", "rign")])
+def test_p2p_refuses_a_bad_variable_at_construction(monkeypatch: pytest.MonkeyPatch, var: str,
+                                                    value: str) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=f"{var}={value!r}"):
+        mpicoll.p2p(MPI.COMM_SELF)
+    with mpicoll.native(MPI.COMM_SELF) as n:  # native does not use them
+        n.Barrier()
+
+
+def test_env_algorithm_restriction_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forced algorithm whose restriction a call breaks: RestrictionError at that call,
+    starting with the variable."""
+    monkeypatch.setenv("MPICOLL_ALLREDUCE_ALGORITHM", "ring")  # needs a commutative op
+    noncomm = MPI.Op.Create(lambda a, b, t: None, commute=False)
+    try:
+        with mpicoll.p2p(MPI.COMM_SELF) as b, pytest.raises(
+                registry.RestrictionError, match=r"^MPICOLL_ALLREDUCE_ALGORITHM='ring': .*"
+                                                 r"commutative"):
+            b.Allreduce(np.zeros(2), np.zeros(2), op=noncomm)
+    finally:
+        noncomm.Free()
 
 
 @pytest.mark.parametrize("kind", ["native", "p2p"])

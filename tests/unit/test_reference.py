@@ -1,22 +1,18 @@
-"""The NumPy reference of the MPI tests (tests/mpi/_reference.py), checked on its own.
+"""The tests' NumPy oracle (tests/oracle.py), checked on its own.
 
-Single process: the reference's reductions are compared with MPI's own local reduction
+Single process: the oracle's reductions are compared with MPI's own local reduction
 (``op.Reduce_local``, no communication) on the very inputs the MPI tests use, so a wrong
-reference (MAXLOC ties, logical ops on integers, the user op's order) cannot hide a bug in
-the collectives or report a false one.
+oracle (MAXLOC ties, logical ops on integers, the user op's order) cannot hide a bug in
+the collectives or report a false one; :func:`oracle.expected` is checked against small cases
+worked by hand (mpi4py-style arguments in, every rank's output buffer out).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
+import oracle as ref
 import pytest
 from mpi4py import MPI
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi"))
-import _reference as ref
 
 #: every (dtype, op) pair the MPI tests use
 PAIRS = [
@@ -199,3 +195,160 @@ def test_describe_difference_names_the_first_index() -> None:
     assert "index 3" in msg
     assert "2 of 10" in msg
     assert ref.first_difference(a, b[:5]) == -1
+
+
+# --------------------------------------------------------------------------------------------
+# oracle.expected: every collective on hand-worked cases
+
+
+def _i(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int64)
+
+
+def _values(want: list[ref.Expected | None]) -> list[list[int] | None]:
+    return [None if w is None else w.values.tolist() for w in want]
+
+
+def test_bcast_writes_the_roots_count_and_keeps_the_tail() -> None:
+    # rank 0 passes 4 elements where the root sends 3: MPI rejects that, and so does the oracle
+    with pytest.raises(ValueError, match="block 0 holds 4"):
+        ref.expected("bcast", [(_i(0, 0, 0, 9),), ([_i(5, 6, 7, 8), 3],)], {"root": 1})
+    want = ref.expected("bcast", [([_i(0, 0, 0, 9), 3],), ([_i(5, 6, 7, 8), 3, MPI.INT64_T],),
+                                  (_i(1, 1, 1),)], {"root": 1})
+    assert _values(want) == [[5, 6, 7, 9], [5, 6, 7, 8], [5, 6, 7]]
+    assert [w.arg for w in want if w is not None] == ["buf"] * 3
+
+
+def test_scatter_gather_allgather_alltoall_by_hand() -> None:
+    # Scatter from root 2: rank r gets block r of the root's 6 elements (2 per rank)
+    root_send = _i(10, 11, 20, 21, 30, 31)
+    want = ref.expected("scatter", [(None, np.zeros(2, np.int64)), (None, np.zeros(2, np.int64)),
+                                    (root_send, np.zeros(2, np.int64))], {"root": 2})
+    assert _values(want) == [[10, 11], [20, 21], [30, 31]]
+    # in-place at the root: its send buffer is the output, unchanged
+    want = ref.expected("scatter", [(None, np.zeros(3, np.int64)), (root_send, MPI.IN_PLACE)],
+                        {"root": 1})
+    assert _values(want) == [[10, 11, 20], [10, 11, 20, 21, 30, 31]]
+    assert want[1] is not None
+    assert want[1].arg == "sendbuf"
+    # Gather to root 0; the non-root's receive buffer is ignored (None there)
+    want = ref.expected("gather", [(_i(1, 2), np.full(4, -1, np.int64), 0), (_i(3, 4), None, 0)])
+    assert _values(want) == [[1, 2, 3, 4], None]
+    # Allgather in place: each rank's block already lies in its receive buffer
+    want = ref.expected("allgather", [(MPI.IN_PLACE, _i(7, 0)), (MPI.IN_PLACE, _i(0, 8))])
+    assert _values(want) == [[7, 8], [7, 8]]
+    # Alltoall: rank i gets the i-th piece from every rank (the seed article's example)
+    sends = [_i(4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3) for r in range(4)]
+    want = ref.expected("alltoall", [(s, np.zeros(4, np.int64)) for s in sends])
+    assert _values(want) == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+
+
+def test_v_collectives_write_blocks_and_keep_gaps() -> None:
+    # Gatherv to root 1, counts [2, 0, 1], blocks in reverse order with gaps (-1 stays)
+    counts, displs = [2, 0, 1], [4, 3, 1]
+    recv = np.full(7, -1, np.int64)
+    want = ref.expected("gatherv", [(_i(1, 2), None), (_i(), [recv, (counts, displs)]),
+                                    (_i(3), None)], {"root": 1})
+    assert _values(want) == [None, [-1, 3, -1, -1, 1, 2, -1], None]
+    # Allgatherv without displacements: blocks packed in rank order
+    want = ref.expected("allgatherv", [(_i(5), [np.zeros(3, np.int64), [1, 2]]),
+                                       (_i(6, 7), [np.zeros(3, np.int64), [1, 2], MPI.INT64_T])])
+    assert _values(want) == [[5, 6, 7], [5, 6, 7]]
+    # Scatterv: rank r gets counts[r] elements from displs[r] of the root's buffer
+    want = ref.expected("scatterv", [([_i(9, 8, 7, 6), ([1, 2], [3, 0])], _i(0), 0),
+                                     (None, _i(0, 0), 0)])
+    assert _values(want) == [[6], [9, 8]]
+    # Alltoallv: C[i][j] elements from i to j
+    sends = [[_i(1, 2, 3), ([1, 2], [0, 1])], [_i(4, 5), ([0, 2], [0, 0])]]
+    recvs = [[np.zeros(1, np.int64), ([1, 0], [0, 1])],
+             [np.full(5, -1, np.int64), ([2, 2], [3, 0])]]
+    want = ref.expected("alltoallv", [(s, r) for s, r in zip(sends, recvs, strict=True)])
+    assert _values(want) == [[1], [4, 5, -1, 2, 3]]
+    # Alltoallw: the same blocks, displacements in bytes, a datatype per rank (both forms)
+    t = [MPI.INT64_T] * 2
+    sends = [[_i(1, 2, 3), ([1, 2], [0, 8]), t], [_i(4, 5), [0, 2], [0, 0], t]]
+    recvs = [[np.zeros(1, np.int64), ([1, 0], [0, 8]), t],
+             [np.full(5, -1, np.int64), ([2, 2], [24, 0]), t]]
+    want = ref.expected("alltoallw", [(s, r) for s, r in zip(sends, recvs, strict=True)])
+    assert _values(want) == [[1], [4, 5, -1, 2, 3]]
+    with pytest.raises(TypeError, match="item size"):  # a derived type is not modelled
+        ref.expected("alltoallw", [([_i(1), [1], [0], [MPI.INT64_T.Create_resized(0, 16)]],
+                                    [np.zeros(1, np.int64), [1], [0], [MPI.INT64_T]])])
+
+
+def test_reductions_fold_in_rank_order() -> None:
+    """AFFINE maps compose as u0 o u1 o u2: reversing the ranks changes the result."""
+    a = ref.inputs(0, 3, "int64", "AFFINE")
+    b = ref.inputs(1, 3, "int64", "AFFINE")
+    c = ref.inputs(2, 3, "int64", "AFFINE")
+    op = ref.mpi_op("AFFINE")
+    ab = ref.combine("AFFINE", a, b)
+    abc = ref.combine("AFFINE", ab, c)
+    args = [(x, np.zeros(3, np.int64)) for x in (a, b, c)]
+    assert _values(ref.expected("allreduce", args, {"op": op})) == [abc.tolist()] * 3
+    scan = _values(ref.expected("scan", args, {"op": op}))
+    assert scan == [a.tolist(), ab.tolist(), abc.tolist()]
+    ex = ref.expected("exscan", args, {"op": op})
+    assert _values(ex)[1:] == [a.tolist(), ab.tolist()]
+    assert ex[0] is not None
+    assert ex[0].defined is not None
+    assert not ex[0].defined.any()
+    want = ref.expected("reduce", [(x, np.zeros(3, np.int64) if r == 2 else None)
+                                   for r, x in enumerate((a, b, c))], {"op": op, "root": 2})
+    assert _values(want) == [None, None, abc.tolist()]
+    rev = ref.expected("allreduce", args[::-1], {"op": op})
+    assert _values(rev)[0] != abc.tolist()
+
+
+def test_reduce_scatter_by_hand() -> None:
+    x0, x1 = _i(1, 2, 3, 4), _i(10, 20, 30, 40)
+    # block: 2 each; SUM = [11, 22, 33, 44]
+    want = ref.expected("reduce_scatter_block", [(x0, np.zeros(2, np.int64)),
+                                                 (x1, np.zeros(2, np.int64))])
+    assert _values(want) == [[11, 22], [33, 44]]
+    # v, counts [3, 1], rank 1's receive buffer has 2 elements past its count (kept)
+    want = ref.expected("reduce_scatter", [(x0, np.zeros(3, np.int64), [3, 1]),
+                                           (x1, np.full(3, -1, np.int64), [3, 1])])
+    assert _values(want) == [[11, 22, 33], [44, -1, -1]]
+    # recvcounts None: each rank's count from its receive buffer
+    want = ref.expected("reduce_scatter", [(x0, [np.zeros(4, np.int64), 1]),
+                                           (x1, [np.zeros(3, np.int64), 3])])
+    assert [w.values.tolist()[:c] for w, c in zip(want, (1, 3), strict=True) if w] == \
+        [[11], [22, 33, 44]]
+    # in place: the result is the first count elements, the rest undefined
+    want = ref.expected("reduce_scatter", [(MPI.IN_PLACE, x0.copy(), [1, 3]),
+                                           (MPI.IN_PLACE, x1.copy(), [1, 3])])
+    w1 = want[1]
+    assert w1 is not None
+    assert w1.values.tolist()[:3] == [22, 33, 44]
+    assert w1.defined is not None
+    assert w1.defined.tolist() == [True, True, True, False]
+    assert ref.difference(_i(22, 33, 44, 12345), w1) is None
+    assert ref.difference(_i(22, 33, 45, 40), w1) is not None
+
+
+def test_expected_refuses_what_mpi_refuses() -> None:
+    with pytest.raises(ValueError, match="different roots"):
+        ref.expected("bcast", [(_i(1),), (_i(1),)], [{"root": 0}, {"root": 1}])
+    with pytest.raises(ValueError, match="add up"):
+        ref.expected("reduce_scatter", [(_i(1, 2), _i(0), [1, 2]), (_i(1, 2), _i(0), [1, 2])])
+    with pytest.raises(TypeError, match="has no argument"):
+        ref.expected("allreduce", [(_i(1), _i(0))], {"root": 0})
+    with pytest.raises(TypeError, match="does not know the op"):
+        ref.expected("allreduce", [(_i(1), _i(0))],
+                     {"op": MPI.Op.Create(lambda a, b, t: None, commute=True)})
+
+
+def test_user_op_folds_with_its_numpy_function() -> None:
+    def concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a * 10.0 ** (np.floor(np.log10(b)) + 1) + b
+
+    op = ref.user_op(concat, np.float64)
+    xs = [np.array([float(r + 1)]) for r in range(4)]
+    want = ref.expected("allreduce", [(x, np.zeros(1)) for x in xs], {"op": op})
+    assert want[0] is not None
+    assert want[0].values.tolist() == [1234.0]
+    acc = xs[-1].copy()   # MPI's own local reduction with the same op agrees
+    for x in reversed(xs[:-1]):
+        op.Reduce_local(x, acc)
+    assert acc.tolist() == [1234.0]

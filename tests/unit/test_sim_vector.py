@@ -28,6 +28,9 @@ BRANCH_FREE = {
 }
 # A model whose three terms differ in magnitude, so a swapped term changes the clocks.
 MODEL = Model(alpha=3e-6, beta=7e-10, gamma=1.3e-10)
+# ... and with LogP's software overhead (o_call per call, o_msg per message posted)
+MODEL_O = Model(alpha=3e-6, beta=7e-10, gamma=1.3e-10, o_call=1.1e-5, o_msg=4.7e-7)
+MODELS = pytest.mark.parametrize("model", [MODEL, MODEL_O], ids=["abg", "abg+o"])
 
 
 def _same(a: object, b: object, what: tuple) -> None:
@@ -57,8 +60,9 @@ def test_branch_free_set_is_registered() -> None:
         registry.get(coll, name)
 
 
+@MODELS
 @pytest.mark.parametrize("coll", sorted(SYMMETRIC))
-def test_vector_engine_equals_per_rank_engine(coll: str) -> None:
+def test_vector_engine_equals_per_rank_engine(coll: str, model: Model) -> None:
     used = set()
     for alg in registry.algorithms(coll):
         for p in SIZES:
@@ -66,7 +70,7 @@ def test_vector_engine_equals_per_rank_engine(coll: str) -> None:
                 continue
             for count in COUNTS if coll != "barrier" else [0]:
                 for in_place in (False, True) if coll != "barrier" else (False,):
-                    engine = _both(coll, p, count, algorithm=alg.name, model=MODEL,
+                    engine = _both(coll, p, count, algorithm=alg.name, model=model,
                                    in_place=in_place)
                     if engine == "vector":
                         used.add((alg.name, p))
@@ -75,22 +79,26 @@ def test_vector_engine_equals_per_rank_engine(coll: str) -> None:
     assert used, f"the vector engine ran no {coll} algorithm"
 
 
-def test_node_counts_match() -> None:
+@MODELS
+def test_node_counts_match(model: Model) -> None:
     """Inter-node bytes are counted the same way (nodes of 3 ranks, flat model)."""
     for p in (4, 7, 12):
         nodes = [r // 3 for r in range(p)]
         for coll, name in sorted(BRANCH_FREE):
-            ref = simulate(coll, p, 10, algorithm=name, nodes=nodes, engine="rank")
-            got = simulate(coll, p, 10, algorithm=name, nodes=nodes, engine="vector")
+            ref = simulate(coll, p, 10, algorithm=name, nodes=nodes, engine="rank", model=model)
+            got = simulate(coll, p, 10, algorithm=name, nodes=nodes, engine="vector",
+                           model=model)
             _same(ref, got, (coll, name, p))
             if coll != "barrier":
                 assert got.inter_bytes_sent.sum() > 0
 
 
-TWO = [TwoLevel(k, MODEL, Model(alpha=9e-6, beta=2e-9, gamma=MODEL.gamma)) for k in (2, 3, 4)]
+TWO = [TwoLevel(k, intra, Model(alpha=9e-6, beta=2e-9, gamma=MODEL.gamma))
+       for k in (2, 3, 4) for intra in (MODEL, MODEL_O)]
 
 
-@pytest.mark.parametrize("two", TWO, ids=lambda m: f"k{m.ranks_per_node}")
+@pytest.mark.parametrize("two", TWO,
+                         ids=lambda m: f"k{m.ranks_per_node}{'+o' if m.intra.o_msg else ''}")
 def test_two_level_model(two: TwoLevel) -> None:
     """Two-level model: where each node's port has one user (rings over consecutive ranks) the
     vector engine runs and equals the per-rank engine; elsewhere it hands over."""
@@ -122,13 +130,19 @@ def test_ring_allreduce_at_4096_ranks_64_mib() -> None:
                                                  MODEL.gamma)
     assert r.time == pytest.approx(want, rel=1e-12)
     assert np.ptp(r.clocks) == 0  # a symmetric schedule: every rank finishes together
+    # with overhead: o_call once, 2 o_msg per round (one send, one receive), identical clocks
+    o = simulate("allreduce", p, n // 8, algorithm="ring", model=MODEL_O)
+    assert o.engine == "vector"
+    assert o.time == pytest.approx(want + MODEL_O.o_call + 2 * (p - 1) * 2 * MODEL_O.o_msg,
+                                   rel=1e-12)
 
 
-def test_uneven_blocks_skew_the_clocks_identically() -> None:
+@MODELS
+def test_uneven_blocks_skew_the_clocks_identically(model: Model) -> None:
     """n not divisible by p: blocks differ by one element, ranks finish at different times;
     the vector engine reproduces each rank's clock."""
-    ref = simulate("allreduce", 13, 1000 * 13 + 7, algorithm="ring", model=MODEL, engine="rank")
-    got = simulate("allreduce", 13, 1000 * 13 + 7, algorithm="ring", model=MODEL)
+    ref = simulate("allreduce", 13, 1000 * 13 + 7, algorithm="ring", model=model, engine="rank")
+    got = simulate("allreduce", 13, 1000 * 13 + 7, algorithm="ring", model=model)
     assert got.engine == "vector"
     assert np.ptp(ref.clocks) > 0
     _same(ref, got, "uneven")

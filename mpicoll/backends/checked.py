@@ -1,0 +1,408 @@
+"""Checked mode: the ranks compare their calls before running them, and all raise together.
+
+Two agreements, both one small non-blocking allgather completed while progressing every p2p
+schedule in flight (a peer may be waiting on this rank's outstanding schedule before it joins):
+
+* :func:`agree_on_construction`, when a backend is made (both backends, checked or not): the
+  check flag, whether this rank's environment and arguments were accepted, and, for p2p, every
+  variable that changes what goes on the wire (``$MPICOLL_SEGMENT_SIZE``,
+  ``$MPICOLL_RANKS_PER_NODE``, every ``$MPICOLL_<COLLECTIVE>_ALGORITHM``).  A refused rank
+  raises its own ``ValueError`` and the others one naming it; differing values make every rank
+  raise :class:`MismatchError` naming the variable and the values (Open MPI's ``mpiexec``
+  passes a variable to the ranks only with ``-x``, so this happens on real clusters).
+* :meth:`CheckedMode._agree`, before every call of a backend in checked mode (``check=True`` or
+  ``$MPICOLL_CHECK=1``): collective, blocking or not, root, count, dtype, op, forced algorithm,
+  segment size and the counts of the v-collectives (see there).
+
+:class:`CheckedMode` is a base of :class:`mpicoll.backends.base.Collectives`; a call takes the
+checked path only when the backend's ``check`` is on.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..algorithms.collectives import BY_NAME, NAMES
+from ..engines.mpi import Waitall
+from .args import PARSERS, Call
+from .buffers import Buf, is_in_place, parse
+from .env import RANKS_PER_NODE_VAR, SEGMENT_VAR, Settings, algorithm_var
+
+__all__ = ["CheckedMode", "MismatchError", "agree_on_construction", "check_algorithm_type"]
+
+
+class MismatchError(ValueError):
+    """Checked mode: ranks called a collective with arguments that do not agree.
+
+    Raised on every rank at once, naming the field and the ranks that differ.  Also raised by
+    every rank when a backend is made and the ranks' check flags or p2p environment differ.
+    """
+
+
+_PREDEFINED_OPS = (
+    "SUM",
+    "PROD",
+    "MAX",
+    "MIN",
+    "LAND",
+    "LOR",
+    "LXOR",
+    "BAND",
+    "BOR",
+    "BXOR",
+    "MAXLOC",
+    "MINLOC",
+)
+_FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error",
+           "forced algorithm", "segment size", "counts", "peer counts", "recvcounts given",
+           "non-blocking")
+# column of each field in the table of checked mode
+(_COLL, _ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _ERROR, _FORCED, _SEGMENT, _COUNTS, _PEER,
+ _STAGE, _NB) = range(len(_FIELDS))
+# compared field by field (every rank must have the same value)
+_UNIFORM = (_ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _FORCED, _SEGMENT)
+# collectives whose every rank passes the same full counts list (compared by hash)
+_SAME_COUNTS = {"allgatherv": "recvcounts", "reduce_scatter": "recvcounts"}
+# collectives whose per-rank count is compared with the root's counts
+_ROOTED_V = {"scatterv": ("sendcounts", "recvbuf"), "gatherv": ("recvcounts", "sendbuf")}
+# _STAGE: 0 the call itself; 1 Reduce_scatter(recvcounts=None) gathering the counts first
+_GATHER_COUNTS = 1
+
+
+def _op_code(op: MPI.Op | None) -> int:
+    if op is None:
+        return -1
+    for i, name in enumerate(_PREDEFINED_OPS):
+        if op == getattr(MPI, name):
+            return i
+    return 100  # any user op: handles cannot be compared across processes
+
+
+def _mix(keys: np.ndarray) -> np.ndarray:
+    """splitmix64 of uint64 ``keys``: a pseudo-random 64-bit weight per key."""
+    x = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _weighted(values: Sequence[int] | np.ndarray, keys: np.ndarray) -> int:
+    """sum(values[j] * mix(keys[j])) mod 2**64, as a signed 64-bit int (a linear hash: two
+    lists that differ anywhere give different sums except with probability ~2**-64)."""
+    v = np.asarray(values, dtype=np.int64).astype(np.uint64)
+    total = np.array([(v * _mix(keys)).sum(dtype=np.uint64)], dtype=np.uint64)
+    return int(total.view(np.int64)[0])
+
+
+def _list_hash(counts: Sequence[int] | np.ndarray) -> int:
+    return _weighted(counts, np.arange(len(counts), dtype=np.uint64))
+
+
+def _ranks(rows: Sequence[int] | np.ndarray) -> str:
+    return "[" + ", ".join(str(int(r)) for r in rows) + "]"
+
+
+def check_algorithm_type(algorithm: Any) -> None:
+    """``algorithm=`` must be None or a str: TypeError otherwise (before any message)."""
+    if algorithm is not None and not isinstance(algorithm, str):
+        raise TypeError(
+            f"algorithm: expected an algorithm name (str) or None, got "
+            f"{type(algorithm).__name__} {algorithm!r}"
+        )
+
+
+# ---- the construction-time agreement ---------------------------------------------------------
+
+# columns of the table: check flag, refused, segment size, ranks per node, then one hash per
+# collective's forced algorithm
+_C_CHECK, _C_ERROR, _C_SEGMENT, _C_NODE = range(4)
+_C_ALGS = 4
+#: bytes of an algorithm variable's value shown when the ranks' values differ
+_SHOWN = 64
+
+
+def _groups(values: Sequence[str]) -> str:
+    """``'ring' on rank(s) [0], 'auto' on rank(s) [1, 2]``."""
+    by: dict[str, list[int]] = {}
+    for r, v in enumerate(values):
+        by.setdefault(v, []).append(r)
+    return ", ".join(f"{v} on rank(s) {_ranks(rs)}" for v, rs in by.items())
+
+
+def agree_on_construction(comm: MPI.Comm, name: str, settings: Settings, *,
+                          error: Exception | None = None, p2p: bool = False) -> None:
+    """Constructing a backend (collective over ``comm``): before anything else collective, the
+    ranks exchange their check flag, whether this rank's environment/arguments were accepted
+    and, for p2p, the environment that changes what goes on the wire, in one small allgather.
+
+    Raises:
+        ValueError: a rank's environment or arguments were refused (that rank raises its own
+            ``error``, the others one naming it).
+        MismatchError: check flags differ, or (p2p) ``$MPICOLL_SEGMENT_SIZE``,
+            ``$MPICOLL_RANKS_PER_NODE`` or a ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` differ; the
+            message names the variable and every value with its ranks.
+
+    So one rank's bad or lone variable cannot leave the others hanging, or silently computing
+    something else, in a later collective."""
+    error = error if error is not None else settings.error
+    mine = np.zeros(_C_ALGS + len(NAMES), dtype=np.int64)
+    mine[_C_CHECK] = int(settings.check)
+    mine[_C_ERROR] = 0 if error is None else 1
+    if p2p:
+        mine[_C_SEGMENT] = settings.segment_bytes
+        mine[_C_NODE] = settings.ranks_per_node or 0
+        for i, coll in enumerate(NAMES):
+            mine[_C_ALGS + i] = zlib.crc32(settings.forced(coll).encode())
+    table = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
+    Waitall([comm.Iallgather(mine, table)])
+    bad = np.flatnonzero(table[:, _C_ERROR])
+    if error is not None:
+        raise error
+    if bad.size:
+        raise ValueError(f"mpicoll.{name}: the environment or arguments were refused on "
+                         f"rank(s) {_ranks(bad)} (see the error there); every rank stops")
+    flags = table[:, _C_CHECK]
+    if (flags != flags[0]).any():
+        raise MismatchError(
+            f"mpicoll.{name}: ranks disagree on checked mode (check= or $MPICOLL_CHECK): "
+            f"on for rank(s) {_ranks(np.flatnonzero(flags))}, off for rank(s) "
+            f"{_ranks(np.flatnonzero(flags == 0))}; every rank must use the same")
+    differ: list[str] = []
+    for col, var, unset in ((_C_SEGMENT, SEGMENT_VAR, None), (_C_NODE, RANKS_PER_NODE_VAR, 0)):
+        values = table[:, col]
+        if (values != values[0]).any():
+            differ.append(f"${var}: " + _groups(
+                ["unset" if v == unset else str(int(v)) for v in values]))
+    algs = [i for i in range(len(NAMES))
+            if (table[:, _C_ALGS + i] != table[0, _C_ALGS + i]).any()]
+    if algs:  # every rank sees the same table: all exchange the differing values
+        shown = np.zeros((len(algs), _SHOWN), dtype=np.uint8)
+        for k, i in enumerate(algs):
+            raw = settings.forced(NAMES[i]).encode()[:_SHOWN]
+            shown[k, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        every = np.empty((comm.Get_size(), len(algs), _SHOWN), dtype=np.uint8)
+        Waitall([comm.Iallgather(shown, every)])
+        for k, i in enumerate(algs):
+            names = [repr(bytes(every[r, k]).rstrip(b"\0").decode(errors="replace"))
+                     for r in range(comm.Get_size())]
+            differ.append(f"${algorithm_var(NAMES[i])}: {_groups(names)}")
+    if differ:
+        raise MismatchError(
+            f"mpicoll.{name}: ranks disagree on the environment: {'; '.join(differ)}; every "
+            "rank must see the same values (under Open MPI, export them with mpiexec -x)")
+
+
+# ---- checked calls ---------------------------------------------------------------------------
+
+
+class CheckedMode:
+    """Checked mode of a backend (a base of :class:`~mpicoll.backends.base.Collectives`).
+
+    Uses the backend's ``rank``, ``size``, ``settings`` and ``_check_comm`` (the communicator
+    the agreements run on: the private duplicate on p2p, ``comm`` on native), and its
+    ``_run``.
+    """
+
+    rank: int
+    size: int
+    settings: Settings
+    _check_comm: MPI.Comm
+
+    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
+             args: tuple[Any, ...]) -> Any:
+        raise NotImplementedError
+
+    def _segment_field(self) -> int:
+        """The segment size checked mode compares (-1: not used by this backend)."""
+        return -1
+
+    def _checked_call(self, collective: str, nonblocking: bool, algorithm: Any,
+                      args: tuple[Any, ...]) -> Any:
+        """Check and parse this rank's call, agree with the other ranks, then run it."""
+        try:
+            check_algorithm_type(algorithm)
+            call = PARSERS[collective](self.size, self.rank, *args)
+        except (TypeError, ValueError) as exc:
+            self._agree(collective, None, exc, algorithm, nonblocking=nonblocking)
+            raise
+        self._agree(collective, call, None, algorithm, nonblocking=nonblocking)
+        return self._run(call, nonblocking, algorithm, args)
+
+    def _checked_recvcounts(self, sendbuf: Any, recvbuf: Any, algorithm: Any,
+                            nonblocking: bool) -> list[int]:
+        """Reduce_scatter(recvcounts=None) in checked mode: the gathering of every rank's
+        receive count is the agreement itself (the ranks first check that they all call
+        Reduce_scatter with recvcounts=None), so a rank calling another collective meets a
+        :class:`MismatchError`, not a mismatched allgather."""
+        try:
+            check_algorithm_type(algorithm)
+            if is_in_place(sendbuf):
+                raise ValueError(
+                    "recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
+            rb = parse(recvbuf, "recvbuf", writable=True)
+        except (TypeError, ValueError) as exc:
+            self._agree("reduce_scatter", None, exc, algorithm, stage=_GATHER_COUNTS,
+                        nonblocking=nonblocking)
+            raise
+        table = self._agree("reduce_scatter", None, None, algorithm, gathering=rb,
+                            nonblocking=nonblocking)
+        return [int(c) for c in table[:, _PEER]]
+
+    def _agree(self, collective: str, call: Call | None, error: Exception | None,
+               algorithm: Any = None, *, gathering: Buf | None = None,
+               stage: int = 0, nonblocking: bool = False) -> np.ndarray:
+        """Checked mode: every rank compares its call with the others' and all raise the same
+        :class:`MismatchError` if they disagree, or if any rank's arguments were refused (that
+        rank re-raises its own error).  Costs one ``MPI_Iallgather`` of 13 integers per rank,
+        completed while progressing every p2p schedule in flight (a peer may be waiting for
+        this rank's outstanding schedule before it joins the agreement).
+
+        Compared: the collective, blocking or non-blocking form (MPI never matches the two),
+        root, element count, dtype and item size, op (predefined
+        ops by name; any user op as "user op"), the forced algorithm (``algorithm=`` or
+        ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment size, and the counts of the
+        v-collectives:
+
+        * allgatherv, reduce_scatter: every rank's full recvcounts list (a 64-bit hash of it);
+        * scatterv / gatherv: each rank's own count (its recvbuf's / sendbuf's) against the
+          root's ``counts[rank]`` (the root's list by hash; the root names the ranks);
+        * alltoallv: rank i's ``sendcounts[j]`` against rank j's ``recvcounts[i]`` for every
+          pair (a linear 64-bit hash over all pairs: every rank contributes its rows);
+          alltoallw likewise, with each block's count in bytes (``n * Get_size()``).
+
+        Hashes are 64-bit, so two different counts lists pass as equal with probability about
+        2**-64.  ``gathering`` (Reduce_scatter with recvcounts=None): this rank's parsed
+        recvbuf; the ranks then agree on the collective and exchange their receive counts in
+        the same allgather (the returned table's "peer counts" column holds them); ``stage``
+        marks that agreement (``_GATHER_COUNTS``) when this rank's recvbuf was refused.
+
+        Returns:
+            The table of every rank's signature (one row per rank).
+        """
+        sig = np.full(len(_FIELDS), -1, dtype=np.int64)
+        sig[_COLL] = NAMES.index(collective)
+        forced = algorithm if algorithm is not None else self.settings.forced(collective)
+        sig[_FORCED] = zlib.crc32(str(forced).encode())
+        sig[_NB] = int(nonblocking)
+        sig[_SEGMENT] = self._segment_field()
+        sig[_STAGE] = _GATHER_COUNTS if gathering is not None else stage
+        sig[_ERROR] = 0 if error is None else 1
+        if gathering is not None:
+            sig[_DTYPE] = gathering.array.dtype.num
+            sig[_ITEMSIZE] = gathering.array.dtype.itemsize
+            sig[_PEER] = gathering.count
+        elif call is not None:
+            sig[_ROOT] = call.root
+            sig[_COUNT] = -1 if call.count is None else call.count
+            sig[_DTYPE] = call.dtype.num
+            sig[_ITEMSIZE] = call.dtype.itemsize
+            sig[_OP] = _op_code(call.op)
+            if collective in ("alltoallv", "alltoallw"):  # alltoallw: in bytes
+                assert call.counts is not None
+                assert call.send_counts is not None
+                me, p = self.rank, self.size
+                peers = np.arange(p, dtype=np.uint64)
+                sig[_COUNTS] = _weighted(call.send_counts, np.uint64(me) * np.uint64(p) + peers)
+                sig[_PEER] = _weighted(call.counts, peers * np.uint64(p) + np.uint64(me))
+            else:
+                if call.counts is not None:
+                    sig[_COUNTS] = _list_hash(call.counts)
+                if call.own_count is not None:
+                    sig[_PEER] = call.own_count
+        table = np.empty((self.size, len(_FIELDS)), dtype=np.int64)
+        Waitall([self._check_comm.Iallgather(sig, table)])
+        self._compare(collective, table, call, error, gathering is not None, str(forced))
+        return table
+
+    def _compare(self, collective: str, table: np.ndarray, call: Call | None,
+                 error: Exception | None, gathering: bool, forced: str = "auto") -> None:
+        """Raise :class:`MismatchError` if the rows of ``table`` disagree (see :meth:`_agree`);
+        return quietly on a rank whose own arguments were refused (it re-raises its error)."""
+        bad = np.flatnonzero(table[:, _ERROR])
+        if bad.size:
+            if error is not None:
+                return  # this rank re-raises its own error
+            raise MismatchError(f"{collective}: the arguments were refused on rank(s) "
+                                f"{_ranks(bad)}; every rank stops")
+
+        def same(f: int) -> None:
+            col = table[:, f]
+            if (col != col[0]).any():
+                vals: dict[int, Any] = {int(r): int(v) for r, v in enumerate(col)}
+                if f == _COLL:
+                    vals = {r: NAMES[v] for r, v in vals.items()}
+                what = "recvcounts given (a list, or None)" if f == _STAGE else _FIELDS[f]
+                raise MismatchError(
+                    f"{collective}: ranks disagree on {what}: {vals} (rank: value)")
+
+        same(_COLL)
+        nb = table[:, _NB]
+        if (nb != nb[0]).any():
+            rec = BY_NAME[collective]
+            raise MismatchError(
+                f"{collective}: ranks {_ranks(np.flatnonzero(nb))} call the non-blocking form "
+                f"({rec.nonblocking}), ranks {_ranks(np.flatnonzero(nb == 0))} the "
+                f"blocking one ({rec.method}); MPI never matches the two")
+        same(_STAGE)
+
+        def same_forced() -> None:  # each rank knows only its own name: say which ranks differ
+            col = table[:, _FORCED]
+            if (col == col[0]).all():
+                return
+            me = self.rank
+            others = np.flatnonzero(col != col[me])
+            also = [int(r) for r in np.flatnonzero(col == col[me]) if r != me]
+            what = "forces no algorithm ('auto')" if forced == "auto" else f"forces {forced!r}"
+            raise MismatchError(
+                f"{collective}: ranks disagree on the forced algorithm (algorithm= or "
+                f"${algorithm_var(collective)}): this rank ({me}) {what}"
+                + (f", as do ranks {_ranks(also)}" if also else "")
+                + f"; ranks {_ranks(others)} force other algorithms (or none)")
+
+        uniform: tuple[int, ...] = _UNIFORM
+        if gathering or collective in ("scatterv", "gatherv", "alltoallv", "alltoallw",
+                                       *_SAME_COUNTS):
+            uniform = tuple(f for f in uniform if f != _COUNT)  # compared through the counts
+        for f in uniform:
+            if f == _FORCED:
+                same_forced()
+            else:
+                same(f)
+        if gathering:
+            return
+        if collective in _SAME_COUNTS:
+            col = table[:, _COUNTS]
+            if (col != col[0]).any():
+                groups: dict[int, list[int]] = {}
+                for r, h in enumerate(col):
+                    groups.setdefault(int(h), []).append(r)
+                shown = ", ".join(_ranks(g) for g in groups.values())
+                raise MismatchError(
+                    f"{collective}: ranks disagree on the counts: every rank must pass the same "
+                    f"{_SAME_COUNTS[collective]}, but ranks {shown} pass different lists")
+        elif collective in _ROOTED_V:
+            root = int(table[0, _ROOT])
+            own = table[:, _PEER]
+            if _list_hash(own) != int(table[root, _COUNTS]):
+                counts_name, buf_name = _ROOTED_V[collective]
+                given = {int(r): int(c) for r, c in enumerate(own)}
+                detail = ""
+                if call is not None and call.counts is not None:  # the root knows which
+                    detail = "; " + ", ".join(
+                        f"rank {r} has {given[r]}, the root expects {c}"
+                        for r, c in enumerate(call.counts) if c != given[r])
+                raise MismatchError(
+                    f"{collective}: the ranks' {buf_name} counts {given} (rank: count) do not "
+                    f"match the {counts_name} of the root (rank {root}){detail}")
+        elif collective in ("alltoallv", "alltoallw"):
+            sent = np.array([table[:, _COUNTS].astype(np.uint64).sum(dtype=np.uint64)])
+            recv = np.array([table[:, _PEER].astype(np.uint64).sum(dtype=np.uint64)])
+            if sent[0] != recv[0]:
+                raise MismatchError(
+                    f"{collective}: the send and receive counts do not pair up: rank i's "
+                    "sendcounts[j] must equal rank j's recvcounts[i] for every pair of ranks")

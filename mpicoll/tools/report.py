@@ -1,0 +1,463 @@
+"""What ``mpicoll bench`` writes: its tables, the ``--json`` document, CSV and a plot.
+
+Also the small text helpers the other commands print with (:func:`table`, :func:`fmt_us`,
+:func:`human_size`, :func:`size_meaning`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..algorithms.collectives import BY_NAME
+from ..model.alphabeta import Model
+
+if TYPE_CHECKING:
+    from .harness import Plan
+
+__all__ = [
+    "CSV_COLUMNS",
+    "SCHEMA_ID",
+    "SCHEMA_PATH",
+    "busbw_factor",
+    "describe_model",
+    "document",
+    "fmt_us",
+    "format_block",
+    "header",
+    "human_size",
+    "plot_problem",
+    "size_meaning",
+    "summarize",
+    "table",
+    "validate",
+    "write_csv",
+    "write_plot",
+]
+
+#: The JSON schema the ``--json`` output follows.
+SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "bench.schema.json"
+SCHEMA_ID = "mpicoll-bench/1"
+
+def busbw_factor(collective: str, p: int) -> float | None:
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md) of ``collective`` at ``p`` ranks,
+    from its record's ``busbw_factor`` (None: barrier)."""
+    rec = BY_NAME.get(collective)
+    return None if rec is None else rec.busbw(p)
+
+
+def human_size(n: int) -> str:
+    """``4096`` -> ``"4K"``, ``3 << 20`` -> ``"3M"`` (binary units, exact ones only)."""
+    for unit, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
+
+
+def validate(doc: Any, schema: dict[str, Any] | None = None) -> list[str]:
+    """Check ``doc`` against a JSON schema with the ``jsonschema`` package (a test dependency:
+    ``pip install 'mpicoll[test]'``); the errors, ``"$.path: message"`` each (empty: valid).
+
+    Args:
+        doc: the loaded JSON document.
+        schema: the schema (default: :data:`SCHEMA_PATH`, the bench document's).
+    """
+    import jsonschema  # type: ignore[import-untyped]
+
+    if schema is None:
+        schema = json.loads(SCHEMA_PATH.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{e.json_path}: {e.message}"
+            for e in sorted(validator.iter_errors(doc), key=lambda e: e.json_path)]
+
+
+def describe_model(m: Model) -> str:
+    """``alpha = 2 us, beta = 0.1 ns/B (10 GB/s), gamma = 0.25 ns/B``."""
+    gbps = f"{1.0 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
+    return (f"alpha = {m.alpha * 1e6:.3g} us, beta = {m.beta * 1e9:.3g} ns/B ({gbps}), "
+            f"gamma = {m.gamma * 1e9:.3g} ns/B")
+
+
+
+def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (collective, size): fastest of mpicoll's implementations (native, p2p), best p2p,
+    its speed-up over native, native's time over plain mpi4py's, #wrong."""
+    rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in records:
+        rows.setdefault((r["collective"], r["size_bytes"]), []).append(r)
+    out = []
+    for (coll, size), recs in rows.items():
+        ok = [r for r in recs if r["status"] == "ok" and r["time_us"]]
+        nat = next((r for r in ok if r["backend"] == "native"), None)
+        p2ps = [r for r in ok if r["backend"] == "p2p"]
+        mine = [r for r in ok if r["backend"] != "mpi4py"]
+        fastest = min(mine, key=lambda r: r["time_us"]["median"]) if mine else None
+        plain = next((r for r in ok if r["backend"] == "mpi4py"), None)
+        overhead = None
+        if nat and plain and plain["time_us"]["median"] > 0:
+            overhead = nat["time_us"]["median"] / plain["time_us"]["median"]
+        best = min(p2ps, key=lambda r: r["time_us"]["median"]) if p2ps else None
+        speedup = None
+        if nat and best and best["time_us"]["median"] > 0:
+            speedup = nat["time_us"]["median"] / best["time_us"]["median"]
+        out.append(
+            {
+                "collective": coll,
+                "size_bytes": size,
+                "count": recs[0]["count"],
+                "fastest": fastest["implementation"] if fastest else None,
+                "best_p2p": best["implementation"] if best else None,
+                "speedup_best_p2p_vs_native": speedup,
+                "native_over_mpi4py": overhead,
+                "algbw_gbps": fastest["algbw_gbps"] if fastest else None,
+                "busbw_gbps": fastest["busbw_gbps"] if fastest else None,
+                "wrong": sum(r["status"] in ("wrong", "error") for r in recs),
+            }
+        )
+    return out
+
+
+def fmt_us(x: float) -> str:
+    """A time in microseconds as the tables print it: ``12345``, ``123.4``, ``1.23``."""
+    if x >= 1e4:
+        return f"{x:.0f}"
+    if x >= 100:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _fmt_opt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _cell(rec: dict[str, Any], key: str = "time_us") -> str:
+    st = rec["status"]
+    if st == "ok":
+        return fmt_us(rec[key]["median"]) if rec.get(key) else "-"
+    return {"wrong": "WRONG", "error": "ERROR", "n/a": "n/a"}[st]
+
+
+def table(
+    heads: list[str], units: list[str], rows: list[list[str]], notes: list[str]
+) -> list[str]:
+    """Right-aligned columns, two spaces apart; header and unit lines start with ``#``."""
+    widths = [
+        max(len(h), len(u), *(len(r[k]) for r in rows))
+        for k, (h, u) in enumerate(zip(heads, units, strict=True))
+    ]
+
+    def line(cells: list[str], lead: str) -> str:
+        return lead + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+
+    return [line(heads, "# "), line(units, "# "), *(line(r, "  ") for r in rows), *notes]
+
+
+def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -> str:
+    """The table of one collective, nccl-tests style.
+
+    Blocking: one row per size; columns size, count, check, the median time (us) of native and
+    of each p2p algorithm (``WRONG``/``ERROR``/``n/a`` instead of a time), the fastest, the
+    speed-up of the best p2p over native, algbw and busbw (GB/s) of the fastest, ``#wrong``.
+    Non-blocking: one row per size and implementation with pure / compute / total times and the
+    OSU and IMB-NBC overlap percentages.  Notes under the table explain n/a and WRONG cells.
+    """
+    if not records:
+        return ""
+    labels: list[str] = []
+    for r in records:
+        if r["implementation"] not in labels:
+            labels.append(r["implementation"])
+    summary = {s["size_bytes"]: s for s in summarize(records)}
+    by_size: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in records:
+        by_size.setdefault(r["size_bytes"], {})[r["implementation"]] = r
+    factor = busbw_factor(coll, p)
+    ftext = BY_NAME[coll].busbw_factor
+    head = f"# {coll}: S = {size_meaning(coll)}" + (
+        f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
+    )
+    notes: list[str] = []
+    bad: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["status"] in ("wrong", "error"):
+            bad.setdefault(r["implementation"], []).append(r)
+    for lab, recs in bad.items():
+        first = recs[0]
+        where = f" on rank {first['wrong_rank']}" if first["wrong_rank"] is not None else ""
+        sizes = ", ".join(str(r["size_bytes"]) for r in recs)
+        notes.append(f"#   {lab}: {first['status'].upper()} at {len(recs)} size(s) ({sizes} B); "
+                     f"at {first['size_bytes']} B{where}: {first['reason']}")
+    na: dict[str, str] = {}
+    for r in records:
+        if r["status"] == "n/a" and r["reason"]:
+            na.setdefault(r["implementation"], r["reason"])
+    notes = [f"#   {lab}: n/a: {why}" for lab, why in na.items()] + notes
+    autos = sorted({str(r["auto_choice"]) for r in records if r.get("auto_choice")})
+    if autos:
+        notes.insert(0, f"#   auto ran: {', '.join(autos)} (per size in the JSON)")
+    ratio_note = _ratio_note(records, labels)
+    if ratio_note:
+        notes.insert(0, ratio_note)
+    if plan.nonblocking:
+        return "\n".join([head, *_nonblocking_rows(records, labels, by_size), *notes]) + "\n"
+    heads = ["size", "count", "check", *labels, "fastest", "speedup", "meas/pred", "algbw",
+             "busbw", "#wrong"]
+    units = ["(B)", "(elements)", "", *(["(us)"] * len(labels)), "", "(x)", "(x)", "(GB/s)",
+             "(GB/s)", ""]
+    rows = []
+    for size, row in by_size.items():
+        s = summary[size]
+        best = row.get(s["best_p2p"]) if s["best_p2p"] else None
+        cells = [str(size), str(s["count"]), "ok" if s["wrong"] == 0 else "FAIL"]
+        cells += [_cell(row[lab]) if lab in row else "" for lab in labels]
+        cells += [
+            s["fastest"] or "-",
+            _fmt_opt(s["speedup_best_p2p_vs_native"]),
+            _fmt_opt(best["measured_over_predicted"] if best else None),
+            _fmt_opt(s["algbw_gbps"]),
+            _fmt_opt(s["busbw_gbps"]),
+            str(s["wrong"]),
+        ]
+        rows.append(cells)
+    return "\n".join([head, *table(heads, units, rows, notes)]) + "\n"
+
+
+def _ratio_note(records: list[dict[str, Any]], labels: list[str]) -> str | None:
+    """``#   measured/predicted: auto (ring) 1.2..3.4, ring 1.1..2.0`` (min..max over sizes)."""
+    parts = []
+    for lab in labels:
+        recs = [r for r in records if r["implementation"] == lab
+                and r.get("measured_over_predicted") is not None]
+        if not recs:
+            continue
+        xs = [r["measured_over_predicted"] for r in recs]
+        lo, hi = min(xs), max(xs)
+        span = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}..{hi:.2f}"
+        parts.append(f"{lab} {span}")
+    if not parts:
+        return None
+    return "#   measured/predicted per p2p implementation (min..max over sizes): " + \
+        ", ".join(parts)
+
+
+def _nonblocking_rows(
+    records: list[dict[str, Any]], labels: list[str], by_size: dict[int, dict[str, dict[str, Any]]]
+) -> list[str]:
+    heads = ["size", "count", "implementation", "check", "pure", "pred", "compute", "total",
+             "overlap", "overlap"]
+    units = ["(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "(us)", "OSU(%)", "IMB(%)"]
+    rows = []
+    for size, row in by_size.items():
+        for lab in labels:
+            rec = row.get(lab)
+            if rec is None:
+                continue
+            ok = rec["status"] == "ok" and bool(rec.get("pure_us"))
+            rows.append([
+                str(size), str(rec["count"]), lab,
+                "ok" if rec["status"] == "ok" else rec["status"].upper(),
+                _cell(rec, "pure_us") if ok else "-",
+                fmt_us(rec["predicted_us"]) if rec.get("predicted_us") is not None else "-",
+                _cell(rec, "compute_us") if ok else "-",
+                _cell(rec, "total_us") if ok else "-",
+                _fmt_opt(rec.get("overlap_osu_pct"), ".1f") if ok else "-",
+                _fmt_opt(rec.get("overlap_imb_pct"), ".1f") if ok else "-",
+            ])
+    legend = ("#   overlap OSU = max(0, 100 (1 - (total - compute) / pure)); IMB-NBC = "
+              "100 max(0, min(1, (pure + compute - total) / min(pure, compute)))")
+    return [legend, *table(heads, units, rows, [])]
+
+
+def size_meaning(coll: str) -> str:
+    """What the message size S of ``coll`` is, in words (the tables' headings)."""
+    rec = BY_NAME.get(coll)
+    return rec.bench_size if rec is not None else "bytes"
+
+
+def header(plan: Plan, prov: dict[str, Any]) -> str:
+    """The ``#`` lines above the tables: provenance and settings."""
+    hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
+    st = plan.settings
+    mode = "non-blocking (overlap)" if plan.nonblocking else "blocking"
+    return "\n".join(
+        [
+            f"# mpicoll bench  {prov['date']}",
+            f"# {prov['mpi_library']} (MPI {prov['mpi_standard']}), mpi4py {prov['mpi4py']}, "
+            f"numpy {prov['numpy']}, python {prov['python']}",
+            f"# P={prov['P']} on {hosts}; thread level {prov['thread_level']}",
+            f"# dtype={plan.dtype} op={plan.op} root={plan.root} "
+            f"{'in-place' if plan.in_place else 'out-of-place'} {mode}",
+            f"# {st.describe()}; barrier before each iteration; "
+            "time = median over iterations of the max over ranks",
+            "# every result checked before timing (native vs NumPy, p2p vs native); "
+            "WRONG results are never timed",
+            "# mpi4py = the same call on the plain MPI.Comm, no mpicoll (native - mpi4py: "
+            "mpicoll's own cost per call); fastest: of native and p2p",
+            "# speedup = native / best p2p (> 1: hand-rolled faster); algbw = S/t, "
+            "busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md), GB/s = 1e9 B/s",
+            *_model_lines(plan),
+            "",
+        ]
+    )
+
+
+def _model_lines(plan: Plan) -> list[str]:
+    if plan.model is None:
+        return []
+    return [
+        "# meas/pred = measured / predicted time of the best p2p (predicted: cost-only "
+        f"simulation of the algorithm run); model {plan.model_source}: "
+        f"{describe_model(plan.model)}"
+    ]
+
+
+CSV_COLUMNS = [
+    "collective", "implementation", "backend", "algorithm", "auto_choice", "size_bytes", "count",
+    "dtype", "op", "root", "in_place", "nonblocking", "status", "check", "reason", "wrong_rank",
+    "iterations", "warmup", "time_us.min", "time_us.median", "time_us.mean", "time_us.max",
+    "time_us.std", "algbw_gbps", "busbw_gbps", "busbw_factor", "pure_us.median",
+    "compute_us.median", "total_us.median", "overlap_osu_pct", "overlap_imb_pct", "test_calls",
+    "predicted_us", "measured_over_predicted",
+]
+
+
+def write_csv(path: str, doc: dict[str, Any]) -> None:
+    """One row per result (columns :data:`CSV_COLUMNS`), provenance as leading ``#`` lines."""
+    with open(path, "w", newline="") as fh:
+        for key, value in doc["provenance"].items():
+            if key == "mpi_library_full":
+                continue
+            fh.write(f"# {key}: {json.dumps(value) if not isinstance(value, str) else value}\n")
+        for key, value in doc["settings"].items():
+            fh.write(f"# settings.{key}: {json.dumps(value)}\n")
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for rec in doc["results"]:
+            row = []
+            for col in CSV_COLUMNS:
+                key, _, sub = col.partition(".")
+                v = rec.get(key)
+                if sub:
+                    v = v.get(sub) if isinstance(v, dict) else None
+                row.append("" if v is None else v)
+            w.writerow(row)
+
+
+def plot_available() -> str | None:
+    """None if ``--plot`` can work, else the error to show (matplotlib missing)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return (
+            "--plot needs matplotlib, which is not installed: "
+            "pip install 'mpicoll[plot]' (or pip install matplotlib)"
+        )
+    return None
+
+
+def plot_problem(path: str) -> str | None:
+    """None if ``--plot path`` can be written, else the error to show: matplotlib missing, no
+    file extension, or a format matplotlib cannot write (checked before anything runs)."""
+    why = plot_available()
+    if why:
+        return why
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    ext = os.path.splitext(path)[1][1:].lower()
+    if not ext:
+        return (f"argument --plot: {path!r} has no file extension to name the image format "
+                f"(e.g. {path}.png; matplotlib writes {', '.join(formats)})")
+    if ext not in formats:
+        return (f"argument --plot: matplotlib cannot write {ext!r} files "
+                f"(supported: {', '.join(formats)})")
+    return None
+
+
+def write_plot(path: str, doc: dict[str, Any]) -> None:
+    """Latency (median, us) against message size, log-log: one panel per collective, one line
+    per implementation.  WRONG / n/a points are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colls: list[str] = []
+    for r in doc["results"]:
+        if r["collective"] not in colls:
+            colls.append(r["collective"])
+    n = max(1, len(colls))
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False)
+    prov = doc["provenance"]
+    key = "pure_us" if doc["settings"]["nonblocking"] else "time_us"
+    for k, coll in enumerate(colls):
+        ax = axes[k // ncols][k % ncols]
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for r in doc["results"]:
+            if r["collective"] != coll:
+                continue
+            pts = lines.setdefault(r["implementation"], [])
+            if r["status"] == "ok" and r.get(key) and r["size_bytes"] > 0:
+                pts.append((r["size_bytes"], r[key]["median"]))
+        for label, pts in lines.items():
+            if pts:
+                xs = [x for x, _ in pts]
+                ys = [y for _, y in pts]
+                style = "-o" if label == "native" else "--."
+                ax.plot(xs, ys, style, label=label, markersize=4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(coll)
+        ax.set_xlabel("message size S (bytes)")
+        ax.set_ylabel("median latency (us)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    for k in range(n, nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    fig.suptitle(
+        f"mpicoll bench: P={prov['P']}, {prov['mpi_vendor']}, {doc['settings']['dtype']}, "
+        f"{'non-blocking (pure communication)' if doc['settings']['nonblocking'] else 'blocking'}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``--json`` document (see ``schemas/bench.schema.json``)."""
+    st = plan.settings
+    lo, hi = st.iteration_range()
+    return {
+        "schema": SCHEMA_ID,
+        "provenance": prov,
+        "settings": {
+            "collectives": plan.collectives,
+            "algorithms": plan.algorithms,
+            "sizes": plan.sizes,
+            "dtype": plan.dtype,
+            "op": plan.op,
+            "root": plan.root,
+            "in_place": plan.in_place,
+            "nonblocking": plan.nonblocking,
+            "iterations": st.iterations,
+            "warmup": st.warmup_count(),
+            "time_budget_s": st.time_budget,
+            "min_iterations": lo,
+            "max_iterations": hi,
+            "test_calls": st.test_calls,
+            "timing": "median over iterations of the max over ranks; barrier before each",
+            "model": (None if plan.model is None
+                      else {**plan.model.as_dict(), "source": plan.model_source}),
+        },
+        "results": records,
+        "summary": summarize(records),
+        "wrong": sum(r["status"] in ("wrong", "error") for r in records),
+    }
+
+

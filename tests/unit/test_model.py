@@ -1,0 +1,186 @@
+"""The cost model (:mod:`mpicoll.model`): the model file, LogP's overhead terms in the
+simulator's clocks (against hand computations), and the calibration's fitting and warnings on
+synthetic points (no timing here: the MPI test runs a real calibration)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpicoll import registry
+from mpicoll.model import alphabeta as model
+from mpicoll.model import calibrate
+from mpicoll.model.alphabeta import Model
+from mpicoll.tools.simulate import simulate
+
+# powers of two: every sum below is exact in binary, so clocks are compared with ==
+A, B, G = 2.0**-18, 2.0**-30, 2.0**-31  # alpha, beta, gamma
+O_CALL, O_MSG = 2.0**-16, 2.0**-20
+WITH_O = Model(A, B, G, o_call=O_CALL, o_msg=O_MSG)
+
+
+# ---- the model file
+
+
+@pytest.mark.parametrize("m", [Model(3e-6, 2e-10, 5e-10),
+                               Model(3e-6, 2e-10, 5e-10, o_call=1.5e-5, o_msg=4e-7)],
+                         ids=["without-o", "with-o"])
+def test_model_file_round_trip(m: Model, tmp_path: Path) -> None:
+    path = model.save(m, tmp_path / "a" / "model.json", P=2, fit_warnings=[])
+    assert model.load(path) == m
+    doc = json.loads(path.read_text())
+    assert {k: doc[k] for k in ("alpha", "beta", "gamma", "o_call", "o_msg")} == {
+        "alpha": m.alpha, "beta": m.beta, "gamma": m.gamma, "o_call": m.o_call,
+        "o_msg": m.o_msg}
+    assert doc["P"] == 2
+
+
+def test_an_old_model_file_loads_with_no_overhead(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"alpha": 4e-6, "beta": 5e-10, "gamma": 1e-9, "P": 2}))
+    assert model.load(path) == Model(4e-6, 5e-10, 1e-9, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("bad", [{"o_call": -1e-6}, {"o_msg": "fast"}, {"o_msg": math.nan},
+                                 {"alpha": math.inf}, {"beta": None}])
+def test_a_file_with_a_bad_term_is_not_a_model(bad: dict, tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"alpha": 4e-6, "beta": 5e-10, "gamma": 1e-9, **bad}))
+    assert model.load(path) is None
+
+
+@pytest.mark.parametrize("kw", [{"o_call": -1e-9}, {"o_msg": math.nan}, {"alpha": -1.0},
+                                {"gamma": math.inf}, {"o_call": True}])
+def test_model_refuses_a_term_that_is_not_a_time(kw: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        Model(**kw)
+
+
+def test_as_dict_shows_the_overhead_terms_only_when_set() -> None:
+    assert Model(1e-6, 1e-9, 1e-10).as_dict() == {"alpha": 1e-6, "beta": 1e-9, "gamma": 1e-10}
+    assert Model(1e-6, 1e-9, 1e-10, o_msg=2e-7).as_dict() == {
+        "alpha": 1e-6, "beta": 1e-9, "gamma": 1e-10, "o_msg": 2e-7}
+
+
+# ---- the overhead terms in the simulator's clocks
+
+
+def test_binomial_bcast_pays_o_call_once_and_o_msg_per_message_posted() -> None:
+    """p = 4, root 0: round 1 0->2, round 2 0->1 and 2->3.  Each message costs c = alpha + n
+    beta; every rank starts at o_call; rank 2 posts its receive (o_msg) while the root posts
+    its first send (o_msg), then its own send (o_msg): the critical path is
+    o_call + 2 o_msg + 2 c on every rank.  p = 3: rank 2 only receives (o_call + o_msg + c)."""
+    n = 1024  # bytes: 128 float64
+    c = A + n * B
+    r4 = simulate("bcast", 4, 128, algorithm="binomial", model=WITH_O)
+    assert r4.clocks.tolist() == [O_CALL + 2 * O_MSG + 2 * c] * 4
+    r3 = simulate("bcast", 3, 128, algorithm="binomial", model=WITH_O)
+    assert r3.clocks.tolist() == [O_CALL + 2 * O_MSG + 2 * c] * 2 + [O_CALL + O_MSG + c]
+    # the same without overhead is the registry's formula, ceil(lg p) (alpha + n beta)
+    assert simulate("bcast", 4, 128, algorithm="binomial", model=Model(A, B, G)).time == 2 * c
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8])
+def test_symmetric_schedules_add_the_overhead_to_their_formula(p: int) -> None:
+    """Each round of dissemination barrier and ring allreduce is one send and one receive per
+    rank: the time is the registry's formula plus o_call plus 2 o_msg per round."""
+    bar = simulate("barrier", p, 0, algorithm="dissemination", model=WITH_O)
+    formula = registry.get("barrier", "dissemination").cost
+    assert bar.time == O_CALL + formula(p, 0.0, A + 2 * O_MSG, B, G)
+    count = 64 * p  # divisible by p: every rank finishes together
+    ring = simulate("allreduce", p, count, algorithm="ring", model=WITH_O)
+    plain = simulate("allreduce", p, count, algorithm="ring", model=Model(A, B, G))
+    assert ring.time == pytest.approx(plain.time + O_CALL + 2 * (p - 1) * 2 * O_MSG,
+                                      rel=1e-12)
+    assert simulate("allreduce", 1, 10, model=WITH_O).time == O_CALL  # the front door alone
+
+
+def test_zero_overhead_terms_change_no_clock() -> None:
+    for coll, alg in (("allreduce", "recursive_doubling"), ("bcast", "binomial"),
+                      ("alltoall", "pairwise")):
+        a = simulate(coll, 6, 100, algorithm=alg, model=Model(A, B, G))
+        b = simulate(coll, 6, 100, algorithm=alg, model=Model(A, B, G, 0.0, 0.0))
+        assert np.array_equal(a.clocks, b.clocks)
+
+
+# ---- fitting and its warnings (synthetic points)
+
+
+def test_overhead_formulas_on_synthetic_times() -> None:
+    """raw round 3 us, engine 6 us + 5 us per round, call 50 us: o_msg = (5 - 3) / 2 us and
+    o_call = 50 us - (alpha + 8 beta + 8 gamma + 2 o_msg)."""
+    us = 1e-6
+    times = {"raw": [3 * us] * 5, "call": [50 * us] * 5}
+    times.update({str(k): [(6 + 5 * k) * us] * 5 for k in calibrate.ENGINE_ROUNDS})
+    partial = Model(2 * us, 1e-9, 1e-10)
+    o_call, o_msg, details = calibrate._fit_overhead(times, partial, 8, 8)
+    assert o_msg == pytest.approx(1 * us, rel=1e-9)
+    assert o_call == pytest.approx(50 * us - (2 * us + 8e-9 + 8e-10 + 2 * us), rel=1e-9)
+    assert details["o_msg_fit"]["r2"] == pytest.approx(1.0)
+    assert details["o_msg_fit"]["max_rel_residual"] == pytest.approx(0.0, abs=1e-9)
+    assert details["o_call_fit"] == {"r2": None, "max_rel_residual": 0.0}
+    raw_vs_model = (3 * us - (2 * us + 8e-9)) / (3 * us)  # the raw round against alpha + n beta
+    assert details["round_fit"]["max_rel_residual"] == pytest.approx(raw_vs_model)
+    assert details["overhead"]["engine_call_setup_s"] == pytest.approx(6 * us, rel=1e-9)
+    assert calibrate.fit_warnings(details) == []
+    # a raw round 50x the ping-pong's alpha (every wait preempted on a loaded machine) warns,
+    # even though the engine's line fits well
+    times["raw"] = [100 * us] * 5
+    details = calibrate._fit_overhead(times, partial, 8, 8)[2]
+    assert details["o_msg_fit"]["max_rel_residual"] == pytest.approx(0.0, abs=1e-9)
+    out = calibrate.fit_warnings(details)
+    assert "poor fit of the raw round" in out[0]
+    assert out[-1] == calibrate.ADVICE
+
+
+def _line_details(noise: np.ndarray) -> dict:
+    """Ping-pong-like points 2 us + n / (10 GB/s), times (1 + noise), and their fit."""
+    x = np.array([0] + [1 << k for k in range(21)], float)
+    y = (2e-6 + x * 1e-10) * (1 + noise)
+    return {"alpha_beta_fit": calibrate.fit_quality(calibrate.fit_line(x, y))}
+
+
+def test_a_good_fit_does_not_warn() -> None:
+    rng = np.random.default_rng(1)
+    details = _line_details(rng.uniform(-0.05, 0.05, 22))  # 5 % noise
+    details["o_call_fit"] = calibrate.fit_quality(samples=[20e-6, 21e-6, 19.5e-6, 20.2e-6])
+    details["unclamped"] = {"alpha": 2e-6, "o_msg": 1e-7}
+    assert calibrate.fit_warnings(details) == []
+
+
+def test_a_poor_fit_warns_and_says_how_to_do_better() -> None:
+    # the issue's case: a few sizes far off the line (a loaded machine)
+    noise = np.zeros(22)
+    noise[[1, 4, 9]] = 8.0
+    details = _line_details(noise)
+    assert details["alpha_beta_fit"]["max_rel_residual"] > calibrate.MAX_REL_RESIDUAL
+    out = calibrate.fit_warnings(details)
+    assert len(out) == 2
+    assert out[0].startswith("calibrate: warning: poor fit of alpha + n beta")
+    assert "max relative residual" in out[0]
+    assert out[-1] == calibrate.ADVICE
+    for how in ("-i 200", "quieter machine", "--bind-to core", "-bind-to core",
+                "fewer ranks than cores"):
+        assert how in out[-1], how
+
+
+def test_each_kind_of_poor_fit_warns() -> None:
+    q = {"r2": 0.75, "max_rel_residual": 0.10}
+    assert "R^2 = 0.750 < 0.95" in calibrate.fit_warnings({"gamma_fit": q})[0]
+    spread = calibrate.fit_quality(samples=[20e-6, 20e-6, 61e-6])  # one batch 3x the others
+    assert spread["max_rel_residual"] == pytest.approx(2.05)
+    assert "o_call" in calibrate.fit_warnings({"o_call_fit": spread})[0]
+    nan = {"r2": math.nan, "max_rel_residual": math.nan}
+    assert len(calibrate.fit_warnings({"o_msg_fit": nan})) == 2
+    clamped = calibrate.fit_warnings({"unclamped": {"alpha": 1e-6, "o_msg": -3e-7}})
+    assert "o_msg came out negative" in clamped[0]
+    assert clamped[-1] == calibrate.ADVICE
+    # the thresholds are arguments
+    assert calibrate.fit_warnings({"gamma_fit": q}, min_r2=0.7) == []
+    assert calibrate.fit_warnings({"gamma_fit": q}, max_rel_residual=0.05, min_r2=0.7) != []
+    with pytest.raises(ValueError):
+        calibrate.fit_quality()
