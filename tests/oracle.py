@@ -427,9 +427,11 @@ class _Buf:
             if w:  # byte displacements; only predefined types of the array's own item size
                 item = arr.dtype.itemsize
                 for t in types:
-                    if not t.is_predefined or t.Get_extent() != (0, item):
+                    named = t.is_predefined or t.combiner == MPI.COMBINER_DUP  # dtlib's dup
+                    if not named or t.Get_extent() != (0, item):
                         raise TypeError(f"{what}: the oracle models Alltoallw with predefined "
-                                        f"datatypes of the array's item size ({item} bytes) only")
+                                        f"datatypes (or their duplicates) of the array's item "
+                                        f"size ({item} bytes) only")
                 if any(int(d) % item for d in displs):
                     raise ValueError(f"{what}: byte displacements {list(displs)} are not whole "
                                      f"elements of {item} bytes")
