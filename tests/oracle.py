@@ -369,6 +369,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "allgatherv": ("sendbuf", "recvbuf"),
     "alltoall": ("sendbuf", "recvbuf"),
     "alltoallv": ("sendbuf", "recvbuf"),
+    "alltoallw": ("sendbuf", "recvbuf"),
 }
 _DEFAULTS: dict[str, Any] = {"root": 0, "op": MPI.SUM, "recvcounts": None}
 
@@ -393,14 +394,19 @@ class Expected:
 class _Buf:
     """A buffer argument read the way mpi4py reads it: a flat copy and its blocks."""
 
-    def __init__(self, spec: Any, blocks: int, vector: bool, what: str) -> None:
+    def __init__(self, spec: Any, blocks: int, vector: bool, what: str, w: bool = False) -> None:
         if isinstance(spec, np.ndarray):
             arr, rest = spec, []
         elif isinstance(spec, (list, tuple)) and spec and isinstance(spec[0], np.ndarray):
             arr, rest = spec[0], list(spec[1:])
         else:
             raise TypeError(f"{what}: not a buffer specification: {spec!r}")
-        if rest and isinstance(rest[-1], MPI.Datatype):
+        types: list[Any] = []
+        if w:  # Alltoallw: [arr, (counts, byte displs), types] or [arr, counts, displs, types]
+            if not rest or not isinstance(rest[-1], (list, tuple)):
+                raise ValueError(f"{what}: an Alltoallw buffer needs a datatype per rank")
+            types, rest = list(rest[-1]), rest[:-1]
+        elif rest and isinstance(rest[-1], MPI.Datatype):
             rest = rest[:-1]
         self.what, self.shape = what, arr.shape
         self.flat = np.array(arr, copy=True).reshape(-1)
@@ -418,6 +424,18 @@ class _Buf:
             self.counts = [int(c) for c in counts]
             if displs is None:
                 displs = np.cumsum([0, *self.counts[:-1]]).tolist()
+            if w:  # byte displacements; only predefined types of the array's own item size
+                item = arr.dtype.itemsize
+                for t in types:
+                    named = t.is_predefined or t.combiner == MPI.COMBINER_DUP  # dtlib's dup
+                    if not named or t.Get_extent() != (0, item):
+                        raise TypeError(f"{what}: the oracle models Alltoallw with predefined "
+                                        f"datatypes (or their duplicates) of the array's item "
+                                        f"size ({item} bytes) only")
+                if any(int(d) % item for d in displs):
+                    raise ValueError(f"{what}: byte displacements {list(displs)} are not whole "
+                                     f"elements of {item} bytes")
+                displs = [int(d) // item for d in displs]
             self.displs = [int(d) for d in displs]
             if len(self.counts) != blocks or len(self.displs) != blocks:
                 raise ValueError(f"{what}: {len(self.counts)} counts for {blocks} ranks")
@@ -474,7 +492,9 @@ def expected(coll: str, args: Sequence[Sequence[Any]],
     ``args[r]``: rank r's positional arguments, as mpi4py's method takes them (buffers as
     arrays or ``[array, type]``, ``[array, count, type]`` (the count of one block where the
     buffer holds one block per rank), ``[array, counts, type]``, ``[array, (counts, displs),
-    type]``; ``MPI.IN_PLACE``; None where MPI ignores the argument); ``kwargs``: rank r's
+    type]``; Alltoallw's ``[array, (counts, byte displs), types]`` and ``[array, counts,
+    byte displs, types]``, of predefined types of the array's item size; ``MPI.IN_PLACE``;
+    None where MPI ignores the argument); ``kwargs``: rank r's
     keywords (``root``, ``op``, ``recvcounts``), or one mapping for every rank.  ``op``: an
     ``MPI.Op`` (predefined, or made by :func:`mpi_op`/:func:`user_op`) or an op name.
 
@@ -495,11 +515,13 @@ def expected(coll: str, args: Sequence[Sequence[Any]],
     vector = coll.endswith("v")
     out: list[Expected | None] = [None] * p
 
+    w = coll == "alltoallw"  # a v-collective with byte displacements and a datatype per rank
+
     def recv(q: int, blocks: int = 1, v: bool = False) -> _Buf:
-        return _Buf(b[q]["recvbuf"], blocks, v, f"rank {q}'s recvbuf")
+        return _Buf(b[q]["recvbuf"], blocks, v or w, f"rank {q}'s recvbuf", w)
 
     def send(q: int, blocks: int = 1, v: bool = False) -> _Buf:
-        return _Buf(b[q]["sendbuf"], blocks, v, f"rank {q}'s sendbuf")
+        return _Buf(b[q]["sendbuf"], blocks, v or w, f"rank {q}'s sendbuf", w)
 
     if coll == "bcast":
         data = _Buf(b[root]["buf"], 1, False, f"root {root}'s buf").block(0)
@@ -531,7 +553,7 @@ def expected(coll: str, args: Sequence[Sequence[Any]],
             for j in range(p):
                 r.write(j, blocks[j])
             out[q] = r.result("recvbuf")
-    elif coll in ("alltoall", "alltoallv"):
+    elif coll in ("alltoall", "alltoallv", "alltoallw"):
         sends = [recv(j, p, vector) if _in_place(b[j]["sendbuf"]) else send(j, p, vector)
                  for j in range(p)]
         for q in range(p):

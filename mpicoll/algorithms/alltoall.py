@@ -1,8 +1,10 @@
-"""All-to-all(v): block j of rank i's send buffer lands in block i of rank j's receive buffer.
+"""All-to-all(v/w): block j of rank i's send buffer lands in block i of rank j's receive buffer.
 
 Schedules take ``(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)``, all indexed by
 peer rank.  With ``MPI.IN_PLACE`` the backend passes a copy of the receive buffer as
-``sendbuf``.
+``sendbuf``.  Alltoallw passes each buffer as a :class:`~mpicoll.algorithms.datatypes.PerPeer`
+(one view with its own datatype per peer; :func:`~mpicoll.algorithms.schedule.block` then
+takes block ``i`` as ``buf[i]`` and the displacements are unused).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def _own_block(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 _DIRECT = "(p-1)*alpha + (p-1)/p*n*beta"  # p-1 messages of one block each on every port
 
 
-@algorithm(("alltoall", "alltoallv"), "pairwise",
+@algorithm(("alltoall", "alltoallv", "alltoallw"), "pairwise",
            cost=Cost(_DIRECT, exact=("even",), bound=0.1),
            source="MPICH alltoall_intra_pairwise / alltoallv_intra_pairwise_sendrecv_replace")
 def pairwise(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
@@ -48,7 +50,7 @@ def pairwise(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
                            block(recvbuf, rcounts, rdispls, src), src)
 
 
-@algorithm(("alltoall", "alltoallv"), "scattered",
+@algorithm(("alltoall", "alltoallv", "alltoallw"), "scattered",
            cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 0.1"),
            source="MPICH alltoall_intra_scattered / alltoallv_intra_scattered")
 def scattered(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
@@ -126,10 +128,10 @@ def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
                  block(recvbuf, rcounts, rdispls, (r - i) % p))
 
 
-@default_rule("alltoall", "alltoallv")
+@default_rule("alltoall", "alltoallv", "alltoallw")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: Bruck for short blocks (<= 256 B each) on 8+ ranks, scattered for medium, pairwise
-    # for long.  alltoallv passes nbytes = 0 (its counts differ between ranks).
+    # for long.  alltoallv/w pass nbytes = 0 (their counts differ between ranks).
     if nbytes == 0:
         return "scattered"
     block = nbytes // max(p, 1)

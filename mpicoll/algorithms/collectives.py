@@ -3,7 +3,7 @@
 The backends (method names, the native calls, checked mode), the registry (the list of
 collectives, what ``n`` means in a cost), the tools (bench's busbw factor, the case builder's
 roots, ops and in-place rules, the simulator's vector engine) and the tests read these records;
-nothing else lists them.  Adding a collective (``alltoallw``, say) is one more :class:`Collective`
+nothing else lists them.  Adding a collective is one more :class:`Collective`
 in :data:`RECORDS`, its parser in :mod:`mpicoll.backends.args` and its algorithms.
 
     >>> from mpicoll.algorithms.collectives import BY_NAME
@@ -143,6 +143,9 @@ RECORDS: tuple[Collective, ...] = (
     _C("scan", "Scan", reduction=True, size_meaning=_PER_RANK, bench_size="vector per rank"),
     _C("exscan", "Exscan", reduction=True, size_meaning=_PER_RANK,
        bench_size="vector per rank"),
+    _C("alltoallw", "Alltoallw", vector=True, blocks=True,
+       size_meaning="bytes a rank sends in all",
+       bench_size="bytes one rank sends in all (P blocks)", busbw_factor=_RING),
 )
 
 #: The records by name.

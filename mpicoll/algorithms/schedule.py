@@ -43,6 +43,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from mpi4py import MPI
 
+from .datatypes import PerPeer, TypedView, is_derived, typed_copy, typed_scratch
+
 __all__ = [
     "Context",
     "Overlap",
@@ -109,7 +111,10 @@ class Context:
         rank: this rank in the (private) communicator, 0 <= rank < size.
         size: number of ranks p.
         datatype: the MPI datatype of every element this call moves.
-        dtype: the numpy dtype of those elements.
+        dtype: the numpy dtype of those elements (``np.dtype((np.void, extent))`` for a
+            derived datatype: see :mod:`mpicoll.algorithms.datatypes`).
+        derived: the datatype is derived (local work then goes through MPI, never numpy).
+        unit: bytes of data per element on the wire (``datatype.Get_size()``).
     """
 
     def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype,
@@ -119,6 +124,8 @@ class Context:
         self.size = size
         self.datatype = datatype
         self.dtype = dtype
+        self.derived = is_derived(datatype)
+        self.unit = int(datatype.Get_size()) if self.derived else dtype.itemsize
         #: node id of every rank (node-aware algorithms); None: one rank per node
         self.nodes = nodes
         #: bytes per pipeline segment (the backend's ``MPICOLL_SEGMENT_SIZE``, read once)
@@ -169,18 +176,32 @@ class Context:
 
     # --- local work between rounds ---
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """``dst[:] = src`` (same length)."""
+        """``dst[:] = src`` (same length); for a derived datatype only the bytes of its
+        typemap (the holes of ``dst`` stay untouched)."""
         if src.size:
-            np.copyto(dst, src)
+            if self.derived or isinstance(src, TypedView):
+                typed_copy(src, dst, self.datatype)
+            else:
+                np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        """``inoutbuf = inbuf op inoutbuf`` with MPI's semantics (``inbuf`` on the left)."""
-        if inbuf.size:
-            op.Reduce_local([inbuf, self.datatype], [inoutbuf, self.datatype])
+        """``inoutbuf = inbuf op inoutbuf`` with MPI's semantics (``inbuf`` on the left), on
+        the call's datatype (derived ones included: a user op sees exactly what MPI gives it)."""
+        n = inbuf.size
+        if n:
+            op.Reduce_local([inbuf, n, self.datatype], [inoutbuf, n, self.datatype])
 
     def scratch(self, count: int) -> np.ndarray:
-        """A new, uninitialised 1-D buffer of ``count`` elements of this call's dtype."""
+        """A new, uninitialised 1-D buffer of ``count`` elements of this call's dtype (a
+        derived datatype: sized by its true extent, see
+        :func:`~mpicoll.algorithms.datatypes.typed_scratch`)."""
+        if self.derived:
+            return typed_scratch(count, self.datatype)
         return np.empty(count, self.dtype)
+
+    def nbytes(self, buf: np.ndarray) -> int:
+        """Bytes of data in ``buf`` (what a message of it carries): ``len(buf) * unit``."""
+        return buf.size * self.unit
 
     def pack(self, parts: Sequence[np.ndarray]) -> np.ndarray:
         """Copy several views into one new contiguous buffer (for a single message)."""
@@ -322,7 +343,10 @@ def pof2_floor(p: int) -> int:
 
 
 def block(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
-    """Block ``i`` of ``buf``: its ``counts[i]`` elements at ``displs[i]`` (a view)."""
+    """Block ``i`` of ``buf``: its ``counts[i]`` elements at ``displs[i]`` (a view); of a
+    :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``."""
+    if isinstance(buf, PerPeer):
+        return buf[i]
     return buf[displs[i] : displs[i] + counts[i]]
 
 
@@ -354,14 +378,14 @@ def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: i
 def segment_count(ctx: Context) -> int:
     """Elements per pipeline segment: ``ctx.segment_bytes`` bytes (the backend's
     ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element."""
-    return max(1, ctx.segment_bytes // max(1, ctx.dtype.itemsize))
+    return max(1, ctx.segment_bytes // max(1, ctx.unit))
 
 
 def segments(ctx: Context, count: Any) -> int:
     """How many segments of at most :func:`segment_count` elements the largest of ``count``
     (an int, or per-rank ints in the vector engine) needs: at least 1."""
     top = int(np.max(count)) if type(count) is np.ndarray else count
-    seg = ctx.segment_bytes // ctx.dtype.itemsize  # segment_count(ctx), inlined: once a call
+    seg = ctx.segment_bytes // ctx.unit  # segment_count(ctx), inlined: once a call
     return 1 if top <= seg else -(-top // max(1, seg))
 
 

@@ -129,7 +129,7 @@ def allreduce(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     yield from reduce_binomial(local, buf, buf if local.rank == 0 else None, op, 0)
     if local.rank == 0 and len(groups) > 1:
         leaders = ctx.group([g[0] for g in groups])
-        inner = registry.choose("allreduce", leaders.size, buf.nbytes, commutative=True)
+        inner = registry.choose("allreduce", leaders.size, ctx.nbytes(buf), commutative=True)
         yield from inner.schedule(leaders, buf, op)
     yield from bcast_binomial(local, buf, 0)
 

@@ -21,9 +21,21 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from ..algorithms.datatypes import PerPeer, TypedView, typed_scratch
 from ..algorithms.schedule import Context, block_counts, displacements
 from ..engines.call import Call
-from .buffers import Buf, VBuf, check_counts, int_list, is_in_place, parse, parse_v, same_type
+from .buffers import (
+    Buf,
+    VBuf,
+    check_counts,
+    int_list,
+    is_in_place,
+    parse,
+    parse_v,
+    parse_w,
+    same_type,
+)
+from .buffers import nbytes as _nbytes
 from .ops import check_op
 
 __all__ = ["Call", "PARSERS", "select"]
@@ -94,7 +106,7 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
     b = parse(buf, "buf", writable=rank != root)
     arr = b.array
     return Call("bcast", b.datatype, arr.dtype, lambda ctx: (arr, root),
-                nbytes=arr.nbytes, count=b.count, root=root)
+                nbytes=_nbytes(b), count=b.count, root=root)
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -120,7 +132,7 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     counts, displs = _regular(n, size)
     return Call("scatter", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
-                nbytes=n * size * rarr.dtype.itemsize, count=n,
+                nbytes=_nbytes(ref, n * size), count=n,
                 in_place=rank == root and is_in_place(recvbuf), root=root)
 
 
@@ -175,7 +187,7 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
     counts, displs = _regular(n, size)
     return Call("gather", ref.datatype, sarr.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
-                nbytes=n * size * sarr.dtype.itemsize, count=n,
+                nbytes=_nbytes(ref, n * size), count=n,
                 in_place=rank == root and is_in_place(sendbuf), root=root)
 
 
@@ -242,8 +254,8 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
     mop = _op(op, ref)
     return Call("reduce", ref.datatype, src.dtype,
                 lambda ctx: (make_send(ctx), rarr, mop, root),
-                nbytes=src.nbytes, count=src.size, commutative=bool(mop.Is_commutative()),
-                in_place=in_place, op=mop, root=root)
+                nbytes=_nbytes(ref, src.size), count=src.size,
+                commutative=bool(mop.Is_commutative()), in_place=in_place, op=mop, root=root)
 
 
 def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
@@ -259,7 +271,7 @@ def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SU
             ctx.copy(src, out)
         return (out, mop)
 
-    return Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=out.nbytes,
+    return Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb),
                 count=out.size, commutative=bool(mop.Is_commutative()), in_place=in_place,
                 op=mop)
 
@@ -294,7 +306,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
     make_send = _copy_of(src) if in_place else _given(src)
     cts = list(counts)
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, cts, mop),
-                nbytes=int(total_known) * out.dtype.itemsize,  # type: ignore[arg-type]
+                nbytes=_nbytes(rb, int(total_known)),  # type: ignore[arg-type]
                 count=min(cts) if cts else 0, commutative=bool(mop.Is_commutative()),
                 in_place=in_place, uniform=len(set(cts)) <= 1, op=mop, counts=tuple(cts))
 
@@ -334,7 +346,7 @@ def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
             ctx.copy(src, out[displs[rank] : displs[rank] + n])
         return (out, counts, displs)
 
-    return Call("allgather", rb.datatype, out.dtype, prepare, nbytes=out.nbytes, count=n,
+    return Call("allgather", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb), count=n,
                 in_place=src is None)
 
 
@@ -356,7 +368,7 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         return (out, counts, displs)
 
     return Call("allgatherv", rv.datatype, out.dtype, prepare,
-                nbytes=sum(counts) * out.dtype.itemsize, count=min(counts) if counts else 0,
+                nbytes=_nbytes(rv, sum(counts)), count=min(counts) if counts else 0,
                 in_place=src is None, uniform=len(set(counts)) <= 1, counts=tuple(counts))
 
 
@@ -376,7 +388,7 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     out = rb.array
     return Call("alltoall", rb.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), counts, displs, out, counts, displs),
-                nbytes=out.nbytes, count=n, in_place=in_place)
+                nbytes=_nbytes(rb), count=n, in_place=in_place)
 
 
 def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -398,6 +410,41 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
                 send_counts=tuple(sc))
 
 
+def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
+    """``Alltoallw``: a count, a byte displacement and a datatype per peer on both sides
+    (:func:`~mpicoll.backends.buffers.parse_w`); the schedules get one view per peer
+    (:class:`~mpicoll.algorithms.datatypes.PerPeer`), each message carries its block's
+    datatype.  Checked mode pairs the bytes of rank i's send block j with rank j's receive
+    block i."""
+    rw = parse_w(recvbuf, "recvbuf", size, writable=True)
+    in_place = is_in_place(sendbuf)
+    if in_place:
+        sw = rw
+
+        def make_send(ctx: Context) -> PerPeer:  # a copy of every block, in its own datatype
+            out = []
+            for b, c, t in zip(rw.blocks, rw.counts, rw.datatypes, strict=True):
+                tmp = TypedView.of(typed_scratch(c, t), t)
+                ctx.copy(b, tmp)
+                out.append(tmp)
+            return PerPeer(out)
+    else:
+        sw = parse_w(sendbuf, "sendbuf", size)
+        if sw.array.size and rw.array.size and np.shares_memory(sw.array, rw.array):
+            raise ValueError("Alltoallw: sendbuf and recvbuf overlap; MPI forbids aliased "
+                             "buffers (pass MPI.IN_PLACE as sendbuf instead)")
+
+        def make_send(ctx: Context) -> PerPeer:
+            return sw.blocks
+    sc, rc = list(sw.counts), list(rw.counts)
+    sent = tuple(sw.nbytes(i) for i in range(size))
+    got = tuple(rw.nbytes(i) for i in range(size))
+    return Call("alltoallw", MPI.BYTE, np.dtype(np.uint8),
+                lambda ctx: (make_send(ctx), sc, sw.displs, rw.blocks, rc, rw.displs),
+                nbytes=0, count=None, in_place=in_place, uniform=False, counts=got,
+                send_counts=sent)
+
+
 def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     rb, s, in_place = _input_output(name, sendbuf, recvbuf)
     if s is not None:
@@ -406,7 +453,7 @@ def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     out = rb.array
     make_send = _copy_of(out) if s is None else _given(s.array)
     return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, mop),
-                nbytes=out.nbytes, count=out.size, commutative=bool(mop.Is_commutative()),
+                nbytes=_nbytes(rb), count=out.size, commutative=bool(mop.Is_commutative()),
                 in_place=in_place, op=mop)
 
 
@@ -424,7 +471,7 @@ PARSERS: dict[str, Callable[..., Call]] = {
     "gather": gather, "gatherv": gatherv, "reduce": reduce, "allreduce": allreduce,
     "reduce_scatter_block": reduce_scatter_block, "reduce_scatter": reduce_scatter,
     "allgather": allgather, "allgatherv": allgatherv, "alltoall": alltoall,
-    "alltoallv": alltoallv, "scan": scan, "exscan": exscan,
+    "alltoallv": alltoallv, "scan": scan, "exscan": exscan, "alltoallw": alltoallw,
 }
 
 

@@ -326,6 +326,18 @@ class Collectives(CheckedMode):
         """Non-blocking :meth:`Alltoallv`: returns a request with ``Wait()``/``Test()``."""
         return self._call("alltoallv", True, algorithm, sendbuf, recvbuf)
 
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
+        """All-to-all with a count, a byte displacement and a datatype per peer on both sides:
+        ``[buf, (counts, displs_in_bytes), datatypes]`` or ``[buf, counts, displs,
+        datatypes]`` (mpi4py's BufSpecW); ``sendbuf=MPI.IN_PLACE`` takes the send blocks from
+        ``recvbuf``.  Rank i's send block j must have the type signature of rank j's receive
+        block i (checked mode compares their bytes)."""
+        self._call("alltoallw", False, algorithm, sendbuf, recvbuf)
+
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> Any:
+        """Non-blocking :meth:`Alltoallw`: returns a request with ``Wait()``/``Test()``."""
+        return self._call("alltoallw", True, algorithm, sendbuf, recvbuf)
+
     def Scan(
         self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, *, algorithm: str | None = None
     ) -> None:

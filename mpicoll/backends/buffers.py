@@ -14,9 +14,13 @@ Accepted specs are mpi4py's (see ``mpi4py.MPI.Comm`` docs):
 Datatypes are predefined MPI types, including the pair types of MAXLOC/MINLOC; the numpy
 dtype of each comes from :func:`mpi4py.util.dtlib.to_numpy_dtype`, and the MPI type of a plain
 array from its typecode through ``MPI.Datatype.fromcode``, as dtlib maps predefined types
-(``dtlib.from_numpy_dtype`` itself returns a new duplicate type to be freed).  Non-contiguous
-arrays raise ``ValueError`` (decision: no silent copy, because a copy of a receive buffer would
-silently drop the result); read-only arrays raise ``ValueError`` where the buffer is written.
+(``dtlib.from_numpy_dtype`` itself returns a new duplicate type to be freed).  A derived
+datatype (positive extent) gives a view of ``count`` elements of ``np.dtype((np.void,
+extent))`` from the buffer's origin plus ``displacement * extent`` bytes (see
+:mod:`mpicoll.algorithms.datatypes`); the bytes its typemap touches must lie inside the buffer
+(ValueError), which mpi4py itself does not check.  Non-contiguous arrays raise ``ValueError``
+(decision: no silent copy, because a copy of a receive buffer would silently drop the result);
+read-only arrays raise ``ValueError`` where the buffer is written.
 """
 
 from __future__ import annotations
@@ -29,9 +33,19 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
+from ..algorithms.datatypes import (
+    PerPeer,
+    TypedView,
+    check_span,
+    extents,
+    is_derived,
+    same_layout,
+    typed_view,
+)
+
 __all__ = [
-    "Buf", "VBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "parse", "parse_v",
-    "same_type",
+    "Buf", "VBuf", "WBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "nbytes",
+    "parse", "parse_v", "parse_w", "same_type",
 ]
 
 
@@ -196,6 +210,8 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             count, displ = _count(c[0], what), _count(c[1], what)
         elif c is not None:
             count = _count(c, what)
+    if datatype is not None and is_derived(datatype):
+        return _parse_derived(arr, datatype, count, displ, blocks, what)
     if datatype is None:
         datatype = datatype_of(arr.dtype, what)
         dtype = arr.dtype
@@ -215,6 +231,50 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             f"{displ + count} elements, buffer has {flat.size}"
         )
     return Buf(flat[displ : displ + count], datatype)
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """The bytes of a contiguous array, as a 1-D uint8 view (no copy)."""
+    return arr.reshape(-1, order="A").view(np.uint8)
+
+
+def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
+    """The extent of a derived datatype, refused (TypeError) where the internal form cannot
+    hold it: a null or non-positive extent (elements would not be in increasing address
+    order)."""
+    if datatype == MPI.DATATYPE_NULL:
+        raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
+    extent = datatype.Get_extent()[1]
+    if extent <= 0:
+        raise TypeError(
+            f"{what}: derived datatype {datatype.Get_name() or ''} has extent {extent}; mpicoll "
+            "needs a positive extent (Create_resized it)"
+        )
+    return int(extent)
+
+
+def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, displ: int,
+                   blocks: int, what: str) -> Buf:
+    """:func:`parse` of a spec whose datatype is derived: ``count`` elements of dtype
+    ``np.dtype((np.void, extent))`` whose element 0 starts ``displ * extent`` bytes into the
+    buffer (see :mod:`mpicoll.algorithms.datatypes`).  Without a count, as mpi4py: the buffer's
+    bytes over the extent (ValueError unless whole)."""
+    extent = _derived_extent(datatype, what)
+    raw = _raw(arr)
+    per_block = ""
+    if count is None:
+        if raw.size % extent:
+            raise ValueError(
+                f"{what}: buffer length {raw.size} is not a multiple of the datatype's extent "
+                f"{extent}; pass [buffer, count, datatype]"
+            )
+        count = max(0, raw.size // extent - displ)
+    elif blocks != 1:
+        per_block = f" ({count} per block x {blocks} blocks)"
+        count *= blocks
+    check_span(datatype, displ * extent, count, raw.size, what,
+               f" (extent {extent}) at displacement {displ}{per_block}")
+    return Buf(typed_view(raw, displ * extent, count, extent), datatype)
 
 
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
@@ -266,11 +326,23 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         counts_spec, displs_spec = rest
     elif rest:
         raise TypeError(f"{what}: unrecognised vector buffer spec")
-    dtype = arr.dtype if datatype is None else _np_dtype(datatype)
-    if datatype is None:
-        datatype = datatype_of(arr.dtype, what)
-    flat = _flat(arr, dtype, what)
+    derived = datatype is not None and is_derived(datatype)
+    if derived:
+        assert datatype is not None
+        extent = _derived_extent(datatype, what)
+        raw = _raw(arr)
+        flat = typed_view(raw, 0, raw.size // extent, extent)
+    else:
+        dtype = arr.dtype if datatype is None else _np_dtype(datatype)
+        if datatype is None:
+            datatype = datatype_of(arr.dtype, what)
+        flat = _flat(arr, dtype, what)
     if counts_spec is None:
+        if derived and raw.size % extent:
+            raise ValueError(
+                f"{what}: buffer length {raw.size} is not a multiple of the datatype's extent "
+                f"{extent}; pass the counts"
+            )
         if flat.size % size:
             raise ValueError(
                 f"{what}: no counts given and {flat.size} elements do not split evenly over "
@@ -286,6 +358,14 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         displs = [int(d) for d in displs[:size]]
     else:
         displs = int_list(displs_spec, what, "displacements", size)
+    if derived:  # blocks are checked against the typemap's bytes; the view spans them all
+        assert datatype is not None
+        for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
+            check_span(datatype, d * extent, c, raw.size, what,
+                       f" (extent {extent}) of block {i} at displacement {d}")
+        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
+        if end > flat.size:
+            flat = typed_view(raw, 0, end, extent)
     for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
         if d + c > flat.size:
             raise ValueError(
@@ -305,13 +385,108 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
     return VBuf(flat, datatype, counts, displs)
 
 
+@dataclass
+class WBuf:
+    """A parsed ``Alltoallw`` buffer: one block per rank, each ``counts[i]`` elements of its own
+    ``datatypes[i]`` at byte ``displs[i]`` (a :class:`~mpicoll.algorithms.datatypes.TypedView`
+    each, in ``blocks``)."""
+
+    array: np.ndarray  # the whole buffer's bytes
+    counts: list[int]
+    displs: list[int]
+    datatypes: list[MPI.Datatype]
+    blocks: PerPeer
+
+    def nbytes(self, i: int) -> int:
+        """Bytes of data in block ``i`` (``counts[i] * datatypes[i].Get_size()``)."""
+        return self.counts[i] * int(self.datatypes[i].Get_size())
+
+
+def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
+    """Parse an ``Alltoallw`` spec, mpi4py's two forms: ``[buf, (counts, displs), datatypes]``
+    and ``[buf, counts, displs, datatypes]`` (displacements in bytes, one datatype per rank:
+    predefined or derived, committed).
+
+    Raises:
+        TypeError: not a buffer, not one of the two forms, a datatype that is not an
+            ``MPI.Datatype`` (a single datatype for all is refused, as mpi4py refuses it).
+        ValueError: counts, displacements or datatypes not one per rank, negative counts, a
+            block whose typemap leaves the buffer.
+    """
+    if spec is None:
+        raise TypeError(f"{what}: a buffer is required here, got None")
+    obj, rest = _split_spec(spec)
+    if len(rest) == 2 and isinstance(rest[0], (list, tuple)) and len(rest[0]) == 2:
+        (counts_spec, displs_spec), types = rest
+    elif len(rest) == 3:
+        counts_spec, displs_spec, types = rest
+    else:
+        raise TypeError(f"{what}: expected [buffer, (counts, displacements), datatypes] or "
+                        "[buffer, counts, displacements, datatypes] (Alltoallw)")
+    arr = _as_array(obj, what, writable)
+    raw = _raw(arr)
+    counts = int_list(counts_spec, what, "counts", size)
+    if displs_spec is None:
+        raise TypeError(f"{what}: Alltoallw needs the displacements (in bytes)")
+    try:
+        displs = [int(d) for d in displs_spec]
+    except TypeError:
+        raise TypeError(f"{what}: displacements must be a sequence of ints") from None
+    if len(displs) != size:
+        raise ValueError(f"{what}: displacements has {len(displs)} entries, expected {size}")
+    if isinstance(types, MPI.Datatype) or not isinstance(types, (list, tuple)):
+        raise TypeError(f"{what}: Alltoallw needs a sequence of {size} datatypes, one per rank")
+    if len(types) != size:
+        raise ValueError(f"{what}: datatypes has {len(types)} entries, expected {size}")
+    blocks = []
+    for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+        if not isinstance(t, MPI.Datatype) or t == MPI.DATATYPE_NULL:
+            raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
+        extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
+        check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
+        blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
+    # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
+    # two of them write one byte twice is the user's to keep, as in MPI; not checked)
+    return WBuf(raw, counts, displs, list(types), PerPeer(blocks))
+
+
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:
-    """Raise TypeError when send and receive element types differ (MPI needs them to match)."""
+    """Raise TypeError when send and receive element types differ (MPI needs them to match).
+
+    With a derived datatype both sides must pass a derived datatype: the same, or one with
+    the same layout (:func:`~mpicoll.algorithms.datatypes.same_layout`: two vectors built
+    alike): the p2p schedules move whole elements between the two buffers with one datatype.
+    (MPI also allows two layouts with the same type signature; mpicoll does not yet.)"""
+    if is_derived(a.datatype) or is_derived(b.datatype):
+        both = is_derived(a.datatype) and is_derived(b.datatype)
+        if not (both and same_layout(a.datatype, b.datatype)):
+            raise TypeError(
+                f"{what}: send datatype {_type_name(a.datatype)} and receive datatype "
+                f"{_type_name(b.datatype)} differ; with a derived datatype both sides must pass "
+                "the same datatype (or one with the same layout)"
+            )
+        return
     if a.array.dtype != b.array.dtype:
         raise TypeError(
             f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
             f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
         )
+
+
+def _type_name(datatype: MPI.Datatype) -> str:
+    if not is_derived(datatype):
+        return datatype.Get_name()
+    ext = extents(datatype)
+    return (datatype.Get_name() or "derived") + f" (size {ext.size}, extent {ext.extent})"
+
+
+def nbytes(buf: Buf | VBuf, count: int | None = None) -> int:
+    """Bytes of data in ``count`` elements of ``buf`` (default all of them): what messages
+    carry, ``count * datatype.Get_size()`` (a derived type's holes are not sent)."""
+    n = int(buf.array.size) if count is None else count
+    if is_derived(buf.datatype):
+        return n * int(buf.datatype.Get_size())
+    return n * buf.array.dtype.itemsize
 
 
 def check_counts(name: str, got: int, want: int, what: str) -> None:

@@ -272,7 +272,8 @@ class CheckedMode:
         * scatterv / gatherv: each rank's own count (its recvbuf's / sendbuf's) against the
           root's ``counts[rank]`` (the root's list by hash; the root names the ranks);
         * alltoallv: rank i's ``sendcounts[j]`` against rank j's ``recvcounts[i]`` for every
-          pair (a linear 64-bit hash over all pairs: every rank contributes its rows).
+          pair (a linear 64-bit hash over all pairs: every rank contributes its rows);
+          alltoallw likewise, with each block's count in bytes (``n * Get_size()``).
 
         Hashes are 64-bit, so two different counts lists pass as equal with probability about
         2**-64.  ``gathering`` (Reduce_scatter with recvcounts=None): this rank's parsed
@@ -301,7 +302,7 @@ class CheckedMode:
             sig[_DTYPE] = call.dtype.num
             sig[_ITEMSIZE] = call.dtype.itemsize
             sig[_OP] = _op_code(call.op)
-            if collective == "alltoallv":
+            if collective in ("alltoallv", "alltoallw"):  # alltoallw: in bytes
                 assert call.counts is not None
                 assert call.send_counts is not None
                 me, p = self.rank, self.size
@@ -364,7 +365,8 @@ class CheckedMode:
                 + f"; ranks {_ranks(others)} force other algorithms (or none)")
 
         uniform: tuple[int, ...] = _UNIFORM
-        if gathering or collective in ("scatterv", "gatherv", "alltoallv", *_SAME_COUNTS):
+        if gathering or collective in ("scatterv", "gatherv", "alltoallv", "alltoallw",
+                                       *_SAME_COUNTS):
             uniform = tuple(f for f in uniform if f != _COUNT)  # compared through the counts
         for f in uniform:
             if f == _FORCED:
@@ -397,10 +399,10 @@ class CheckedMode:
                 raise MismatchError(
                     f"{collective}: the ranks' {buf_name} counts {given} (rank: count) do not "
                     f"match the {counts_name} of the root (rank {root}){detail}")
-        elif collective == "alltoallv":
+        elif collective in ("alltoallv", "alltoallw"):
             sent = np.array([table[:, _COUNTS].astype(np.uint64).sum(dtype=np.uint64)])
             recv = np.array([table[:, _PEER].astype(np.uint64).sum(dtype=np.uint64)])
             if sent[0] != recv[0]:
                 raise MismatchError(
-                    "alltoallv: the send and receive counts do not pair up: rank i's "
+                    f"{collective}: the send and receive counts do not pair up: rank i's "
                     "sendcounts[j] must equal rank j's recvcounts[i] for every pair of ranks")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.datatypes import is_derived, typed_scratch
+
 __all__ = ["check_op", "op_name"]
 
 
@@ -28,7 +30,9 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
 
     A predefined op is probed with ``Reduce_local`` on one zeroed element, so the rules are
     exactly the MPI library's (logical ops on floats, SUM on pair types, MAXLOC on plain types
-    are all refused).  User ops are accepted as given.
+    are all refused; so is every predefined op on a derived datatype, by MPICH 5 and Open MPI
+    5, whose ``MPI_Reduce_local`` and collectives raise ``MPI_ERR_OP`` for them).  User ops are
+    accepted as given.
 
     Raises:
         TypeError: ``op`` is not an ``MPI.Op``, or MPI does not define it for ``datatype``.
@@ -38,8 +42,11 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
     if op in (MPI.REPLACE, MPI.NO_OP):
         raise TypeError(f"op: {op_name(op)} is for one-sided operations, not collectives")
     if op.is_predefined:
-        a = np.zeros(1, dtype)
-        b = np.zeros(1, dtype)
+        if is_derived(datatype):  # one element's typemap (MPICH and Open MPI refuse them all)
+            a, b = typed_scratch(1, datatype), typed_scratch(1, datatype)
+        else:
+            a = np.zeros(1, dtype)
+            b = np.zeros(1, dtype)
         try:
             op.Reduce_local([a, datatype], [b, datatype])
         except MPI.Exception:

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.datatypes import TypedView
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
@@ -101,26 +102,39 @@ class MPIContext(Context):
 
     def post(self, rnd: Round | Overlap) -> list[MPI.Request]:
         """Start every operation of a round: receives first, then sends; then, for an
-        :class:`Overlap`, run its local work while they are in flight."""
+        :class:`Overlap`, run its local work while they are in flight.  Each message is
+        ``[buf, len(buf), datatype]`` (a derived datatype's typemap, holes untouched); traffic
+        counts ``len(buf) * unit`` bytes (the datatype's size, not the view's extent)."""
         if isinstance(rnd, Overlap):
             reqs = self.post(rnd.ops)
             rnd.during()
             return reqs
-        comm, tag, dt, t = self.comm, self.tag, self.datatype, self.traffic
+        comm, tag, dt, t, unit = self.comm, self.tag, self.datatype, self.traffic, self.unit
         reqs = []
         for o in rnd:
             if type(o) is Recv:
-                reqs.append(comm.Irecv([o.buf, dt], o.peer, tag))
+                n, b = o.buf.size, o.buf
+                if type(b) is TypedView:  # Alltoallw: the block's own datatype
+                    reqs.append(comm.Irecv([b, n, b.datatype], o.peer, tag))
+                    t.bytes_recv += n * b.datatype.Get_size()
+                else:
+                    reqs.append(comm.Irecv([b, n, dt], o.peer, tag))
+                    t.bytes_recv += n * unit
                 t.messages_recv += 1
-                t.bytes_recv += o.buf.nbytes
         nodes = self.nodes
         for o in rnd:
             if type(o) is not Recv:
-                reqs.append(comm.Isend([o.buf, dt], o.peer, tag))
+                n, b = o.buf.size, o.buf
+                if type(b) is TypedView:
+                    reqs.append(comm.Isend([b, n, b.datatype], o.peer, tag))
+                    nb = n * b.datatype.Get_size()
+                else:
+                    reqs.append(comm.Isend([b, n, dt], o.peer, tag))
+                    nb = n * unit
                 t.messages_sent += 1
-                t.bytes_sent += o.buf.nbytes
+                t.bytes_sent += nb
                 if nodes is not None and nodes[o.peer] != nodes[self.rank]:
-                    t.inter_bytes_sent += o.buf.nbytes
+                    t.inter_bytes_sent += nb
         t.rounds += 1
         return reqs
 

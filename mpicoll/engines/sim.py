@@ -138,7 +138,12 @@ class SimContext(Context):
     def __init__(self, sim: Simulator, rank: int, datatype: MPI.Datatype,
                  dtype: np.dtype) -> None:
         super().__init__(rank, sim.p, datatype, dtype, sim.nodes, sim.segment_bytes)
+        if self.derived and sim.data:
+            raise TypeError(
+                f"the simulator runs derived datatypes ({datatype.Get_name() or 'derived'}) in "
+                "cost-only mode only (data=False); check their results on the MPI backends")
         self.sim = sim
+        sim.unit = self.unit if self.derived else None  # what run() counts per element
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
         if self.sim.data and src.size:
@@ -147,7 +152,7 @@ class SimContext(Context):
             np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        self.sim.clock[self.rank] += inbuf.nbytes * self.sim.gamma
+        self.sim.clock[self.rank] += self.nbytes(inbuf) * self.sim.gamma
         if self.sim.data and inbuf.size:
             if self.sim.inflight:
                 self.sim.check_inflight(inbuf, inoutbuf)
@@ -176,6 +181,9 @@ class Simulator:
                  nodes: Sequence[int] | None = None, *, ranks_per_node: int | None = None,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         self.segment_bytes = segment_bytes
+        #: bytes per element on the wire (the datatype's size), set by :meth:`context`;
+        #: None: the buffers' itemsize
+        self.unit: int | None = None
         if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
             raise TypeError(f"p: expected an int number of ranks, got {p!r}")
         p = int(p)
@@ -245,13 +253,15 @@ class Simulator:
         recvq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
         ready: deque[int] = deque(range(p))
         data = self.data
+        unit = self.unit
 
         def match(s: int, d: int, sbuf: np.ndarray, ts: float, rbuf: np.ndarray,
                   tr: float) -> None:
-            n = sbuf.nbytes
-            if n > rbuf.nbytes:
+            n, room = ((sbuf.nbytes, rbuf.nbytes) if unit is None
+                       else (sbuf.size * unit, rbuf.size * unit))
+            if n > room:
                 raise RuntimeError(
-                    f"simulated message {s}->{d} truncated: {n} bytes into {rbuf.nbytes}"
+                    f"simulated message {s}->{d} truncated: {n} bytes into {room}"
                 )
             if data and sbuf.size:
                 rbuf[: sbuf.size] = sbuf
@@ -447,7 +457,7 @@ class _VectorContext(Context):
     def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
         if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
             raise NotVectorizableError("reduction of a buffer that is not per-rank")
-        self.clock += inbuf.nbytes * self.gamma
+        self.clock += inbuf.size * self.unit * self.gamma
 
     def scratch(self, count: Any) -> Any:
         return _Extents.whole(count, self.dtype, self.size)
@@ -532,10 +542,10 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                 raise NotVectorizableError("peer out of range")
             if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
                 raise NotVectorizableError("messages not matched within the round")
-            isz = snd.buf.dtype.itemsize
+            isz = ctx.unit  # bytes per element on the wire (the datatype's size)
             sbytes = _vector(snd.buf.lengths(), p) * isz
             n = sbytes[src]  # bytes arriving at each rank
-            if (n > rcv.buf.lengths() * rcv.buf.dtype.itemsize).any():
+            if (n > rcv.buf.lengths() * isz).any():
                 raise NotVectorizableError("truncation (the per-rank engine reports it)")
             ctx.clock += post
             t = ctx.clock

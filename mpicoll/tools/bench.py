@@ -193,7 +193,7 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
         "algorithm": impl.algorithm,
         "auto_choice": _auto_choice(case, impl.backend) if impl.algorithm == "auto" else None,
         "size_bytes": case.nbytes(),
-        "count": case.count,
+        "count": case.count // case.per_element,  # elements of the datatype (derived too)
         "dtype": case.dtype,
         "op": case.op if case.is_reduction else None,
         "root": case.root if coll in _cases.ROOTED else None,
@@ -272,7 +272,8 @@ def _bench_collective(
     from ..algorithms import registry
 
     p, rank = comm.Get_size(), comm.Get_rank()
-    itemsize = _cases.numpy_dtype(plan.dtype).itemsize
+    k = _cases.per_element(plan.dtype)  # derived: one element is k base values
+    itemsize = _cases.numpy_dtype(plan.dtype).itemsize * k
     impls = [Impl("native", native, kind="native")]
     if plain is not None:
         impls.append(Impl("mpi4py", plain, kind="mpi4py"))
@@ -281,7 +282,7 @@ def _bench_collective(
     sizes = [0] if coll == "barrier" else plan.sizes
     counts: list[int] = []
     for s in sizes:
-        c = count_for(coll, s, p, itemsize)
+        c = count_for(coll, s, p, itemsize) * k
         if c not in counts:
             counts.append(c)
     records: list[dict[str, Any]] = []
@@ -367,7 +368,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_SIZES}); each is rounded down to whole elements (whole blocks of "
         "P for the block collectives), and sizes that round to the same count run once",
     )
-    g.add_argument("--dtype", default="float64", help="element type (default float64)")
+    g.add_argument("--dtype", default="float64",
+                   help="element type (default float64), or a derived datatype: "
+                        f"{_cases.DERIVED_GRAMMAR}, e.g. vector:2:3:float64")
     g.add_argument("--op", default="sum", help="reduction op (default sum)")
     g.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
     g.add_argument("--in-place", action="store_true", help="use MPI.IN_PLACE")
@@ -414,9 +417,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         sizes = parse_sizes(args.message_size)
     except ValueError as exc:
         error(f"argument -m/--message-size: {exc}")
-    if args.dtype not in _cases.DTYPES:
-        error(f"argument --dtype: unknown dtype {args.dtype!r} "
-              f"(choose from {', '.join(_cases.DTYPES)})")
+    if not _cases.known_dtype(args.dtype):
+        error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from "
+              f"{', '.join(_cases.DTYPES)}, or a derived {_cases.DERIVED_GRAMMAR})")
     if args.op not in _cases.OPS:
         error(f"argument --op: unknown op {args.op!r} (choose from {', '.join(_cases.OPS)})")
     if any(c in _cases.REDUCTIONS for c in colls):

@@ -25,8 +25,9 @@ allgather, alltoall,
 reduce_scatter_block
 scatterv, gatherv,          base count of one block; with ``uniform=False`` block ``i`` holds
 allgatherv, alltoallv,      ``max(0, count + i % 3 - 1)`` elements (alltoallv: ``(i + j) % 3``),
-reduce_scatter              with a one-element gap between blocks (not reduce_scatter, whose
-                            blocks are contiguous by definition)
+reduce_scatter, alltoallw   with a one-element gap between blocks (not reduce_scatter, whose
+                            blocks are contiguous by definition); alltoallw is alltoallv with
+                            a datatype per peer (the case's) and displacements in bytes
 barrier                     unused (0)
 ==========================  ===================================================================
 """
@@ -64,6 +65,7 @@ __all__ = [
     "mpi_datatype",
     "mpi_op",
     "numpy_dtype",
+    "per_element",
 ]
 
 # Views of the records of :mod:`mpicoll.algorithms.collectives` (the facts live there).
@@ -113,9 +115,85 @@ NONCOMM_MAX_P: dict[str, int] = {"int64": 18, "float64": 15}
 _SENTINEL = 77
 
 
+#: The derived dtype names (``--dtype`` of verify and bench), T a name of :data:`DTYPES` or
+#: another derived name: ``contiguous:N:T``; ``vector:COUNT:STRIDE:T`` (blocks of one) and
+#: ``vector:COUNT:BLOCKLENGTH:STRIDE:T`` (``MPI_Type_vector``, stride in elements of T);
+#: ``resized:LB:EXTENT:T`` (bytes).  Examples: ``vector:2:3:float64``, ``contiguous:2:int64``,
+#: ``resized:-8:16:vector:2:3:float64`` (interleaved elements).  A case of one is a case of its
+#: predefined base type with every count times the base elements per element (the packed
+#: view), the buffers MPI sees hold those values at the typemap's positions.
+DERIVED_GRAMMAR = ("contiguous:N:T | vector:COUNT:STRIDE:T | vector:COUNT:BLOCKLENGTH:STRIDE:T "
+                   "| resized:LB:EXTENT:T")
+_DERIVED: dict[str, tuple[Any, str]] = {}
+
+
+def derived_datatype(name: str) -> tuple[Any, str] | None:
+    """(committed MPI datatype, predefined base name) of a derived dtype name (see
+    :data:`DERIVED_GRAMMAR`), None for a name of :data:`DTYPES`.
+
+    Raises:
+        ValueError: a malformed name or an unknown base.
+    """
+    if name in DTYPES:
+        return None
+    if name in _DERIVED:
+        return _DERIVED[name]
+    kind, _, rest = name.partition(":")
+    fields = rest.split(":")
+    try:
+        if kind == "contiguous":
+            inner, nums = ":".join(fields[1:]), [int(fields[0])]
+        elif kind == "vector":
+            k = 3 if len(fields) > 3 and fields[2].lstrip("-").isdigit() else 2
+            inner, nums = ":".join(fields[k:]), [int(f) for f in fields[:k]]
+        elif kind == "resized":
+            inner, nums = ":".join(fields[2:]), [int(fields[0]), int(fields[1])]
+        else:
+            raise ValueError(kind)
+        found = (mpi_datatype(inner), inner) if inner in DTYPES else derived_datatype(inner)
+        if found is None:
+            raise ValueError(inner)
+        base_type, base = found
+    except (ValueError, IndexError):
+        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)} or a "
+                         f"derived type {DERIVED_GRAMMAR}") from None
+    if base in PAIR_DTYPES:
+        raise ValueError(f"dtype {name!r}: derived types of pair types are not supported")
+    if kind == "contiguous":
+        t = base_type.Create_contiguous(nums[0])
+    elif kind == "vector":
+        count, block, stride = (nums[0], 1, nums[1]) if len(nums) == 2 else nums
+        t = base_type.Create_vector(count, block, stride)
+    else:
+        t = base_type.Create_resized(nums[0], nums[1])
+    if t.Get_size() == 0 or t.Get_extent()[1] <= 0:
+        raise ValueError(f"dtype {name!r}: needs a positive size and extent")
+    _DERIVED[name] = (t.Commit(), base)
+    return _DERIVED[name]
+
+
+def per_element(name: str) -> int:
+    """Values of the predefined base per element of a dtype name (1 unless derived)."""
+    d = derived_datatype(name) if name not in DTYPES else None
+    return 1 if d is None else int(d[0].Get_size()) // numpy_dtype(d[1]).itemsize
+
+
+def known_dtype(name: str) -> bool:
+    """Whether ``name`` is a name of :data:`DTYPES` or a well-formed derived name."""
+    try:
+        derived_datatype(name)
+    except ValueError:
+        return False
+    return True
+
+
 @functools.cache
 def numpy_dtype(name: str) -> np.dtype[Any]:
-    """NumPy dtype of a dtype name of :data:`DTYPES` (pair types: the aligned structured dtype)."""
+    """NumPy dtype of a dtype name of :data:`DTYPES` (pair types: the aligned structured dtype;
+    a derived name: its predefined base's)."""
+    d = derived_datatype(name) if name not in DTYPES else None
+    if d is not None:
+        return numpy_dtype(d[1])
     if name in PAIR_DTYPES:
         return np.dtype(dtlib.to_numpy_dtype(PAIR_DTYPES[name]))
     if name not in DTYPES:
@@ -143,9 +221,14 @@ def _dtype_name(dt: np.dtype[Any]) -> str:
 
 
 def mpi_datatype(name: str) -> Any:
-    """The predefined MPI datatype of a dtype name of :data:`DTYPES`."""
+    """The predefined MPI datatype of a dtype name of :data:`DTYPES` (a derived name: its
+    committed derived datatype)."""
     if name in PAIR_DTYPES:
         return PAIR_DTYPES[name]
+    if name not in DTYPES:
+        d = derived_datatype(name)
+        if d is not None:
+            return d[0]
     return dtlib.from_numpy_dtype(numpy_dtype(name))
 
 
@@ -153,9 +236,41 @@ def _np_view(buf: Any, datatype: Any) -> np.ndarray[Any, Any]:
     return np.frombuffer(buf, dtype=dtlib.to_numpy_dtype(datatype))
 
 
-def _user_sum(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-    a, b = _np_view(inbuf, datatype), _np_view(inoutbuf, datatype)
+def _base_of(datatype: Any) -> Any:
+    """The predefined type a derived dtype name's datatype is made of (None: predefined)."""
+    for t, base in _DERIVED.values():
+        if t == datatype:
+            return mpi_datatype(base)
+    return None
+
+
+def _user_op(fn: Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], Any]
+             ) -> Callable[[Any, Any, Any], None]:
+    """A user op from ``fn(a, b)`` (writes ``b``) on numpy views; on a derived datatype of
+    the cases it works on the packed values (typemap order) and unpacks them back."""
+
+    def op(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+        base = _base_of(datatype)
+        if base is None:
+            fn(_np_view(inbuf, datatype), _np_view(inoutbuf, datatype))
+            return
+        dt = np.dtype(dtlib.to_numpy_dtype(base))
+        n = len(memoryview(inbuf).cast("B")) // datatype.Get_extent()[1]
+        a, b = np.empty(n * datatype.Get_size() // dt.itemsize, dt), None
+        datatype.Pack(inbuf, a, 0, MPI.COMM_SELF)
+        b = np.empty_like(a)
+        datatype.Pack(inoutbuf, b, 0, MPI.COMM_SELF)
+        fn(a, b)
+        datatype.Unpack(b, 0, inoutbuf, MPI.COMM_SELF)
+
+    return op
+
+
+def _user_sum_fn(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> None:
     np.add(a, b, out=b)
+
+
+_user_sum = _user_op(_user_sum_fn)
 
 
 _POW10 = 10.0 ** np.arange(19)
@@ -173,9 +288,11 @@ def _concat(left: np.ndarray[Any, Any], right: np.ndarray[Any, Any]) -> np.ndarr
     return left * _POW10[shift] + right
 
 
-def _user_concat(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-    a, b = _np_view(inbuf, datatype), _np_view(inoutbuf, datatype)
+def _user_concat_fn(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> None:
     b[...] = _concat(a, b)
+
+
+_user_concat = _user_op(_user_concat_fn)
 
 
 def mpi_op(name: str) -> Any:
@@ -197,6 +314,11 @@ def dtype_op_problem(dtype: str, op: str, size: int = 1) -> str | None:
     complex (MAX/MIN not on complex), logical ops on integer and bool, bitwise ops on integer,
     MAXLOC/MINLOC on pair types only, ``noncomm`` on int64/float64 for P up to 18/15.
     """
+    derived = dtype not in DTYPES and derived_datatype(dtype) is not None
+    if derived:  # MPICH 5 and Open MPI 5 refuse every predefined op on a derived datatype
+        if op not in ("user", "noncomm"):
+            return f"op {op} is not defined on the derived datatype {dtype} (only user ops are)"
+        dtype = derived_datatype(dtype)[1]  # type: ignore[index]
     pair = dtype in PAIR_DTYPES
     kind = "" if pair else numpy_dtype(dtype).kind  # b i u f c
     if op in ("maxloc", "minloc"):
@@ -438,6 +560,15 @@ class Case:
     #: those made for ``op`` (:meth:`expected` still reduces with the named one)
     op_object: Any = None
     _b: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    #: derived dtypes: the buffers MPI sees (the values of ``_b`` at the typemap's positions)
+    _host: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def per_element(self) -> int:
+        """Base values per element of the datatype (1 for a predefined one): for a derived
+        dtype name every count of the case (``count`` included) is in base values, a multiple
+        of this; the call passes counts in elements of the datatype."""
+        return per_element(self.dtype)
 
     # ---- shape of the call -------------------------------------------------------------
 
@@ -472,21 +603,23 @@ class Case:
 
     def counts(self) -> list[int]:
         """Per-rank block counts (v-variants; equal to ``count`` when ``uniform``)."""
-        p, c = self.size, self.count
+        p, c, k = self.size, self.count, self.per_element
         if self.uniform:
             return [c] * p
-        return [max(0, c + i % 3 - 1) for i in range(p)]
+        return [k * max(0, c // k + i % 3 - 1) for i in range(p)]
 
     def pair_count(self, src: int, dst: int) -> int:
         """Alltoallv: elements ``src`` sends to ``dst`` (symmetric, so in-place is legal)."""
         if self.uniform:
             return self.count
-        return max(0, self.count + (src + dst) % 3 - 1)
+        k = self.per_element
+        return k * max(0, self.count // k + (src + dst) % 3 - 1)
 
     def _layout(self, counts: Sequence[int]) -> tuple[list[int], list[int], int]:
         """(counts, displacements, extent); v-variants with varying counts leave a one-element
         gap between blocks (reduce_scatter excepted: its blocks are contiguous)."""
-        gap = 0 if self.uniform or not self.gaps or self.collective == "reduce_scatter" else 1
+        gap = 0 if self.uniform or not self.gaps or self.collective == "reduce_scatter" \
+            else self.per_element
         displs, pos = [], 0
         for c in counts:
             displs.append(pos)
@@ -504,7 +637,7 @@ class Case:
             return 0
         item = self.np_dtype.itemsize
         if self.collective in BLOCK_COLLECTIVES:
-            if self.collective == "alltoallv":
+            if self.collective in ("alltoallv", "alltoallw"):
                 return item * sum(self.pair_count(self.rank, j) for j in range(self.size))
             return item * sum(self.counts())
         return item * self.count
@@ -524,7 +657,7 @@ class Case:
             commutative = bool(self.mpi_op.Is_commutative())
         count: int | None = self.count
         uniform = True
-        if coll in ("scatterv", "gatherv", "alltoallv"):
+        if coll in ("scatterv", "gatherv", "alltoallv", "alltoallw"):
             count, uniform = None, False
         elif coll in ("allgatherv", "reduce_scatter"):
             counts = self.counts()
@@ -577,7 +710,7 @@ class Case:
             return self.counts()[r]
         if coll in ("scatterv", "reduce_scatter"):
             return self._layout(self.counts())[2]
-        if coll == "alltoallv":
+        if coll in ("alltoallv", "alltoallw"):
             return self._layout([self.pair_count(r, j) for j in range(p)])[2]
         return 0
 
@@ -616,7 +749,7 @@ class Case:
             b["recv"] = empty("recv", self._layout(self.counts())[2])
         elif coll == "alltoall":
             b["recv"] = empty("recv", p * c)
-        elif coll == "alltoallv":
+        elif coll in ("alltoallv", "alltoallw"):
             b["recv"] = empty("recv", self._layout([self.pair_count(j, r) for j in range(p)])[2])
         elif coll == "reduce_scatter_block":
             b["recv"] = empty("recv", p * c if self.uses_in_place else c)
@@ -632,6 +765,10 @@ class Case:
 
     def reset(self) -> None:
         """Refill inputs and sentinels (outside any timed region)."""
+        self._fill()
+        self._to_host()
+
+    def _fill(self) -> None:
         coll, p, r, c = self.collective, self.size, self.rank, self.count
         b = self._b
         if coll == "barrier":
@@ -648,7 +785,7 @@ class Case:
         if not self.uses_in_place:
             return
         # MPI.IN_PLACE: the input lives in the receive buffer (or stays in the send buffer).
-        if coll == "alltoallv":  # blocks only: the gaps keep their sentinel
+        if coll in ("alltoallv", "alltoallw"):  # blocks only: the gaps keep their sentinel
             counts, displs, _ = self._layout([self.pair_count(r, j) for j in range(p)])
             for d, n in zip(displs, counts, strict=True):
                 recv[d : d + n] = send[d : d + n]
@@ -662,15 +799,71 @@ class Case:
             recv[displs[r] : displs[r] + counts[r]] = send
         # scatter(v) at root: recvbuf = IN_PLACE, the root's block stays in sendbuf.
 
+    def _to_host(self) -> None:
+        """Derived dtypes: write the values of every buffer at the typemap's positions of its
+        host buffer (the holes hold the sentinel byte)."""
+        if self.per_element == 1:
+            return
+        t, k = self.mpi_type, self.per_element
+        ext = t.Get_extent()[1]
+        for key, arr in self._b.items():
+            n = arr.size // k
+            lo, hi = t.Get_true_extent()[0], 0
+            hi = max(n * ext, (n - 1) * ext + lo + t.Get_true_extent()[1]) if n else 0
+            host = self._host.get(key)
+            if host is None or host.size != hi:
+                host = self._host[key] = np.empty(hi, np.uint8)
+            host[...] = _SENTINEL
+            if n:
+                t.Unpack(arr.view(np.uint8), 0, host[: n * ext], MPI.COMM_SELF)
+
+    def _from_host(self) -> None:
+        """Derived dtypes: read every buffer's values back from the typemap's positions."""
+        if self.per_element == 1:
+            return
+        t, k = self.mpi_type, self.per_element
+        ext = t.Get_extent()[1]
+        for key, arr in self._b.items():
+            n = arr.size // k
+            if n:
+                t.Pack(self._host[key][: n * ext], arr.view(np.uint8), 0, MPI.COMM_SELF)
+
+    def _host_spec(self, arr: np.ndarray[Any, Any]) -> list[Any]:
+        """``[host, count, datatype]`` of a buffer of a derived dtype; the count is one block's
+        where mpi4py reads it so (the block buffers of Scatter, Gather, Allgather, Alltoall and
+        Reduce_scatter_block's input)."""
+        key = next(k for k, v in self._b.items() if v is arr)
+        per_block = {"scatter": "send", "gather": "recv", "allgather": "recv",
+                     "alltoall": "send recv", "reduce_scatter_block": "send"}
+        blocks = self.size if key in per_block.get(self.collective, "").split() else 1
+        if self.collective == "reduce_scatter_block" and key == "recv" and self.uses_in_place:
+            blocks = self.size  # mpicoll reads this count per block (mpi4py: the whole)
+        return [self._host[key], arr.size // self.per_element // blocks, self.mpi_type]
+
     # ---- the call ----------------------------------------------------------------------
 
     def _vspec(self, arr: np.ndarray[Any, Any], counts: Sequence[int]) -> list[Any]:
-        if not self.gaps and self.dtype not in PAIR_DTYPES:
+        if not self.gaps and self.dtype not in PAIR_DTYPES and self.per_element == 1:
             return [arr, list(counts)]
         cs, ds, _ = self._layout(counts)
+        k = self.per_element
+        if k > 1:
+            return [self._host_spec(arr)[0], ([c // k for c in cs], [d // k for d in ds]),
+                    self.mpi_type]
         return [arr, (cs, ds), self.mpi_type]
 
+    def _wspec(self, arr: np.ndarray[Any, Any], counts: Sequence[int]) -> list[Any]:
+        """Alltoallw's ``[buf, (counts, byte displacements), datatypes]``: the v layout, every
+        block of the case's datatype."""
+        cs, ds, _ = self._layout(counts)
+        k, t = self.per_element, self.mpi_type
+        buf = self._host_spec(arr)[0] if k > 1 else arr
+        ext = t.Get_extent()[1]
+        return [buf, ([c // k for c in cs], [d // k * ext for d in ds]), [t] * self.size]
+
     def _spec(self, arr: np.ndarray[Any, Any]) -> Any:
+        if self.per_element > 1:
+            return self._host_spec(arr)
         if self.dtype in PAIR_DTYPES:
             return [arr, self.mpi_type]
         return arr
@@ -699,7 +892,7 @@ class Case:
                 return (sp(send), None), kw
             return (IN_PLACE if ip else sp(send), sp(recv)), kw
         if coll == "reduce_scatter":
-            kw["recvcounts"] = self.counts()
+            kw["recvcounts"] = [c // self.per_element for c in self.counts()]
             return (IN_PLACE if ip else sp(send), sp(recv)), kw
         if coll == "scatter":
             if r != root:
@@ -722,12 +915,13 @@ class Case:
             return (IN_PLACE if ip else sp(send), self._vspec(recv, counts)), kw
         if coll == "allgatherv":
             return (IN_PLACE if ip else sp(send), self._vspec(recv, counts)), kw
-        if coll == "alltoallv":
+        if coll in ("alltoallv", "alltoallw"):
             scounts = [self.pair_count(r, j) for j in range(p)]
             rcounts = [self.pair_count(j, r) for j in range(p)]
+            vs = self._vspec if coll == "alltoallv" else self._wspec
             if ip:
-                return (IN_PLACE, self._vspec(recv, rcounts)), kw
-            return (self._vspec(send, scounts), self._vspec(recv, rcounts)), kw
+                return (IN_PLACE, vs(recv, rcounts)), kw
+            return (vs(send, scounts), vs(recv, rcounts)), kw
         raise ValueError(f"unknown collective {coll!r}")
 
     def positional(self) -> tuple[Any, ...]:
@@ -782,6 +976,7 @@ class Case:
         b = self._b
         if coll == "barrier":
             return None
+        self._from_host()
         if coll == "bcast":
             return np.array(b["send"])
         if coll == "exscan" and r == 0:
@@ -852,7 +1047,7 @@ class Case:
             for k in range(p):
                 out[k * c : (k + 1) * c] = self._input(k, p * c)[r * c : (r + 1) * c]
             return out
-        if coll == "alltoallv":
+        if coll in ("alltoallv", "alltoallw"):
             rcounts = [self.pair_count(k, r) for k in range(p)]
             rc, rd, rext = self._layout(rcounts)
             out = self._sentinel(rext)
@@ -869,7 +1064,7 @@ class Case:
             parts.append(f"op={self.op}")
         if self.collective in ROOTED:
             parts.append(f"root={self.root}")
-        parts.append(f"count={self.count}")
+        parts.append(f"count={self.count // self.per_element}")
         if self.collective in V_COLLECTIVES and not self.uniform:
             parts.append("counts=varying")
         if self.in_place and self.collective in IN_PLACE_COLLECTIVES:

@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from ..algorithms import registry
 from ..algorithms.collectives import RECORDS
+from ..algorithms.datatypes import is_derived
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
@@ -150,6 +151,11 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
     """
     if engine not in ("auto", "rank", "vector"):
         raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
+    if collective == "alltoallw" and args is not None and any(
+            is_derived(t) for a in args for spec in a[:2] if isinstance(spec, list)
+            for t in spec[-1]):
+        raise TypeError("simulate: alltoallw with a derived datatype per peer is not "
+                        "simulated (predefined ones are)")
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
                     segment_bytes=_env.segment_bytes())

@@ -90,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--counts", metavar="N,N,...",
                         help=f"element counts (default: 0,1,P-1,P+1,{LARGE_COUNT})")
     parser.add_argument("--dtypes", metavar="T,T,...",
-                        help="dtypes, or 'all' (default: one or two per op / type class)")
+                        help="dtypes, or 'all' (default: one or two per op / type class); "
+                             "derived datatypes too: " + _cases.DERIVED_GRAMMAR
+                             + ", e.g. vector:2:3:float64 (reductions: user ops only)")
     parser.add_argument("--ops", metavar="OP,OP,...",
                         help=f"reduction ops, or 'all' (default all: {','.join(_cases.OPS)})")
     parser.add_argument("--roots", metavar="R,R,...",
@@ -139,9 +141,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
     if dtypes == ["all"]:
         dtypes = list(_cases.DTYPES)
     for d in dtypes or []:
-        if d not in _cases.DTYPES:
-            error(f"argument --dtypes: unknown dtype {d!r} "
-                  f"(choose from {', '.join(_cases.DTYPES)})")
+        if not _cases.known_dtype(d):
+            error(f"argument --dtypes: unknown dtype {d!r} (choose from "
+                  f"{', '.join(_cases.DTYPES)}, or a derived {_cases.DERIVED_GRAMMAR})")
     table = _QUICK_REDUCTION_DTYPES if args.quick else DEFAULT_REDUCTION_DTYPES
     if ops is None:
         ops = list(table) if dtypes is None else list(_cases.OPS)
@@ -198,7 +200,8 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
             for root in roots:
                 for ip in in_places:
                     for uni in uniforms:
-                        case = Case(coll, count, dtype, op, root, ip, p, rank, uni)
+                        k = _cases.per_element(dtype)  # derived: counts in base values
+                        case = Case(coll, count * k, dtype, op, root, ip, p, rank, uni)
                         out.append(case)
                 if coll == "barrier":
                     return out

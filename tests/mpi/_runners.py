@@ -241,12 +241,12 @@ class Run:
         ``count``: the element count of the call as the restrictions see it: the vector for
         bcast/reduce/allreduce/scan/exscan, one rank's block for scatter/gather/allgather/
         alltoall/reduce_scatter_block, the smallest block for allgatherv/reduce_scatter, none
-        for scatterv/gatherv/alltoallv (a rank does not know the other ranks' counts there, so
-        they are never "uniform" either).  ``in_place`` is the rank's own flag (only the root
-        passes MPI.IN_PLACE in rooted collectives).
+        for scatterv/gatherv/alltoallv/alltoallw (a rank does not know the other ranks' counts
+        there, so they are never "uniform" either).  ``in_place`` is the rank's own flag (only
+        the root passes MPI.IN_PLACE in rooted collectives).
         """
         c = self.case
-        if self.coll in ("scatterv", "gatherv", "alltoallv"):
+        if self.coll in ("scatterv", "gatherv", "alltoallv", "alltoallw"):
             count, uniform = None, False
         in_place = c.in_place and (self.coll not in ROOTED or rank == c.root)
         kw: dict[str, Any] = {"count": count, "in_place": in_place, "uniform": uniform}
@@ -458,6 +458,26 @@ def make_alltoallv(run: Run, q: int) -> Call:
     return Call(([send, (sc, sd), mt], [recv, (rc, rd), mt]), {}, rc[q], uniform)
 
 
+def make_alltoallw(run: Run, q: int) -> Call:
+    """Alltoallv's case with a datatype per peer and byte displacements: ``[buf, (counts,
+    displs), types]``, or ``[buf, counts, displs, types]`` (mpi4py's other BufSpecW form) for
+    the ``nodispl`` form."""
+    v = make_alltoallv(run, q)
+    p = run.p
+
+    def w(spec: Any) -> Any:
+        if spec is MPI.IN_PLACE:
+            return spec
+        arr, (counts, displs), mt = spec
+        item = mt.Get_extent()[1]
+        byte_displs = [d * item for d in displs]
+        if run.case.form == "nodispl":
+            return [arr, counts, byte_displs, [mt] * p]
+        return [arr, (counts, byte_displs), [mt] * p]
+
+    return Call(tuple(w(a) for a in v.args), v.kw, v.count, v.uniform)
+
+
 def make_reduce(run: Run, q: int) -> Call:
     c = run.case
     n = c.count
@@ -511,5 +531,5 @@ MAKERS: dict[str, Callable[[Run, int], Call]] = {
     "allreduce": make_allreduce, "reduce_scatter_block": make_reduce_scatter_block,
     "reduce_scatter": make_reduce_scatter, "allgather": make_allgather,
     "allgatherv": make_allgatherv, "alltoall": make_alltoall, "alltoallv": make_alltoallv,
-    "scan": make_allreduce, "exscan": make_allreduce,
+    "scan": make_allreduce, "exscan": make_allreduce, "alltoallw": make_alltoallw,
 }

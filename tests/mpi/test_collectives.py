@@ -137,7 +137,8 @@ def cases(coll: str, p: int) -> Iterator[Case]:
 
 
 def _vector_cases(coll: str, p: int) -> Iterator[Case]:
-    layouts = [0, 1, 2, 3, 4, 5] if coll != "alltoallv" else [0, 1, 2]
+    pairs = coll in ("alltoallv", "alltoallw")  # counts[i][j] from i to j
+    layouts = [0, 1, 2, 3, 4, 5] if not pairs else [0, 1, 2]
     if coll == "reduce_scatter":
         combos: list[tuple[str, str | None]] = list(REDUCTION_COMBOS)
     else:
@@ -146,8 +147,8 @@ def _vector_cases(coll: str, p: int) -> Iterator[Case]:
     i = 0
     for layout in layouts:
         for in_place in (False, True):
-            if coll == "alltoallv" and in_place and layout != 2:
-                continue  # in-place alltoallv needs symmetric counts
+            if pairs and in_place and layout != 2:
+                continue  # in-place alltoallv/w needs symmetric counts
             n_combos = len(combos) if FULL else 2
             for k in range(n_combos):
                 dtype, op = combos[(i + k * 5) % len(combos)]

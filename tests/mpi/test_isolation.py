@@ -178,7 +178,8 @@ def _every_collective(b: Any, p: int, r: int, nonblocking: bool) -> list[str]:
     root_data = np.arange(n, dtype=np.int64)  # alive until the requests complete
     out: dict[str, np.ndarray] = {k: np.full(n * p, -1, np.int64) for k in (
         "bcast", "scatter", "scatterv", "gather", "gatherv", "reduce", "allreduce", "rsb", "rs",
-        "allgather", "allgatherv", "alltoall", "alltoallv", "scan", "exscan")}
+        "allgather", "allgatherv", "alltoall", "alltoallv", "scan", "exscan", "alltoallw")}
+    wl = ([n] * p, [8 * n * j for j in range(p)])  # Alltoallw: byte displacements
     reqs = [
         f("Barrier")(),
         f("Bcast")(out["bcast"][:n] if r else root_data, root=0),
@@ -198,6 +199,7 @@ def _every_collective(b: Any, p: int, r: int, nonblocking: bool) -> list[str]:
         f("Alltoallv")([xs, [n] * p, MPI.INT64_T], [out["alltoallv"], [n] * p, MPI.INT64_T]),
         f("Scan")(x, out["scan"][:n]),
         f("Exscan")(x, out["exscan"][:n]),
+        f("Alltoallw")([xs, wl, [MPI.INT64_T] * p], [out["alltoallw"], wl, [MPI.INT64_T] * p]),
     ]
     if nonblocking:
         mpicoll.Waitall(reqs)
@@ -211,6 +213,7 @@ def _every_collective(b: Any, p: int, r: int, nonblocking: bool) -> list[str]:
         "allgather": np.repeat(np.arange(p) + 1, n), "allgatherv": np.repeat(np.arange(p) + 1, n),
         "alltoall": np.repeat(10 * np.arange(p) + r, n),
         "alltoallv": np.repeat(10 * np.arange(p) + r, n),
+        "alltoallw": np.repeat(10 * np.arange(p) + r, n),
         "scan": np.full(n, (r + 1) * (r + 2) // 2), "exscan": np.full(n, r * (r + 1) // 2),
     }
     problems = []

@@ -36,8 +36,8 @@ DEADLINE_S = 120.0
 
 def _iform_cases(coll: str, p: int) -> list[runners.Case]:
     """A few cases per collective: a non-commutative op / odd counts / in-place / zeros."""
-    if coll in ("scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"):
-        layouts = [0, 2] if coll == "alltoallv" else [0, 1]
+    if coll in runners.VECTOR:
+        layouts = [0, 2] if coll in ("alltoallv", "alltoallw") else [0, 1]
         op = "AFFINE" if coll == "reduce_scatter" else None
         dtype = "int64" if op else "float64"
         return [runners.Case(dtype, op, 0, root=(k + 1) % p, in_place=k == 1, layout=lay,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from mpicoll.algorithms import registry
+from mpicoll.algorithms.collectives import RECORDS
 from mpicoll.algorithms.schedule import DEFAULT_SEGMENT_BYTES, pof2_floor
 from mpicoll.engines.sim import TwoLevel
 from mpicoll.model.alphabeta import Model
@@ -35,7 +36,8 @@ TERMS = (Model(1.0, 0.0, 0.0), Model(0.0, 1.0, 0.0), Model(0.0, 0.0, 1.0))
 ITEM = 8  # float64, simulate's default dtype
 #: collectives whose count is per rank's whole vector (blocks are count / p)
 PER_VECTOR = {"bcast", "reduce", "allreduce", "scan", "exscan"}
-V = {"scatterv", "gatherv", "allgatherv", "alltoallv", "reduce_scatter"}
+#: the v-collectives (alltoallw: alltoallv's counts, a datatype per peer)
+V = {c.name for c in RECORDS if c.vector}
 
 
 def vcounts(count: int, p: int) -> list[int]:

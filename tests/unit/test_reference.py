@@ -264,6 +264,16 @@ def test_v_collectives_write_blocks_and_keep_gaps() -> None:
              [np.full(5, -1, np.int64), ([2, 2], [3, 0])]]
     want = ref.expected("alltoallv", [(s, r) for s, r in zip(sends, recvs, strict=True)])
     assert _values(want) == [[1], [4, 5, -1, 2, 3]]
+    # Alltoallw: the same blocks, displacements in bytes, a datatype per rank (both forms)
+    t = [MPI.INT64_T] * 2
+    sends = [[_i(1, 2, 3), ([1, 2], [0, 8]), t], [_i(4, 5), [0, 2], [0, 0], t]]
+    recvs = [[np.zeros(1, np.int64), ([1, 0], [0, 8]), t],
+             [np.full(5, -1, np.int64), ([2, 2], [24, 0]), t]]
+    want = ref.expected("alltoallw", [(s, r) for s, r in zip(sends, recvs, strict=True)])
+    assert _values(want) == [[1], [4, 5, -1, 2, 3]]
+    with pytest.raises(TypeError, match="item size"):  # a derived type is not modelled
+        ref.expected("alltoallw", [([_i(1), [1], [0], [MPI.INT64_T.Create_resized(0, 16)]],
+                                    [np.zeros(1, np.int64), [1], [0], [MPI.INT64_T]])])
 
 
 def test_reductions_fold_in_rank_order() -> None:

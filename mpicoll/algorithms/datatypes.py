@@ -1,0 +1,198 @@
+"""Derived MPI datatypes in the schedule language: one element is one instance of the type.
+
+A buffer of a derived datatype (``MPI.DOUBLE.Create_vector(...)``, ``Create_resized``, a
+struct, ...) has the same internal form as a predefined one: a 1-D numpy view of ``count``
+elements.  Its numpy dtype is ``np.dtype((np.void, extent))`` and element 0 starts at the
+buffer's origin (the address MPI is handed), so a slice ``buf[i:j]`` is the address arithmetic
+MPI itself does (element i starts ``i * extent`` bytes from the origin; the lower bound is
+inside the typemap, and MPI applies it).  numpy never reads or writes those bytes: messages
+carry the MPI datatype (``[view, count, datatype]``), local copies go through
+``datatype.Pack``/``Unpack`` (the holes of the typemap stay untouched), reductions through
+``op.Reduce_local`` on the datatype, and bytes on the wire are ``count * datatype.Get_size()``.
+
+A view may run past the end of the memory it was made from (a resized type whose extent is
+larger than its true extent ends inside the last element's extent); only the bytes of the
+typemap are ever touched, and :func:`check_span` is what keeps those inside the buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = [
+    "Extents", "PerPeer", "TypedView", "check_span", "datatype_of_view", "extents", "is_derived",
+    "same_layout", "typed_copy", "typed_scratch", "typed_view",
+]
+
+
+def is_derived(datatype: MPI.Datatype) -> bool:
+    """True for a derived (user-built) datatype, False for a predefined one or a duplicate of
+    one (``MPI_Type_dup``, which is what :func:`mpi4py.util.dtlib.from_numpy_dtype` returns):
+    a duplicate has its original's typemap, so it takes the predefined path (numpy views of
+    the matching dtype)."""
+    while not datatype.is_predefined:
+        if datatype.combiner != MPI.COMBINER_DUP:
+            return True
+        base = datatype.Get_contents()[-1][0]
+        if not base.is_predefined:
+            base.Free()  # MPI_Type_get_contents returns a new handle of a derived type
+            return True
+        datatype = base
+    return False
+
+
+class Extents(NamedTuple):
+    """The byte geometry of a datatype: ``size`` (bytes of data, what a message carries),
+    ``lb``/``extent`` (the stride between consecutive elements) and ``true_lb``/``true_extent``
+    (the bytes the typemap actually touches, relative to an element's origin)."""
+
+    size: int
+    lb: int
+    extent: int
+    true_lb: int
+    true_extent: int
+
+    def span(self, count: int) -> tuple[int, int]:
+        """Bytes ``[lo, hi)`` from element 0's origin that ``count`` elements touch ((0, 0)
+        for none)."""
+        if count <= 0 or self.size == 0:
+            return (0, 0)
+        lo = self.true_lb
+        return (lo, (count - 1) * self.extent + lo + self.true_extent)
+
+
+def extents(datatype: MPI.Datatype) -> Extents:
+    """:class:`Extents` of ``datatype``."""
+    lb, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    return Extents(datatype.Get_size(), lb, extent, true_lb, true_extent)
+
+
+def check_span(datatype: MPI.Datatype, origin: int, count: int, nbytes: int, what: str,
+               detail: str = "") -> None:
+    """Raise ValueError unless ``count`` elements of ``datatype`` from byte ``origin`` of a
+    buffer of ``nbytes`` bytes stay inside it (mpi4py does not check this for a derived
+    datatype with an explicit count: MPI would read or write out of bounds)."""
+    lo, hi = extents(datatype).span(count)
+    if hi > lo and (origin + lo < 0 or origin + hi > nbytes):
+        raise ValueError(
+            f"{what}: {count} elements of datatype {datatype.Get_name() or 'derived'}"
+            f"{detail} touch bytes [{origin + lo}, {origin + hi}) of the buffer, which has "
+            f"{nbytes} bytes"
+        )
+
+
+def same_layout(a: MPI.Datatype, b: MPI.Datatype) -> bool:
+    """True if two datatypes touch the same bytes in the same order (same extents and the
+    same byte offsets in pack order), e.g. two separately built vectors of the same shape:
+    then either moves the other's data exactly.  Found by packing, with each, a buffer whose
+    bytes spell their own offsets (one pass per offset byte)."""
+    if a == b:
+        return True
+    ea, eb = extents(a), extents(b)
+    if ea != eb:
+        return False
+    lo, hi = ea.span(1)
+    offsets = np.arange(hi - lo, dtype=np.int64)
+    shift = 0
+    while True:
+        raw = ((offsets >> shift) & 0xFF).astype(np.uint8)
+        one = typed_view(raw, -lo, 1, max(ea.extent, 1))
+        packed = [np.empty(t.Pack_size(1, MPI.COMM_SELF), np.uint8) for t in (a, b)]
+        ends = [t.Pack(one, out, 0, MPI.COMM_SELF) for t, out in zip((a, b), packed, strict=True)]
+        if ends[0] != ends[1] or not np.array_equal(packed[0][: ends[0]], packed[1][: ends[1]]):
+            return False
+        shift += 8
+        if (hi - lo) >> shift == 0:
+            return True
+
+
+class _Interface:
+    """Holds an ``__array_interface__`` (and keeps the memory it points into alive)."""
+
+    def __init__(self, interface: dict[str, Any], base: Any) -> None:
+        self.__array_interface__ = interface
+        self.base = base
+
+
+def typed_view(raw: np.ndarray, origin: int, count: int, extent: int) -> np.ndarray:
+    """``count`` elements of ``extent`` bytes (dtype ``np.dtype((np.void, extent))``) whose
+    element 0 starts at byte ``origin`` of the 1-D uint8 array ``raw``.
+
+    The view may end past ``raw``'s end (see the module docstring); it is writable if ``raw``
+    is."""
+    dt = np.dtype((np.void, extent))
+    if origin >= 0 and origin + count * extent <= raw.size:
+        return raw[origin : origin + count * extent].view(dt)
+    interface = {
+        "version": 3, "shape": (count,), "typestr": dt.str, "strides": None,
+        "data": (raw.ctypes.data + origin, not raw.flags.writeable),
+    }
+    return np.asarray(_Interface(interface, raw))
+
+
+def typed_scratch(count: int, datatype: MPI.Datatype) -> np.ndarray:
+    """A new, uninitialised buffer of ``count`` elements of a derived ``datatype``: an
+    allocation of the true extent of ``count`` elements, with element 0's origin placed so
+    that the typemap lands inside it (a negative true lower bound included)."""
+    ext = extents(datatype)
+    lo, hi = ext.span(count)
+    offset = max(0, -lo)
+    raw = np.empty(offset + max(hi, count * ext.extent, 0), np.uint8)
+    return typed_view(raw, offset, count, ext.extent)
+
+
+class TypedView(np.ndarray):
+    """A view that carries its own MPI datatype (``.datatype``), kept by slicing: the blocks
+    of ``Alltoallw``, where every peer's block has a datatype of its own.  Messages of it carry
+    that datatype and :meth:`~mpicoll.algorithms.schedule.Context.copy` packs and unpacks it
+    with its own (so a copy between two blocks of different datatypes with the same type
+    signature is right)."""
+
+    datatype: MPI.Datatype
+
+    @classmethod
+    def of(cls, view: np.ndarray, datatype: MPI.Datatype) -> TypedView:
+        out = view.view(cls)
+        out.datatype = datatype
+        return out
+
+    def __array_finalize__(self, obj: Any) -> None:
+        if obj is not None:
+            self.datatype = getattr(obj, "datatype", None)  # type: ignore[assignment]
+
+
+def datatype_of_view(buf: Any, default: MPI.Datatype) -> MPI.Datatype:
+    """The datatype of a :class:`TypedView`, else ``default`` (the call's)."""
+    dt = getattr(buf, "datatype", None)
+    return default if dt is None else dt
+
+
+class PerPeer(tuple):
+    """One block per peer rank (:class:`TypedView` each), standing for a buffer whose blocks
+    cannot be slices of one view (``Alltoallw``: a datatype and a byte displacement per peer).
+    The all-to-all schedules take block ``i`` of it as ``buf[i]`` (see
+    :func:`mpicoll.algorithms.schedule.block`)."""
+
+    __slots__ = ()
+
+
+def typed_copy(src: np.ndarray, dst: np.ndarray, datatype: MPI.Datatype) -> None:
+    """``dst[:] = src`` for ``len(src)`` elements of a derived ``datatype``: the typemap's
+    bytes only (``datatype.Pack`` into a byte buffer, ``Unpack`` into ``dst``), so the holes of
+    ``dst`` stay untouched and overlapping ``src``/``dst`` are safe.  A :class:`TypedView`
+    uses its own datatype (``Alltoallw``: the send block's and the receive block's may differ,
+    with the same type signature)."""
+    n = int(src.size)
+    if not n:
+        return
+    # TypedViews (Alltoallw) pack with their own datatypes: len(dst) elements of dst's
+    stype, dtype_ = datatype_of_view(src, datatype), datatype_of_view(dst, datatype)
+    m = n if dtype_ is stype else int(dst.size)
+    packed = np.empty(stype.Pack_size(n, MPI.COMM_SELF), np.uint8)
+    # mpi4py's Pack/Unpack take len(buffer) // extent elements: exactly n (m) of these views
+    end = stype.Pack(np.asarray(src), packed, 0, MPI.COMM_SELF)
+    dtype_.Unpack(packed[:end], 0, np.asarray(dst)[:m], MPI.COMM_SELF)

@@ -1,0 +1,219 @@
+"""Derived datatypes without mpiexec: the parsed form, local copies and scratch, the simulator's
+cost-only mode, and the dtype names of verify/bench (the collectives themselves are in
+tests/mpi/test_derived.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from mpi4py.util import dtlib
+
+from mpicoll.algorithms import registry
+from mpicoll.algorithms.datatypes import extents, is_derived, typed_copy, typed_scratch
+from mpicoll.algorithms.schedule import Context
+from mpicoll.backends.args import PARSERS
+from mpicoll.backends.buffers import parse, parse_v
+from mpicoll.backends.ops import check_op
+from mpicoll.engines.sim import Simulator, run_vector
+from mpicoll.tools import cases
+from mpicoll.tools.simulate import simulate
+
+VEC = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()          # doubles 0 and 3: size 16, extent 32
+INTERLEAVED = VEC.Create_resized(-8, 16).Commit()         # element i: doubles 2i, 2i + 3
+NEG = MPI.INT64_T.Create_hindexed([1, 1], [-8, 8]).Commit()  # true lb -8: bytes [-8, 16)
+CONTIG = MPI.INT64_T.Create_contiguous(2).Commit()
+
+
+def test_is_derived() -> None:
+    assert is_derived(VEC)
+    assert is_derived(INTERLEAVED)
+    assert not is_derived(MPI.DOUBLE)
+    assert not is_derived(MPI.DOUBLE_INT)
+    dup = dtlib.from_numpy_dtype(np.dtype(np.float64))  # an MPI_Type_dup of MPI_DOUBLE
+    assert not dup.is_predefined
+    assert not is_derived(dup)
+    d = VEC.Dup()
+    assert is_derived(d)
+    d.Free()
+
+
+def test_parse_gives_one_element_per_instance() -> None:
+    buf = np.zeros(12)
+    b = parse([buf, 3, VEC], "buf")
+    assert b.array.dtype == np.dtype((np.void, 32))
+    assert b.count == 3
+    assert b.datatype == VEC
+    assert b.array.ctypes.data == buf.ctypes.data
+    b = parse([buf, (1, 1), VEC], "buf")  # displacement in extents
+    assert b.array.ctypes.data == buf.ctypes.data + 32
+    assert parse([buf, VEC], "buf").count == 3  # no count: bytes over the extent, as mpi4py
+
+
+def test_parse_checks_the_typemap_bytes() -> None:
+    with pytest.raises(ValueError, match=r"touch bytes \[0, 128\)"):
+        parse([np.zeros(12), 4, VEC], "buf")  # 3 * 32 + 32 bytes > 96
+    assert parse([np.zeros(10), 4, INTERLEAVED], "buf").count == 4  # (4-1)*16 + 32 = 80 bytes
+    with pytest.raises(ValueError, match="touch bytes"):
+        parse([np.zeros(9), 4, INTERLEAVED], "buf")
+    with pytest.raises(ValueError, match=r"touch bytes \[-8, "):
+        parse([np.zeros(8), 1, NEG], "buf")  # the true lower bound is before the buffer
+    assert parse([np.zeros(8), (1, 1), NEG], "buf").count == 1  # origin 24 bytes in
+    with pytest.raises(ValueError, match="not a multiple"):
+        parse([np.zeros(5), VEC], "buf")
+    with pytest.raises(TypeError, match="extent"):
+        parse([np.zeros(4), 1, MPI.DOUBLE.Create_resized(0, 0).Commit()], "buf")
+
+
+def test_parse_v_blocks_in_extents() -> None:
+    buf = np.zeros(20)
+    v = parse_v([buf, ([1, 2], [0, 2]), INTERLEAVED], "buf", 2)
+    assert v.block(1).ctypes.data == buf.ctypes.data + 32
+    assert v.block(1).size == 2
+    with pytest.raises(ValueError, match="block 1"):
+        parse_v([buf, ([1, 2], [0, 8]), INTERLEAVED], "buf", 2)
+
+
+def test_view_past_the_end_is_only_addresses() -> None:
+    """A resized type whose extent exceeds its true extent: the last element's extent runs
+    past the buffer, its typemap does not."""
+    wide = MPI.INT.Create_resized(0, 16).Commit()
+    buf = np.zeros(9, np.int32)  # 3 elements: bytes 0, 16, 32 (+4)
+    b = parse([buf, 3, wide], "buf", writable=True)
+    assert b.count == 3
+    typed_copy(parse([np.arange(12, dtype=np.int32), 3, wide], "src").array, b.array, wide)
+    assert buf.tolist() == [0, 0, 0, 0, 4, 0, 0, 0, 8]
+
+
+def test_copy_keeps_the_holes() -> None:
+    src = np.arange(12.0)
+    dst = np.full(12, -1.0)
+    typed_copy(parse([src, 3, VEC], "s").array, parse([dst, 3, VEC], "d").array, VEC)
+    want = np.full(12, -1.0)
+    want[[0, 3, 4, 7, 8, 11]] = [0, 3, 4, 7, 8, 11]
+    assert dst.tolist() == want.tolist()
+    x = np.arange(10.0)  # overlapping source and destination are safe (Pack, then Unpack)
+    v = parse([x, 4, INTERLEAVED], "x", writable=True).array
+    typed_copy(v[1:3], v[0:2], INTERLEAVED)
+    assert x.tolist() == [2, 1, 4, 5, 4, 7, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("t", [VEC, INTERLEAVED, NEG, CONTIG], ids=["vec", "inter", "neg", "c"])
+def test_scratch_holds_the_typemap(t: MPI.Datatype) -> None:
+    for n in (0, 1, 5):
+        s = typed_scratch(n, t)
+        assert s.size == n
+        assert s.dtype.itemsize == extents(t).extent
+        lo, hi = extents(t).span(n)
+        base = s.base
+        while base is not None and not isinstance(base, np.ndarray):
+            base = base.base
+        start = s.ctypes.data - base.ctypes.data  # type: ignore[union-attr]
+        assert start + lo >= 0
+        assert start + hi <= base.nbytes
+        ones = np.full(t.Pack_size(n, MPI.COMM_SELF), 7, np.uint8)
+        t.Unpack(ones, 0, s, MPI.COMM_SELF)  # writes exactly the typemap, inside the allocation
+
+
+def test_context_reduces_with_the_datatype() -> None:
+    seen: list[int] = []
+
+    def fn(a: object, b: object, dt: MPI.Datatype) -> None:
+        x = np.frombuffer(a, np.int64)  # type: ignore[call-overload]
+        y = np.frombuffer(b, np.int64)  # type: ignore[call-overload]
+        seen.append(len(x))
+        y[:] = 10 * x + y
+
+    op = MPI.Op.Create(fn, commute=False)
+    ctx = Context(0, 1, CONTIG, np.dtype((np.void, 16)))
+    assert ctx.derived
+    assert ctx.unit == 16
+    a = ctx.scratch(2)
+    b = ctx.scratch(2)
+    ctx.copy(parse([np.array([1, 2, 3, 4]), 2, CONTIG], "a").array, a)
+    ctx.copy(parse([np.array([5, 6, 7, 8]), 2, CONTIG], "b").array, b)
+    ctx.reduce(a, b, op)
+    out = np.zeros(4, np.int64)
+    ctx.copy(b, parse([out, 2, CONTIG], "o", writable=True).array)
+    assert out.tolist() == [15, 26, 37, 48]
+    assert seen == [4]
+    op.Free()
+
+
+def test_predefined_ops_refused_on_derived() -> None:
+    """MPICH 5 and Open MPI 5 define no predefined op on a derived datatype (MPI_ERR_OP): both
+    backends refuse them before any message, user ops pass."""
+    with pytest.raises(TypeError, match="not defined"):
+        check_op(MPI.SUM, CONTIG, np.dtype((np.void, 16)))
+    op = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    assert check_op(op, CONTIG, np.dtype((np.void, 16))) is op
+    op.Free()
+
+
+def test_call_bytes_are_the_datatype_size() -> None:
+    call = PARSERS["allgather"](4, 0, [np.zeros(12), 3, VEC], [np.zeros(48), 3, VEC])
+    assert call.nbytes == 4 * 3 * 16  # not the views' 4 * 3 * 32
+
+
+def _allgather_args(p: int, n: int) -> list[tuple[object, ...]]:
+    return [([np.zeros(4 * n), n, VEC], [np.zeros(4 * n * p), n, VEC]) for _ in range(p)]
+
+
+def test_simulator_counts_datatype_bytes() -> None:
+    p, n = 4, 3
+    r = simulate("allgather", p, n, algorithm="ring", args=_allgather_args(p, n), data=False)
+    assert r.bytes_sent.tolist() == [(p - 1) * n * 16] * p
+    with pytest.raises(TypeError, match="cost-only"):
+        simulate("allgather", p, n, algorithm="ring", args=_allgather_args(p, n), data=True)
+
+
+def test_vector_engine_counts_datatype_bytes() -> None:
+    p, n = 5, 2
+    args = _allgather_args(p, n)[0]
+    call = PARSERS["allgather"](p, 0, *args)
+    alg = registry.get("allgather", "ring")
+    stats = run_vector(Simulator(p, data=False), alg.schedule, call.datatype, call.dtype,
+                       call.prepare)
+    per_rank = simulate("allgather", p, n, algorithm="ring", args=_allgather_args(p, n),
+                        data=False, engine="rank")
+    assert stats["bytes_sent"].tolist() == per_rank.bytes_sent.tolist() == [(p - 1) * n * 16] * p
+    assert np.allclose(stats["clocks"], per_rank.clocks)
+
+
+def test_case_dtype_names() -> None:
+    t, base = cases.derived_datatype("vector:2:3:float64")  # type: ignore[misc]
+    assert base == "float64"
+    assert t.Get_size() == 16
+    assert t.Get_extent() == (0, 32)
+    t, _ = cases.derived_datatype("vector:2:2:4:int32")  # type: ignore[misc]
+    assert t.Get_size() == 16
+    assert t.Get_extent() == (0, 24)
+    t, _ = cases.derived_datatype("resized:-8:16:vector:2:3:float64")  # type: ignore[misc]
+    assert t.Get_extent() == (-8, 16)
+    assert cases.per_element("contiguous:2:int64") == 2
+    assert cases.per_element("int64") == 1
+    assert cases.numpy_dtype("contiguous:2:int64") == np.int64
+    for bad in ("vector:2:double", "contiguous:x:int64", "blob:1:int8", "contiguous:2:maxloc"):
+        assert not cases.known_dtype(bad), bad
+    assert cases.dtype_op_problem("contiguous:2:int64", "sum") is not None
+    assert cases.dtype_op_problem("contiguous:2:int64", "user") is None
+
+
+def test_same_layout_types_match() -> None:
+    """Two vectors built alike are one layout (a send and a receive side may pass each);
+    another shape, or a predefined type on the other side, is refused (TypeError)."""
+    from mpicoll.algorithms.datatypes import same_layout
+    from mpicoll.backends.buffers import same_type
+
+    twin = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    assert same_layout(VEC, twin)
+    assert not same_layout(VEC, MPI.DOUBLE.Create_vector(2, 1, 2).Commit())
+    assert not same_layout(CONTIG, MPI.INT64_T.Create_hindexed([1, 1], [8, 0]).Commit())
+    big = MPI.BYTE.Create_indexed_block(1, [0, 44, 300]).Commit()  # 300 = 256 + 44
+    assert same_layout(big, MPI.BYTE.Create_indexed_block(1, [0, 44, 300]).Commit())
+    # same extents, same low offset bytes in pack order; only the second pass tells them apart
+    assert not same_layout(big, MPI.BYTE.Create_indexed_block(1, [0, 300, 44]).Commit())
+    buf = np.zeros(12)
+    same_type(parse([buf, 1, VEC], "s"), parse([buf, 1, twin], "r"), "Gather")
+    with pytest.raises(TypeError, match="differ"):
+        same_type(parse([buf, 2, MPI.DOUBLE], "s"), parse([buf, 2, VEC], "r"), "Gather")
