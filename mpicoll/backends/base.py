@@ -14,17 +14,19 @@ backend (see :mod:`mpicoll.algorithms.registry`); the native backend accepts onl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import numpy as np
 from mpi4py import MPI
 
+from ..engines.call import Call
 from ..engines.mpi import Waitall
 from .args import PARSERS
 from .buffers import is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
+from .frontdoor import FrontDoor, key_of
 
 __all__ = ["Collectives", "MismatchError"]
 
@@ -80,6 +82,9 @@ class Collectives(CheckedMode):
         self._check_comm = comm
         #: set by Free (p2p): every later call raises before any MPI call
         self._freed = False
+        #: the cache of parsed calls, with its ``hits``/``misses`` counters
+        #: (:mod:`mpicoll.backends.frontdoor`)
+        self.front_door = FrontDoor()
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
@@ -105,16 +110,44 @@ class Collectives(CheckedMode):
 
     def _call(self, collective: str, nonblocking: bool, algorithm: Any, *args: Any) -> Any:
         """The front door of every method: check and parse the call once (into a
-        :class:`~mpicoll.engines.call.Call`), then hand it to the backend's ``_run``; in
-        checked mode the ranks agree on it in between (:mod:`mpicoll.backends.checked`)."""
+        :class:`~mpicoll.engines.call.Call`), then hand it to the backend's runner; in
+        checked mode the ranks agree on it in between (:mod:`mpicoll.backends.checked`).
+
+        A call whose arguments make the key of an earlier one (see
+        :mod:`mpicoll.backends.frontdoor`: the same buffers with the same shape, strides,
+        dtype and flags, the same counts, datatype, op, root, in-place and ``algorithm=``)
+        reuses that call's parse and runner (on p2p: its algorithm) without checking again:
+        every check's answer depends only on what the key holds."""
         if self._freed:
             raise RuntimeError(f"this {self.name} backend was freed")
         if self.check:
             return self._checked_call(collective, nonblocking, algorithm, args)
         if algorithm is not None and not isinstance(algorithm, str):
             check_algorithm_type(algorithm)
-        return self._run(PARSERS[collective](self.size, self.rank, *args), nonblocking,
-                         algorithm, args)
+        door = self.front_door
+        key = key_of(args)
+        if key is not None:
+            key = (collective, nonblocking, algorithm, key)
+            entry = door.entries.get(key)
+            if entry is not None:
+                door.hits += 1
+                return entry[1](*args)
+        door.misses += 1
+        run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
+                           algorithm)
+        if key is not None:
+            door.store(key, args, run)
+        return run(*args)
+
+    def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
+                ) -> Callable[..., Any]:
+        """``run(*args)``: what runs this parsed call (the backend's; cached by the front door)."""
+        raise NotImplementedError
+
+    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
+             args: tuple[Any, ...]) -> Any:
+        """Run a parsed call once (checked mode's path)."""
+        return self._runner(call, nonblocking, algorithm)(*args)
 
     def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any,
                     algorithm: Any = None, nonblocking: bool = False) -> Any:

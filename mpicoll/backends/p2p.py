@@ -28,6 +28,7 @@ algorithm handed to the engine beside the :class:`~mpicoll.engines.call.Call`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mpi4py import MPI
@@ -35,6 +36,7 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
 from ..engines.mpi import Engine, Traffic
+from ..model import alphabeta
 from .args import Call
 from .base import Collectives
 from .checked import agree_on_construction
@@ -155,12 +157,25 @@ class P2P(P2PObjects, Collectives):
                 raise RestrictionError(where + why)
         return alg
 
-    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
-        if nonblocking:
-            return self._engine.start(call, self.select(call, algorithm))
-        self._engine.run(call, self.select(call, algorithm))
-        return None
+    def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
+                ) -> Callable[..., Any]:
+        """What runs ``call`` (the front door caches it): the algorithm is selected here, once;
+        a cached ``auto`` choice is selected again if :func:`mpicoll.model.use` changed the
+        model since."""
+        alg = self.select(call, algorithm)
+        engine = self._engine
+        if algorithm not in (None, "auto") or (algorithm is None and
+                                               call.collective in self._forced):
+            if nonblocking:
+                return lambda *_: engine.start(call, alg)
+            return lambda *_: engine.run(call, alg)
+        model = alphabeta.current()
+
+        def auto(*_: Any) -> Any:
+            a = alg if alphabeta.current() is model else self.select(call, algorithm)
+            return engine.start(call, a) if nonblocking else engine.run(call, a)
+
+        return auto
 
     def Free(self) -> None:
         """Release the private duplicate of ``comm`` (collective: every rank calls it; a second
@@ -168,6 +183,7 @@ class P2P(P2PObjects, Collectives):
         ``with mpicoll.p2p(comm) as c:`` block calls it; nothing else does."""
         if self._comm != MPI.COMM_NULL:
             self._engine.wait_for(lambda: not self._engine.active)
+            self.front_door.entries.clear()
             self._comm.Free()
             self._freed = True
 
