@@ -15,6 +15,7 @@ from .backends.base import MismatchError
 from .backends.native import Native, native
 from .backends.p2p import P2P, p2p
 from .engines.mpi import ScheduleRequest, Testall, Traffic, Waitall
+from .engines.plan import PlanRequest, Startall
 from .tools.simulate import simulate
 
 __version__ = "0.1.0"
@@ -22,9 +23,11 @@ __version__ = "0.1.0"
 __all__ = [
     "MismatchError",
     "P2P",
+    "PlanRequest",
     "Native",
     "RestrictionError",
     "ScheduleRequest",
+    "Startall",
     "Testall",
     "Traffic",
     "Waitall",

@@ -149,6 +149,32 @@ class Collectives(CheckedMode):
         """Run a parsed call once (checked mode's path)."""
         return self._runner(call, nonblocking, algorithm)(*args)
 
+    def _call_init(self, collective: str, algorithm: Any, info: MPI.Info, *args: Any) -> Any:
+        """The front door of the persistent (``*_init``) methods: check and parse the call
+        (in checked mode the ranks agree on it, as for a non-blocking call), then make the
+        backend's persistent request (native: mpi4py's ``MPI.Prequest``; p2p: a compiled plan,
+        :class:`~mpicoll.engines.plan.PlanRequest`)."""
+        if self._freed:
+            raise RuntimeError(f"this {self.name} backend was freed")
+        check_algorithm_type(algorithm)
+        if not isinstance(info, MPI.Info):
+            raise TypeError(f"info: expected an MPI.Info, got {info!r}")
+        if self.check:
+            try:
+                call = PARSERS[collective](self.size, self.rank, *args)
+            except (TypeError, ValueError) as exc:
+                self._agree(collective, None, exc, algorithm, nonblocking=True)
+                raise
+            self._agree(collective, call, None, algorithm, nonblocking=True)
+        else:
+            call = PARSERS[collective](self.size, self.rank, *args)
+        return self._persistent(call, algorithm, info, args)
+
+    def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
+                    args: tuple[Any, ...]) -> Any:
+        """The backend's persistent request for a parsed call."""
+        raise NotImplementedError
+
     def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any,
                     algorithm: Any = None, nonblocking: bool = False) -> Any:
         """Reduce_scatter's counts: as given, or every rank's receive count (allgather).
@@ -383,3 +409,94 @@ class Collectives(CheckedMode):
     ) -> Any:
         """Non-blocking :meth:`Exscan`: returns a request with ``Wait()``/``Test()``."""
         return self._call("exscan", True, algorithm, sendbuf, recvbuf, op)
+
+    # ---- persistent collectives (MPI-4): made inactive; Start() runs them, as often as wanted
+
+    def Barrier_init(self, info: MPI.Info = MPI.INFO_NULL, *,
+                     algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Barrier` (MPI-4 ``MPI_Barrier_init``): returns an inactive
+        request; ``Start()`` (or :func:`mpicoll.Startall`) runs it, ``Wait()``/``Test()``
+        complete it, ``Free()`` releases it.  ``info`` goes to MPI on the native backend and is
+        ignored by p2p."""
+        return self._call_init("barrier", algorithm, info)
+
+    def Bcast_init(self, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL, *,
+                   algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Bcast` (see :meth:`Barrier_init`)."""
+        return self._call_init("bcast", algorithm, info, buf, root)
+
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                     info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Scatter` (see :meth:`Barrier_init`)."""
+        return self._call_init("scatter", algorithm, info, sendbuf, recvbuf, root)
+
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                      info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Scatterv` (see :meth:`Barrier_init`)."""
+        return self._call_init("scatterv", algorithm, info, sendbuf, recvbuf, root)
+
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                    info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Gather` (see :meth:`Barrier_init`)."""
+        return self._call_init("gather", algorithm, info, sendbuf, recvbuf, root)
+
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                     info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Gatherv` (see :meth:`Barrier_init`)."""
+        return self._call_init("gatherv", algorithm, info, sendbuf, recvbuf, root)
+
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
+                    info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Reduce` (see :meth:`Barrier_init`)."""
+        return self._call_init("reduce", algorithm, info, sendbuf, recvbuf, op, root)
+
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                       info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Allreduce` (see :meth:`Barrier_init`)."""
+        return self._call_init("allreduce", algorithm, info, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                                  info: MPI.Info = MPI.INFO_NULL, *,
+                                  algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Reduce_scatter_block` (see :meth:`Barrier_init`)."""
+        return self._call_init("reduce_scatter_block", algorithm, info, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any,
+                            recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
+                            info: MPI.Info = MPI.INFO_NULL, *,
+                            algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Reduce_scatter` (see :meth:`Barrier_init`); ``recvcounts=None``
+        gathers the counts once, here."""
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm, True)
+        return self._call_init("reduce_scatter", algorithm, info, sendbuf, recvbuf,
+                               recvcounts, op)
+
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                       algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Allgather` (see :meth:`Barrier_init`)."""
+        return self._call_init("allgather", algorithm, info, sendbuf, recvbuf)
+
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                        algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Allgatherv` (see :meth:`Barrier_init`)."""
+        return self._call_init("allgatherv", algorithm, info, sendbuf, recvbuf)
+
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                      algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Alltoall` (see :meth:`Barrier_init`)."""
+        return self._call_init("alltoall", algorithm, info, sendbuf, recvbuf)
+
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                       algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Alltoallv` (see :meth:`Barrier_init`)."""
+        return self._call_init("alltoallv", algorithm, info, sendbuf, recvbuf)
+
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                  info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Scan` (see :meth:`Barrier_init`)."""
+        return self._call_init("scan", algorithm, info, sendbuf, recvbuf, op)
+
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                    info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Exscan` (see :meth:`Barrier_init`)."""
+        return self._call_init("exscan", algorithm, info, sendbuf, recvbuf, op)

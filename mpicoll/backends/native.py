@@ -46,6 +46,11 @@ class Native(NativeObjects, Collectives):
             )
         return getattr(self.comm, BY_NAME[call.collective].method_for(nonblocking))
 
+    def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
+                    args: tuple[Any, ...]) -> Any:
+        self._runner(call, False, algorithm)  # refuses a hand-rolled algorithm= name
+        return getattr(self.comm, BY_NAME[call.collective].persistent)(*args, info)
+
     def Free(self) -> None:
         """Nothing to free (the native backend owns no communicator)."""
 

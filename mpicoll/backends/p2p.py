@@ -36,6 +36,7 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
 from ..engines.mpi import Engine, Traffic
+from ..engines.plan import PlanRequest, compile_plan
 from ..model import alphabeta
 from .args import Call
 from .base import Collectives
@@ -115,7 +116,8 @@ class P2P(P2PObjects, Collectives):
         self._comm = comm.Dup()
         self._check_comm = self._comm
         self.nodes = node_map(self._comm, self.settings.ranks_per_node)
-        self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes)
+        self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes,
+                              tag_limit=limit)
 
     @property
     def traffic(self) -> Traffic:
@@ -176,6 +178,16 @@ class P2P(P2PObjects, Collectives):
             return engine.start(call, a) if nonblocking else engine.run(call, a)
 
         return auto
+
+    def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
+                    args: tuple[Any, ...]) -> PlanRequest:
+        """A compiled plan (:mod:`mpicoll.engines.plan`): the algorithm selected, the schedule
+        run once with a recording context, its scratch allocated and a tag reserved, all
+        now; ``Start`` replays it."""
+        alg = self.select(call, algorithm)
+        e = self._engine
+        plan = compile_plan(call, alg, self.rank, self.size, e.nodes, e.segment_bytes)
+        return PlanRequest(e, plan, e.reserve_tag())
 
     def Free(self) -> None:
         """Release the private duplicate of ``comm`` (collective: every rank calls it; a second

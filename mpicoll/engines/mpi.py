@@ -165,12 +165,18 @@ class Engine:
 
     def __init__(self, comm: MPI.Comm, tag_ub: int,
                  nodes: tuple[int, ...] | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, tag_limit: int | None = None
+                 ) -> None:
         self.comm = comm
         self.nodes = nodes
         self.segment_bytes = segment_bytes
         self.tag_ub = tag_ub
         self.tag = 0
+        #: MPI's TAG_UB: persistent plans take tags above tag_ub when there are any
+        self.tag_limit = tag_ub if tag_limit is None else max(tag_limit, tag_ub)
+        #: tags held by persistent plans until their Free (see :meth:`reserve_tag`)
+        self.reserved: set[int] = set()
+        self._plan_tag = tag_ub
         self.active: list[ScheduleRequest] = []
         self.traffic = Traffic()
         _ENGINES.add(self)
@@ -178,6 +184,8 @@ class Engine:
     def _context(self, call: Call, algorithm: Algorithm) -> tuple[MPIContext, Schedule]:
         """A fresh tag and context for ``call``, and ``algorithm``'s schedule started on it."""
         self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
+        if self.reserved and tag in self.reserved:
+            tag = self._skip_reserved()
         if self.active and any(r._ctx.tag == tag for r in self.active):
             # More than tag_ub collectives outstanding: the tag comes round again while an
             # older call still uses it.  Finish that call here first; two calls in flight with
@@ -187,6 +195,47 @@ class Engine:
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
         return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
+
+    def _skip_reserved(self) -> int:
+        """The next rotating tag no persistent plan holds (plans share the rotating tags only
+        when MPI's TAG_UB leaves none above ``tag_ub``)."""
+        if len(self.reserved) >= self.tag_ub:
+            raise RuntimeError("mpicoll: every tag is held by a persistent collective; Free some")
+        while self.tag in self.reserved:
+            self.tag = self.tag % self.tag_ub + 1
+        return self.tag
+
+    def reserve_tag(self) -> int:
+        """A tag for a persistent plan, held until :meth:`release_tag`.
+
+        Plans take the tags above ``tag_ub`` (up to MPI's TAG_UB) in turn, so the rotating
+        tags of the other calls never meet them, and every rank, making its persistent
+        collectives in the same order, reserves the same tag whenever each rank frees its
+        plans.  Where MPI leaves no tag above ``tag_ub``, a plan holds a rotating tag, which
+        the rotation then skips (the ranks must then free their plans at the same point of
+        their sequence of calls)."""
+        if self.tag_limit > self.tag_ub:
+            width = self.tag_limit - self.tag_ub
+            if len(self.reserved) >= width:
+                raise RuntimeError("mpicoll: every plan tag is held; Free some persistent "
+                                   "collectives")
+            tag = self._plan_tag
+            while True:
+                tag = tag + 1 if tag < self.tag_limit else self.tag_ub + 1
+                if tag not in self.reserved:
+                    break
+            self._plan_tag = tag
+        else:
+            self.tag = self.tag % self.tag_ub + 1
+            tag = self._skip_reserved()
+            if self.active and any(r._ctx.tag == tag for r in self.active):
+                self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
+        self.reserved.add(tag)
+        return tag
+
+    def release_tag(self, tag: int) -> None:
+        """Give back a tag :meth:`reserve_tag` handed out."""
+        self.reserved.discard(tag)
 
     def start(self, call: Call, algorithm: Algorithm) -> ScheduleRequest:
         """Start ``call`` with ``algorithm`` (chosen by the backend) and return its request."""

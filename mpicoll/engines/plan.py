@@ -1,0 +1,279 @@
+"""Compiled schedules: a schedule's generator run once, its rounds and local work recorded.
+
+A persistent collective (``Allreduce_init``, ...: MPI-4) is compiled when it is made, as
+libNBC and MPICH's ``MPIR_Sched`` build a persistent collective's schedule once at init:
+
+* :func:`compile_plan` runs the algorithm's generator with a :class:`Recorder` context: its
+  ``copy``/``reduce`` calls are recorded, not executed, in order between the rounds; its
+  ``scratch`` buffers are allocated then, once for the plan; each yielded round is kept with
+  its buffers (views of the user's buffers and of the scratch) and peers.  A schedule never
+  decides anything on the data (rules 1 and 3 of :mod:`mpicoll.algorithms.schedule`), so the
+  recorded plan is what every later run of the generator would do.
+* :class:`Plan` is that record.  ``Plan.replay(ctx)`` is a schedule again (a generator doing
+  the recorded work through ``ctx`` and yielding the recorded rounds): the simulator runs a
+  compiled plan with it, and a test checks that it gives the generator's results, clocks and
+  counts.
+* :class:`PlanRequest` runs a plan on MPI: every round's messages become persistent
+  point-to-point requests (``Recv_init`` first, then ``Send_init``, on the tag the engine
+  reserved for the plan), and ``Start`` replays the steps (local work, then
+  ``MPI.Prequest.Startall`` of the round) with no generator and no argument parsing on the
+  path; ``Wait``/``Test`` and :func:`mpicoll.Waitall` progress it like any other p2p request.
+
+The plan format: ``steps``, a list of ``(local, round)`` where ``local`` is a tuple of
+``("copy", src, dst, None)`` / ``("reduce", inbuf, inoutbuf, op)`` done before ``round`` is
+posted (a non-empty tuple of :class:`~mpicoll.algorithms.schedule.Send` /
+:class:`~mpicoll.algorithms.schedule.Recv`), then ``tail``, the local work after the last
+round; ``rounds`` counts every yielded round (empty ones too, as
+:class:`~mpicoll.engines.mpi.Traffic` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..algorithms.registry import Algorithm
+from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Schedule, Send
+from .call import Call
+from .mpi import _ENGINES, Engine, ScheduleRequest
+
+__all__ = ["Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
+
+#: one recorded local operation: (kind, a, b, op)
+Local = tuple[str, np.ndarray, np.ndarray, "MPI.Op | None"]
+
+
+class Recorder(Context):
+    """A context that records a schedule's local work instead of doing it (see the module)."""
+
+    def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype,
+                 nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        super().__init__(rank, size, datatype, dtype, nodes, segment_bytes)
+        self.local: list[Local] = []
+        self.scratch_bytes = 0
+
+    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        if src.size:
+            self.local.append(("copy", src, dst, None))
+
+    def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
+        if inbuf.size:
+            self.local.append(("reduce", inbuf, inoutbuf, op))
+
+    def scratch(self, count: int) -> np.ndarray:
+        out = np.empty(count, self.dtype)  # once, for the plan's lifetime
+        self.scratch_bytes += out.nbytes
+        return out
+
+
+@dataclass
+class Plan:
+    """A compiled schedule of one rank (see the module docstring for the format).
+
+    Attributes:
+        collective, algorithm: what was compiled.
+        datatype: the MPI datatype of every message.
+        steps: ``(local, round)`` pairs, in order; ``tail``: local work after the last round.
+        rounds: rounds the generator yielded (empty ones included).
+        scratch_bytes: scratch allocated for the plan (once).
+    """
+
+    collective: str
+    algorithm: str
+    datatype: MPI.Datatype
+    steps: list[tuple[tuple[Local, ...], tuple[Send | Recv, ...]]]
+    tail: tuple[Local, ...]
+    rounds: int
+    scratch_bytes: int = 0
+    #: per-rank traffic of one run: messages and bytes sent and received, bytes to other nodes
+    traffic: dict[str, int] = field(default_factory=dict)
+
+    def replay(self, ctx: Context) -> Schedule:
+        """The plan as a schedule again: its local work done through ``ctx`` (so the
+        simulator accounts for it), its rounds yielded."""
+        for local, rnd in self.steps:
+            _apply(ctx, local)
+            yield rnd
+        _apply(ctx, self.tail)
+
+
+def _apply(ctx: Context, local: Iterable[Local]) -> None:
+    for kind, a, b, op in local:
+        if kind == "copy":
+            ctx.copy(a, b)
+        else:
+            ctx.reduce(a, b, op)  # type: ignore[arg-type]
+
+
+def compile_plan(call: Call, algorithm: Algorithm, rank: int, size: int,
+                 nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Plan:
+    """Run ``algorithm``'s schedule for ``call`` once with a :class:`Recorder` and keep what it
+    did (rank ``rank`` of ``size``; ``nodes`` and ``segment_bytes`` as the engine's).
+
+    Raises:
+        TypeError: the schedule yielded something that is not a round of ``Send``/``Recv``.
+    """
+    rec = Recorder(rank, size, call.datatype, call.dtype, nodes, segment_bytes)
+    steps: list[tuple[tuple[Local, ...], tuple[Send | Recv, ...]]] = []
+    rounds = 0
+    sent = recv = bsent = brecv = inter = 0
+    for rnd in algorithm.schedule(rec, *call.prepare(rec)):
+        rounds += 1
+        if not rnd:
+            continue
+        ops = tuple(rnd)
+        for o in ops:
+            if type(o) is Recv:
+                recv += 1
+                brecv += o.buf.nbytes
+            elif type(o) is Send:
+                sent += 1
+                bsent += o.buf.nbytes
+                if nodes is not None and nodes[o.peer] != nodes[rank]:
+                    inter += o.buf.nbytes
+            else:
+                raise TypeError(f"compile_plan: a round holds {o!r}, not a Send or Recv")
+        steps.append((tuple(rec.local), ops))
+        rec.local = []
+    return Plan(call.collective, algorithm.name, call.datatype, steps, tuple(rec.local), rounds,
+                rec.scratch_bytes,
+                {"messages_sent": sent, "messages_recv": recv, "bytes_sent": bsent,
+                 "bytes_recv": brecv, "inter_bytes_sent": inter})
+
+
+def _fast(local: Iterable[Local], datatype: MPI.Datatype) -> tuple[tuple[Any, Any, Any], ...]:
+    """The recorded local work as ``(fn, a, b)`` calls ``fn(a, b)`` (specs built once)."""
+    out: list[tuple[Any, Any, Any]] = []
+    for kind, a, b, op in local:
+        if kind == "copy":
+            out.append((np.copyto, b, a))
+        else:
+            assert op is not None
+            out.append((op.Reduce_local, [a, datatype], [b, datatype]))
+    return tuple(out)
+
+
+class _Tagged:
+    """What the engine's tag bookkeeping reads of a request in flight (``_ctx.tag``)."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+
+
+class PlanRequest(ScheduleRequest):
+    """A persistent p2p collective (MPI-4): made inactive; ``Start()`` runs it, ``Wait()`` /
+    ``Test()`` (or :func:`mpicoll.Waitall` / :func:`mpicoll.Testall`, mixed with any other
+    requests) complete it, and it can be started again; ``Free()`` releases its persistent
+    point-to-point requests and its tag.  Between ``Start`` and completion its buffers belong to
+    the library, as in MPI; their contents may change between runs.
+
+    ``Wait``/``Test`` on an inactive request return at once (``Test`` gives True), as MPI's do.
+
+    Raises (``Start``): ``RuntimeError`` if it is active already or was freed.
+    """
+
+    def __init__(self, engine: Engine, plan: Plan, tag: int) -> None:
+        self._engine = engine
+        self._ctx = _Tagged(tag)  # type: ignore[assignment]
+        self.plan = plan
+        self.tag = tag
+        comm, dt = engine.comm, plan.datatype
+        self._prequests: list[MPI.Prequest] = []
+        steps = []
+        for local, rnd in plan.steps:
+            reqs = [comm.Recv_init([o.buf, dt], o.peer, tag) for o in rnd if type(o) is Recv]
+            reqs += [comm.Send_init([o.buf, dt], o.peer, tag) for o in rnd if type(o) is Send]
+            self._prequests += reqs
+            steps.append((_fast(local, dt), reqs))
+        self._steps = steps
+        self._tail = _fast(plan.tail, dt)
+        self._next = 0
+        self._reqs: list[MPI.Request] = []
+        self.done = True  # inactive
+        self.freed = False
+
+    def Start(self) -> None:
+        """Start the collective (every rank starts its persistent collectives in the same
+        order, as MPI requires)."""
+        if self.freed:
+            raise RuntimeError("Start: this persistent request was freed")
+        if not self.done:
+            raise RuntimeError("Start: this persistent request is active (Wait for it first)")
+        t = self._engine.traffic
+        for k, v in self.plan.traffic.items():
+            setattr(t, k, getattr(t, k) + v)
+        t.rounds += self.plan.rounds
+        self.done = False
+        self._next = 0
+        self._advance()
+        if not self.done:
+            self._engine.active.append(self)
+
+    def _advance(self) -> None:
+        """The next step: its local work, then its round started; or the tail and done."""
+        i = self._next
+        if i < len(self._steps):
+            local, reqs = self._steps[i]
+            for fn, a, b in local:
+                fn(a, b)
+            MPI.Prequest.Startall(reqs)
+            self._reqs = reqs
+            self._next = i + 1
+            return
+        for fn, a, b in self._tail:
+            fn(a, b)
+        self._reqs = []
+        self.done = True
+
+    def Wait(self, status: MPI.Status | None = None) -> None:
+        """Block until the run is complete (at once if inactive), progressing every other p2p
+        request in flight meanwhile."""
+        if self.done:
+            return
+        engine = self._engine
+        if len(engine.active) == 1 and not any(e.active for e in list(_ENGINES)
+                                               if e is not engine):
+            waitall = MPI.Request.Waitall  # alone in flight: round by round, no polling
+            while not self.done:
+                waitall(self._reqs)
+                self._advance()
+            engine.active.remove(self)
+            return
+        engine.wait_for(lambda: self.done)
+
+    def Free(self) -> None:
+        """Complete an active run, then release the persistent requests and the tag."""
+        if self.freed:
+            return
+        self.Wait()
+        for r in self._prequests:
+            r.Free()
+        self._prequests = []
+        self._steps = []
+        self.freed = True
+        self._engine.release_tag(self.tag)
+
+    @staticmethod
+    def Startall(requests: Iterable[Any]) -> None:
+        """Start every request of a list (see :func:`Startall`)."""
+        Startall(requests)
+
+
+def Startall(requests: Iterable[Any]) -> None:
+    """Start a list of persistent requests, p2p (:class:`PlanRequest`) and MPI
+    (``MPI.Prequest``, e.g. the native backend's) mixed, in list order for the p2p ones."""
+    reqs = list(requests)
+    mpi_reqs = [r for r in reqs if not isinstance(r, PlanRequest)]
+    if mpi_reqs:
+        MPI.Prequest.Startall(mpi_reqs)
+    for r in reqs:
+        if isinstance(r, PlanRequest):
+            r.Start()
