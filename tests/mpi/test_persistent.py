@@ -178,7 +178,7 @@ def test_inactive_active_and_freed(kind: str) -> None:
     req.Wait()  # inactive: returns at once
     assert req.Test()
     req.Start()
-    if kind == "p2p":
+    if kind == "p2p" and WORLD.size > 1:  # at P = 1 there is no message: done at Start
         with pytest.raises(RuntimeError, match="active"):
             req.Start()
     req.Wait()
