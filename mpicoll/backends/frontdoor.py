@@ -20,7 +20,10 @@ stored, so a bad input raises at every call, before any message.  The buffers' *
 not in the key: a call that only changed them is a hit, as it should be.
 
 An entry is ``(args, run)``: the arguments (kept alive, see above) and the backend's runner,
-``run(*args)``.  The cache holds :data:`SIZE` entries; the oldest goes first.
+``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
+for a blocking call a :class:`~mpicoll.engines.plan.BlockingRunner`, which compiles the call's
+plan at its second run).  The cache holds :data:`SIZE` entries; the oldest goes first (its
+runner's ``free()``, if any, releases its plan).
 """
 
 from __future__ import annotations
@@ -105,10 +108,20 @@ class FrontDoor:
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]) -> None:
         entries = self.entries
         if len(entries) >= SIZE:
-            del entries[next(iter(entries))]
+            _free(entries.pop(next(iter(entries)))[1])
         entries[key] = (args, run)
 
     def clear(self) -> None:
-        """Drop every entry (their buffers are released) and zero the counters."""
+        """Drop every entry (their buffers and compiled plans are released) and zero the
+        counters."""
+        for _, run in self.entries.values():
+            _free(run)
         self.entries.clear()
         self.hits = self.misses = 0
+
+
+def _free(run: Callable[..., Any]) -> None:
+    """Release what a dropped runner holds (a p2p runner's compiled plan)."""
+    free = getattr(run, "free", None)
+    if free is not None:
+        free()

@@ -7,9 +7,12 @@ methods return a :class:`~mpicoll.engine.ScheduleRequest` that advances it on
 ``Test``/``Wait``.
 
 Isolation (as ``mpi4py.util.pkl5.Intracomm`` does): the backend runs on a private ``Dup`` of
-the user's communicator, and every collective call takes a fresh tag (1, 2, ... wrapping at
-``tag_ub``), so user point-to-point traffic, even with ``ANY_SOURCE``/``ANY_TAG``, and any
-number of outstanding non-blocking collectives never cross-match.
+the user's communicator, so user point-to-point traffic, even with ``ANY_SOURCE``/``ANY_TAG``,
+never meets it.  Every non-blocking collective call takes a fresh tag (1, 2, ... wrapping at
+``tag_ub``), so any number of outstanding ones never cross-match; a persistent one holds a tag
+above ``tag_ub`` until its ``Free``; blocking calls share tag 0
+(:data:`~mpicoll.engines.mpi.BLOCKING_TAG`: they run one at a time, in the same order on every
+rank).
 
 That duplicate lives until :meth:`P2P.Free` (collective) releases it, or until the end of a
 ``with mpicoll.p2p(comm) as c:`` block, which calls ``Free``.  Nothing frees it behind your
@@ -36,7 +39,7 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
 from ..engines.mpi import Engine, Traffic
-from ..engines.plan import PlanRequest, compile_plan
+from ..engines.plan import BlockingRunner, PlanRequest, compile_plan
 from ..model import alphabeta
 from .args import Call
 from .base import Collectives
@@ -170,14 +173,15 @@ class P2P(P2PObjects, Collectives):
                                                call.collective in self._forced):
             if nonblocking:
                 return lambda *_: engine.start(call, alg)
-            return lambda *_: engine.run(call, alg)
+            return BlockingRunner(engine, call, alg)
         model = alphabeta.current()
+        if nonblocking:
+            def auto(*_: Any) -> Any:
+                a = alg if alphabeta.current() is model else self.select(call, algorithm)
+                return engine.start(call, a)
 
-        def auto(*_: Any) -> Any:
-            a = alg if alphabeta.current() is model else self.select(call, algorithm)
-            return engine.start(call, a) if nonblocking else engine.run(call, a)
-
-        return auto
+            return auto
+        return _AutoBlocking(self, call, algorithm, alg, model)
 
     def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
                     args: tuple[Any, ...]) -> PlanRequest:
@@ -195,9 +199,29 @@ class P2P(P2PObjects, Collectives):
         ``with mpicoll.p2p(comm) as c:`` block calls it; nothing else does."""
         if self._comm != MPI.COMM_NULL:
             self._engine.wait_for(lambda: not self._engine.active)
-            self.front_door.entries.clear()
+            self.front_door.clear()
             self._comm.Free()
             self._freed = True
+
+
+class _AutoBlocking(BlockingRunner):
+    """A blocking ``auto`` call's runner: selected again (and its plan dropped) if
+    :func:`mpicoll.model.use` changed the model since."""
+
+    __slots__ = ("backend", "model", "name")
+
+    def __init__(self, backend: P2P, call: Call, name: str | None, alg: registry.Algorithm,
+                 model: Any) -> None:
+        super().__init__(backend._engine, call, alg)
+        self.backend, self.name, self.model = backend, name, model
+
+    def __call__(self, *_: Any) -> None:
+        if alphabeta.current() is not self.model:
+            self.free()
+            self.runs = 0
+            self.model = alphabeta.current()
+            self.algorithm = self.backend.select(self.call, self.name)
+        super().__call__()
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

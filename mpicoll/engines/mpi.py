@@ -26,7 +26,7 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
+__all__ = ["BLOCKING_TAG", "Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
 
 
 class Traffic:
@@ -145,6 +145,15 @@ class ScheduleRequest:
         return self.done
 
 
+#: The tag of every blocking collective (the rotating tags, 1..tag_ub, are the non-blocking
+#: ones' and persistent plans' tags above tag_ub).  One tag serves them all: a rank runs its blocking collectives one at a time, to
+#: completion, in the order every rank runs them, and MPI matches the messages between two
+#: ranks with one tag in the order they were sent, so call k's messages can only match call
+#: k's receives.  A blocking call whose parse is cached may so run a compiled plan
+#: (:mod:`mpicoll.engines.plan`) whose persistent requests were made once with this tag, while
+#: another rank runs the same call from its generator.
+BLOCKING_TAG = 0
+
 #: Every live engine: a wait on one progresses all of them (MPI's progress is global: a rank
 #: waiting on one backend's request must not starve another backend's schedule that a peer
 #: is waiting on).
@@ -181,8 +190,14 @@ class Engine:
         self.traffic = Traffic()
         _ENGINES.add(self)
 
-    def _context(self, call: Call, algorithm: Algorithm) -> tuple[MPIContext, Schedule]:
-        """A fresh tag and context for ``call``, and ``algorithm``'s schedule started on it."""
+    def _context(self, call: Call, algorithm: Algorithm, tag: int | None = None
+                 ) -> tuple[MPIContext, Schedule]:
+        """A fresh tag (or ``tag``) and context for ``call``, and ``algorithm``'s schedule
+        started on it."""
+        if tag is not None:
+            ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic,
+                             self.nodes, self.segment_bytes)
+            return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
         self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
         if self.reserved and tag in self.reserved:
             tag = self._skip_reserved()
@@ -244,11 +259,13 @@ class Engine:
 
     def run(self, call: Call, algorithm: Algorithm) -> None:
         """Blocking: run ``call`` with ``algorithm`` to completion (progressing any
-        outstanding others)."""
+        outstanding others), on :data:`BLOCKING_TAG`."""
         if any(map(_ACTIVE, list(_ENGINES))):  # keep everything in flight moving
-            self.start(call, algorithm).Wait()
+            ctx, gen = self._context(call, algorithm, BLOCKING_TAG)
+            ScheduleRequest(self, gen, ctx).Wait()
             return
-        ctx, gen = self._context(call, algorithm)  # the common case: Waitall each round
+        # the common case: Waitall each round
+        ctx, gen = self._context(call, algorithm, BLOCKING_TAG)
         for rnd in gen:
             reqs = ctx.post(rnd)
             if reqs:

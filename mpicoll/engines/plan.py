@@ -39,9 +39,9 @@ from mpi4py import MPI
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Schedule, Send
 from .call import Call
-from .mpi import _ENGINES, Engine, ScheduleRequest
+from .mpi import _ENGINES, BLOCKING_TAG, Engine, ScheduleRequest
 
-__all__ = ["Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
+__all__ = ["BlockingRunner", "Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
 
 #: one recorded local operation: (kind, a, b, op)
 Local = tuple[str, np.ndarray, np.ndarray, "MPI.Op | None"]
@@ -217,6 +217,23 @@ class PlanRequest(ScheduleRequest):
         if not self.done:
             self._engine.active.append(self)
 
+    def run(self) -> None:
+        """A blocking run, for a plan on :data:`~mpicoll.engines.mpi.BLOCKING_TAG` while no
+        p2p request is in flight anywhere: each step's local work, its round started and
+        waited for, then the tail (no polling, no request bookkeeping)."""
+        t = self._engine.traffic
+        for k, v in self.plan.traffic.items():
+            setattr(t, k, getattr(t, k) + v)
+        t.rounds += self.plan.rounds
+        startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
+        for local, reqs in self._steps:
+            for fn, a, b in local:
+                fn(a, b)
+            startall(reqs)
+            waitall(reqs)
+        for fn, a, b in self._tail:
+            fn(a, b)
+
     def _advance(self) -> None:
         """The next step: its local work, then its round started; or the tail and done."""
         i = self._next
@@ -259,7 +276,8 @@ class PlanRequest(ScheduleRequest):
         self._prequests = []
         self._steps = []
         self.freed = True
-        self._engine.release_tag(self.tag)
+        if self.tag != BLOCKING_TAG:
+            self._engine.release_tag(self.tag)
 
     @staticmethod
     def Startall(requests: Iterable[Any]) -> None:
@@ -277,3 +295,43 @@ def Startall(requests: Iterable[Any]) -> None:
     for r in reqs:
         if isinstance(r, PlanRequest):
             r.Start()
+
+
+class BlockingRunner:
+    """What the front door caches for a blocking p2p call: ``runner()`` runs it.
+
+    The first run goes through the generator (a call made once costs no compilation); the
+    second compiles the plan, with persistent requests on
+    :data:`~mpicoll.engines.mpi.BLOCKING_TAG`, and every later one replays it
+    (:meth:`PlanRequest.run`; ``Start``/``Wait`` when other p2p requests are in flight, so they
+    keep moving).  ``free()`` releases the plan (the front door calls it when it drops the
+    entry)."""
+
+    __slots__ = ("algorithm", "call", "engine", "plan", "runs")
+
+    def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
+        self.engine, self.call, self.algorithm = engine, call, algorithm
+        self.plan: PlanRequest | None = None
+        self.runs = 0
+
+    def __call__(self, *_: Any) -> None:
+        plan = self.plan
+        if plan is None:
+            self.runs += 1
+            if self.runs == 1:
+                self.engine.run(self.call, self.algorithm)
+                return
+            e = self.engine
+            plan = self.plan = PlanRequest(
+                e, compile_plan(self.call, self.algorithm, e.comm.Get_rank(),
+                                e.comm.Get_size(), e.nodes, e.segment_bytes), BLOCKING_TAG)
+        if any([e.active for e in list(_ENGINES)]):
+            plan.Start()
+            plan.Wait()
+        else:
+            plan.run()
+
+    def free(self) -> None:
+        if self.plan is not None:
+            self.plan.Free()
+            self.plan = None

@@ -14,10 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import _runners as runners
 import numpy as np
 import pytest
 from _runners import backend
 from mpi4py import MPI
+from test_nonblocking import _iform_cases
+
+from mpicoll.algorithms.collectives import NAMES
 
 WORLD = MPI.COMM_WORLD
 P, RANK = WORLD.size, WORLD.rank
@@ -149,3 +153,19 @@ def test_bad_input_raises_every_time_before_any_message(kind: str) -> None:
     WORLD.Barrier()  # every rank raised on its own: nobody sent anything
     b.Allreduce(x, y)
     assert np.array_equal(y, np.full(4, float(P)))
+
+
+_REPEATED = [pytest.param(coll, impl, id=f"{coll}-{impl.label}")
+             for coll in NAMES if coll != "barrier" for impl in runners.implementations(coll)]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("coll", "impl"), _REPEATED)
+def test_repeated_calls_on_the_same_buffers(coll: str, impl: runners.Impl) -> None:
+    """A blocking call made 3 times on the same buffers (a miss, then hits: on p2p the
+    generator, then the compiled plan twice), other contents before the last: the oracle's
+    result, exactly."""
+    run = runners.Run(coll, impl, mode="repeated:3")
+    for case in _iform_cases(coll, run.p):
+        run.run_case(case)
+    run.finish()
