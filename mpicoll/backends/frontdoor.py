@@ -40,7 +40,7 @@ __all__ = ["SIZE", "FrontDoor", "key_of"]
 SIZE = 64
 
 
-class _Uncacheable(Exception):
+class _UncacheableError(Exception):
     pass
 
 
@@ -68,7 +68,7 @@ def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
     try:
         return (type(x), *[_PARTS[type(v)](v) for v in x])
     except KeyError:
-        raise _Uncacheable from None
+        raise _UncacheableError from None
 
 
 _PARTS: dict[type, Callable[[Any], Any]] = {
@@ -85,7 +85,7 @@ def key_of(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The cache key of a call's arguments, or None if one of them is not cacheable."""
     try:
         return tuple([_PARTS[type(a)](a) for a in args])
-    except (KeyError, _Uncacheable):
+    except (KeyError, _UncacheableError):
         return None
 
 

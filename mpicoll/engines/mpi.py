@@ -26,7 +26,8 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["BLOCKING_TAG", "Engine", "ScheduleRequest", "Traffic", "Waitall", "Testall", "progress_all"]
+__all__ = ["BLOCKING_TAG", "Engine", "ScheduleRequest", "Testall", "Traffic", "Waitall",
+           "progress_all"]
 
 
 class Traffic:
@@ -146,12 +147,12 @@ class ScheduleRequest:
 
 
 #: The tag of every blocking collective (the rotating tags, 1..tag_ub, are the non-blocking
-#: ones' and persistent plans' tags above tag_ub).  One tag serves them all: a rank runs its blocking collectives one at a time, to
-#: completion, in the order every rank runs them, and MPI matches the messages between two
-#: ranks with one tag in the order they were sent, so call k's messages can only match call
-#: k's receives.  A blocking call whose parse is cached may so run a compiled plan
-#: (:mod:`mpicoll.engines.plan`) whose persistent requests were made once with this tag, while
-#: another rank runs the same call from its generator.
+#: ones', the persistent plans' tags are above tag_ub).  One tag serves them all: a rank runs
+#: its blocking collectives one at a time, to completion, in the order every rank runs them,
+#: and MPI matches the messages between two ranks with one tag in the order they were sent, so
+#: call k's messages can only match call k's receives.  A blocking call whose parse is cached
+#: may so run a compiled plan (:mod:`mpicoll.engines.plan`) whose persistent requests were
+#: made once with this tag, while another rank runs the same call from its generator.
 BLOCKING_TAG = 0
 
 #: Every live engine: a wait on one progresses all of them (MPI's progress is global: a rank
@@ -342,5 +343,7 @@ def Testall(requests: Iterable[Any]) -> bool:
     ours_done = all(r.done for r in reqs if isinstance(r, ScheduleRequest))
     # one Test each: MPICH 5.0's MPI_Testall fails (MPI_ERR_IN_STATUS, every status
     # MPI_SUCCESS) on a persistent collective request (the native *_init ones)
-    mpi_done = all([r.Test() for r in mpi_reqs])
+    mpi_done = True
+    for r in mpi_reqs:
+        mpi_done = bool(r.Test()) and mpi_done
     return ours_done and bool(mpi_done)

@@ -242,7 +242,7 @@ class PlanRequest(ScheduleRequest):
             for fn, a, b in local:
                 fn(a, b)
             MPI.Prequest.Startall(reqs)
-            self._reqs = reqs
+            self._reqs = reqs  # type: ignore[assignment]
             self._next = i + 1
             return
         for fn, a, b in self._tail:
@@ -325,7 +325,7 @@ class BlockingRunner:
             plan = self.plan = PlanRequest(
                 e, compile_plan(self.call, self.algorithm, e.comm.Get_rank(),
                                 e.comm.Get_size(), e.nodes, e.segment_bytes), BLOCKING_TAG)
-        if any([e.active for e in list(_ENGINES)]):
+        if any(e.active for e in list(_ENGINES)):
             plan.Start()
             plan.Wait()
         else:

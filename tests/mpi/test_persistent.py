@@ -158,8 +158,9 @@ def test_startall_mixed_with_iforms_completed_in_shuffled_order() -> None:
                     pass
             mpicoll.Waitall(batch)
         want = np.full(4, float(sum(r + salt for r in range(p))))
-        assert np.array_equal(y, want) and np.array_equal(z, want)
-        for name, coll, _req, args, out in persistent:
+        assert np.array_equal(y, want)
+        assert np.array_equal(z, want)
+        for name, coll, _req, _args, out in persistent:
             fresh, expect = _inputs(coll, p, rank, salt)
             getattr(nat, BY_NAME[coll].method)(*fresh)
             if coll == "exscan" and rank == 0:
@@ -197,8 +198,8 @@ def test_init_refuses_bad_input_and_restrictions() -> None:
             b.Bcast_init(np.ones(2), root=WORLD.size)
         with pytest.raises(TypeError):
             b.Allreduce_init(np.ones(2), np.zeros(2), op="sum")
+        x = np.ones(4)
         with pytest.raises(ValueError, match="overlap"):
-            x = np.ones(4)
             b.Allreduce_init(x[:2], x[1:3])
     with pytest.raises(ValueError, match="native backend"):
         nat.Allreduce_init(np.ones(2), np.zeros(2), algorithm="ring")

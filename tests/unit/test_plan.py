@@ -89,7 +89,8 @@ def test_recorder_defers_local_work_and_allocates_scratch_once() -> None:
     assert np.array_equal(b, np.zeros(3)), "a recorder does no work"
     assert [k for k, *_ in rec.local] == ["copy", "reduce"]
     s = rec.scratch(4)
-    assert s.shape == (4,) and rec.scratch_bytes == 32
+    assert s.shape == (4,)
+    assert rec.scratch_bytes == 32
 
 
 def test_compile_refuses_what_is_not_a_round_of_messages() -> None:
