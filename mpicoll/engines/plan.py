@@ -39,7 +39,7 @@ from mpi4py import MPI
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Schedule, Send
 from .call import Call
-from .mpi import _ENGINES, BLOCKING_TAG, Engine, ScheduleRequest
+from .mpi import _ACTIVE, _ENGINES, BLOCKING_TAG, Engine, ScheduleRequest
 
 __all__ = ["BlockingRunner", "Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
 
@@ -195,6 +195,9 @@ class PlanRequest(ScheduleRequest):
             steps.append((_fast(local, dt), reqs))
         self._steps = steps
         self._tail = _fast(plan.tail, dt)
+        tr = plan.traffic
+        self._traffic = (tr["messages_sent"], tr["messages_recv"], tr["bytes_sent"],
+                         tr["bytes_recv"], tr["inter_bytes_sent"], plan.rounds)
         self._next = 0
         self._reqs: list[MPI.Request] = []
         self.done = True  # inactive
@@ -207,24 +210,29 @@ class PlanRequest(ScheduleRequest):
             raise RuntimeError("Start: this persistent request was freed")
         if not self.done:
             raise RuntimeError("Start: this persistent request is active (Wait for it first)")
-        t = self._engine.traffic
-        for k, v in self.plan.traffic.items():
-            setattr(t, k, getattr(t, k) + v)
-        t.rounds += self.plan.rounds
+        self._count()
         self.done = False
         self._next = 0
         self._advance()
         if not self.done:
             self._engine.active.append(self)
 
+    def _count(self) -> None:
+        """Add one run's messages, bytes and rounds to the engine's traffic counters."""
+        t = self._engine.traffic
+        ms, mr, bs, br, inter, rounds = self._traffic
+        t.messages_sent += ms
+        t.messages_recv += mr
+        t.bytes_sent += bs
+        t.bytes_recv += br
+        t.inter_bytes_sent += inter
+        t.rounds += rounds
+
     def run(self) -> None:
         """A blocking run, for a plan on :data:`~mpicoll.engines.mpi.BLOCKING_TAG` while no
         p2p request is in flight anywhere: each step's local work, its round started and
         waited for, then the tail (no polling, no request bookkeeping)."""
-        t = self._engine.traffic
-        for k, v in self.plan.traffic.items():
-            setattr(t, k, getattr(t, k) + v)
-        t.rounds += self.plan.rounds
+        self._count()
         startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
         for local, reqs in self._steps:
             for fn, a, b in local:
@@ -325,7 +333,7 @@ class BlockingRunner:
             plan = self.plan = PlanRequest(
                 e, compile_plan(self.call, self.algorithm, e.comm.Get_rank(),
                                 e.comm.Get_size(), e.nodes, e.segment_bytes), BLOCKING_TAG)
-        if any(e.active for e in list(_ENGINES)):
+        if any(map(_ACTIVE, list(_ENGINES))):  # keep everything in flight moving
             plan.Start()
             plan.Wait()
         else:
