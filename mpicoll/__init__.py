@@ -14,7 +14,17 @@ from .algorithms.registry import RestrictionError
 from .backends.base import MismatchError
 from .backends.native import Native, native
 from .backends.p2p import P2P, p2p
-from .engines.mpi import ScheduleRequest, Testall, Traffic, Waitall
+from .engines.mpi import (
+    ScheduleRequest,
+    Testall,
+    Testany,
+    Testsome,
+    ThreadLevelError,
+    Traffic,
+    Waitall,
+    Waitany,
+    Waitsome,
+)
 from .engines.plan import PlanRequest, Startall
 from .tools.simulate import simulate
 
@@ -29,8 +39,13 @@ __all__ = [
     "ScheduleRequest",
     "Startall",
     "Testall",
+    "Testany",
+    "Testsome",
+    "ThreadLevelError",
     "Traffic",
     "Waitall",
+    "Waitany",
+    "Waitsome",
     "__version__",
     "native",
     "p2p",

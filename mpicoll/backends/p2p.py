@@ -38,7 +38,7 @@ from mpi4py import MPI
 
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
-from ..engines.mpi import Engine, Traffic
+from ..engines.mpi import Engine, Traffic, check_thread
 from ..engines.plan import BlockingRunner, PlanRequest, compile_plan
 from ..model import alphabeta
 from .args import Call
@@ -93,6 +93,8 @@ class P2P(P2PObjects, Collectives):
             their ``$MPICOLL_SEGMENT_SIZE``, ``$MPICOLL_RANKS_PER_NODE`` or
             ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` differ (the message names the variable and
             the values).
+        ThreadLevelError: called from a thread MPI's thread level does not allow (see
+            :func:`mpicoll.engines.mpi.check_thread`), before any message.
 
     Attributes:
         traffic: messages and bytes this rank sent and received (see :class:`Traffic`).
@@ -104,6 +106,7 @@ class P2P(P2PObjects, Collectives):
     def __init__(self, comm: MPI.Comm, *, tag_ub: int | None = None,
                  check: bool | None = None) -> None:
         super().__init__(comm, check=check)
+        check_thread()  # a thread MPI's thread level does not allow: refused before any message
         limit = comm.Get_attr(MPI.TAG_UB) or TAG_WINDOW
         tag_ub = min(TAG_WINDOW, limit) if tag_ub is None else tag_ub
         error = self.settings.error
@@ -125,6 +128,13 @@ class P2P(P2PObjects, Collectives):
     @property
     def traffic(self) -> Traffic:
         return self._engine.traffic
+
+    def _checked_call(self, collective: str, nonblocking: bool, algorithm: Any,
+                      args: tuple[Any, ...]) -> Any:
+        """Checked mode's agreement sends messages too: refuse a thread MPI does not allow
+        first (the unchecked path meets the same check on entering the engine)."""
+        check_thread()
+        return super()._checked_call(collective, nonblocking, algorithm, args)
 
     def _segment_field(self) -> int:
         return self.settings.segment_bytes

@@ -6,17 +6,47 @@ thing here: a :class:`ScheduleRequest` that posts a round (``Irecv`` first, then
 and, once every request of that round has completed, resumes the generator for the next one.
 A blocking call waits on its request at once; a non-blocking call returns it.
 
-Progress is made only inside ``Test``/``Wait`` (the libNBC model; MPI itself makes no progress
-on a Python generator).  Any wait progresses *every* schedule in flight on the engine, so
-requests can be completed in any order without deadlock, and a blocking collective issued while
-non-blocking ones are outstanding does not starve them.
+Progress is made only inside mpicoll's completion calls (``Test``/``Wait`` of a request,
+:func:`Waitall`, :func:`Testall`, :func:`Waitany`, :func:`Testany`, :func:`Waitsome`,
+:func:`Testsome`, and the internal agreements): the libNBC model.  MPI itself makes no progress
+on a Python generator, so ``MPI.Request.Waitall([p2p_request])`` cannot work (mpi4py refuses
+an object that is not an ``MPI.Request``, and no MPI call would ever post the next round):
+pass p2p requests, native ones and plain ``MPI.Request``\\s, mixed, to ``mpicoll.Waitall``
+and its siblings instead.  Progress is global: any completion call advances *every* live
+engine's schedules, so requests can be completed in any order without deadlock, and a
+blocking collective issued while non-blocking ones are outstanding does not starve them.
+
+Threads (``MPI_THREAD_MULTIPLE``): each schedule has a *claim*, a lock taken only with a
+non-blocking try-acquire.  Whoever holds it is the one thread that tests that schedule's MPI
+requests and resumes its generator, so a round is posted exactly once and no MPI request is
+ever in two concurrent test/wait calls (which MPI forbids).  A progress pass claims every free
+schedule in flight, advances them, and releases them; schedules another thread holds are
+skipped (that thread moves them).  A blocking wait blocks inside MPI (``Waitany``) only on the
+requests of schedules it has claimed, never holding any other lock: when every schedule it
+waits for is its own it sleeps in MPI, and each claimed schedule wakes it when its round
+completes, so holding the claim never delays it.  When a schedule it waits for is claimed by
+another thread, it does not enter MPI; it sleeps on a condition variable that every release
+notifies (with a short timeout as a safety net), and the holder advances that schedule.  So a
+thread waiting on its own schedule never stops another thread's from moving, and a thread is
+never stuck in MPI on requests unrelated to what it waits for (which could deadlock a peer
+rank).  The engines' lists of schedules in flight are guarded by one short lock never held
+across an MPI call.
+
+Lower thread levels (``MPI.Query_thread()``): under ``MPI_THREAD_FUNNELED`` and
+``MPI_THREAD_SINGLE`` a p2p call or completion call from a thread that is not MPI's main thread
+(``MPI.Is_thread_main()``) raises :class:`ThreadLevelError` before any message; under
+``MPI_THREAD_SERIALIZED`` one that starts while another thread is inside the p2p engine
+raises it too (the overlap is detected when it happens, so calls must be serialised by the
+user, e.g. with a lock).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
+import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +56,8 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["BLOCKING_TAG", "Engine", "ScheduleRequest", "Testall", "Traffic", "Waitall",
+__all__ = ["BLOCKING_TAG", "Engine", "ScheduleRequest", "Testall", "Testany", "Testsome",
+           "ThreadLevelError", "Traffic", "Waitall", "Waitany", "Waitsome", "check_thread",
            "progress_all"]
 
 
@@ -87,12 +118,148 @@ class MPIContext(Context):
         return reqs
 
 
+# --------------------------------------------------------------------------------------------
+# Thread levels
+
+
+class ThreadLevelError(RuntimeError):
+    """A p2p call from a thread that MPI's thread level does not allow (see the module
+    docstring); raised before any message."""
+
+
+_LEVEL_NAMES = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
+                MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED",
+                MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}
+_level: int | None = None  # MPI.Query_thread(), read once (it cannot change after MPI_Init)
+
+
+def _thread_level() -> int:
+    global _level
+    if _level is None:
+        _level = MPI.Query_thread()
+    return _level
+
+
+class _Serial:
+    """Under ``MPI_THREAD_SERIALIZED``: which thread is inside the engine (re-entrant)."""
+
+    def __init__(self) -> None:
+        self.owner: int | None = None
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        check_thread()
+        me = threading.get_ident()
+        with _lock:  # the check again, atomic with taking the place
+            if self.owner is not None and self.owner != me:
+                raise _overlap("mpicoll.p2p")
+            self.owner = me
+            self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with _lock:
+            self.depth -= 1
+            if not self.depth:
+                self.owner = None
+
+
+class _Unguarded:
+    """Under ``MPI_THREAD_MULTIPLE``: no check."""
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+_SERIAL = _Serial()
+_UNGUARDED = _Unguarded()
+
+
+def _guard() -> _Serial | _Unguarded:
+    """What every engine entry point runs under: the thread-level check (and, under
+    ``MPI_THREAD_SERIALIZED``, the record of the thread inside)."""
+    return _UNGUARDED if _thread_level() == MPI.THREAD_MULTIPLE else _SERIAL
+
+
+def check_thread(what: str = "mpicoll.p2p") -> None:
+    """Refuse a p2p call from a thread MPI's thread level does not allow, before any message.
+
+    Under ``MPI_THREAD_MULTIPLE`` (mpi4py's default) every thread may call.  Under
+    ``MPI_THREAD_FUNNELED`` and ``MPI_THREAD_SINGLE`` only MPI's main thread
+    (``MPI.Is_thread_main()``) may; under ``MPI_THREAD_SERIALIZED`` any thread may, but not
+    while another thread is inside the p2p engine.
+
+    Raises:
+        ThreadLevelError: the calling thread may not call MPI now.
+    """
+    level = _thread_level()
+    if level == MPI.THREAD_MULTIPLE:
+        return
+    if level in (MPI.THREAD_SINGLE, MPI.THREAD_FUNNELED):
+        if not MPI.Is_thread_main():
+            me = threading.current_thread().name
+            raise ThreadLevelError(
+                f"{what}: called from thread {me!r}, but MPI runs at "
+                f"{_LEVEL_NAMES.get(level, str(level))}: only MPI's main thread may call MPI; "
+                f"call from the main thread, or {_FIX}")
+        return
+    owner = _SERIAL.owner
+    if owner is not None and owner != threading.get_ident():
+        raise _overlap(what)
+
+
+_FIX = ("initialise MPI with MPI_THREAD_MULTIPLE (mpi4py's default: "
+        "mpi4py.rc.thread_level = 'multiple' before importing mpi4py.MPI)")
+
+
+def _overlap(what: str) -> ThreadLevelError:
+    me = threading.current_thread().name
+    return ThreadLevelError(
+        f"{what}: called from thread {me!r} while another thread is inside an mpicoll p2p "
+        f"call, but MPI runs at MPI_THREAD_SERIALIZED: calls must not overlap; serialise "
+        f"them (one lock around every MPI call of every thread), or {_FIX}")
+
+
+# --------------------------------------------------------------------------------------------
+# Requests
+
+#: Guards the engines' lists of schedules in flight and :data:`_ENGINES`; held only for list
+#: operations, never across an MPI call or a schedule's code.
+_lock = threading.Lock()
+#: Notified whenever a thread releases schedule claims: a waiter whose schedule another thread
+#: holds sleeps on it instead of entering MPI.
+_released = threading.Condition(threading.Lock())
+#: Seconds a waiter sleeps at most on :data:`_released` before looking again (a safety net:
+#: every release notifies).
+_NAP = 0.005
+
+
+def _empty_status(status: MPI.Status | None) -> None:
+    """Set ``status`` as MPI sets it for a request with no message (a collective's, a null
+    one): source ``ANY_SOURCE``, tag ``ANY_TAG``, error ``SUCCESS``, zero elements."""
+    if status is not None:
+        status.Set_source(MPI.ANY_SOURCE)
+        status.Set_tag(MPI.ANY_TAG)
+        status.Set_error(MPI.SUCCESS)
+        status.Set_elements(MPI.BYTE, 0)
+        status.Set_cancelled(False)
+
+
 class ScheduleRequest:
-    """The request of a p2p collective: ``Wait()``, ``Test()``, like an ``MPI.Request``.
+    """The request of a p2p collective, with the methods of an ``MPI.Request``.
 
     Created started: the schedule has already run up to its first round, and that round is
-    posted.  Completing it with ``Wait``/``Test`` (or :func:`Waitall`/:func:`Testall`) finishes the
-    collective; until then the call's buffers belong to the library, as in MPI.
+    posted.  Completing it with ``Wait``/``Test`` (or :func:`Waitall`, :func:`Testall`,
+    :func:`Waitany`, :func:`Testany`, :func:`Waitsome`, :func:`Testsome`, which also take native
+    and plain ``MPI.Request``\\s) finishes the collective; until then the call's buffers belong
+    to the library, as in MPI.  Once a completion call has reported it complete the request is
+    inactive, like a completed ``MPI.Request``: it compares equal to ``MPI.REQUEST_NULL``, is
+    false in a boolean context, and the ``...any``/``...some`` calls skip it.  Its statuses
+    are empty (source ``ANY_SOURCE``, tag ``ANY_TAG``), as MPI's are for a collective.
+
+    Any thread may complete it (under ``MPI_THREAD_MULTIPLE``); see the module docstring.
     """
 
     def __init__(self, engine: Engine, gen: Schedule, ctx: MPIContext) -> None:
@@ -100,13 +267,17 @@ class ScheduleRequest:
         self._gen = gen
         self._ctx = ctx
         self._reqs: list[MPI.Request] = []
-        self.done = False
-        self._advance()
+        #: held by the one thread that tests this schedule's requests or resumes it
+        self._claim = threading.Lock()
+        self.done = False  # the schedule has finished
+        self._inactive = False  # ... and a completion call has reported it
+        self._advance()  # nobody else sees this request yet: no claim needed
         if not self.done:
-            engine.active.append(self)
+            with _lock:
+                engine.active.append(self)
 
     def _advance(self) -> None:
-        """Resume the schedule until it posts a non-empty round or ends."""
+        """Resume the schedule until it posts a non-empty round or ends (claim held)."""
         while True:
             try:
                 rnd = next(self._gen)
@@ -119,31 +290,81 @@ class ScheduleRequest:
                 return
 
     def _poll(self) -> bool:
-        """Advance as far as completed messages allow; True if the schedule moved."""
+        """Advance as far as completed messages allow; True if the schedule moved.  Only the
+        thread holding ``_claim`` calls this."""
         moved = False
         while not self.done and MPI.Request.Testall(self._reqs):
             self._advance()
             moved = True
-        if self.done and self in self._engine.active:
-            self._engine.active.remove(self)
+        if self.done:
+            self._engine._retire(self)
         return moved
 
-    def Test(self) -> bool:
-        """Make progress on every outstanding p2p collective (every backend's); True once this
-        one is complete."""
-        progress_all()
-        return self.done
+    def _complete(self, status: MPI.Status | None = None) -> None:
+        """Report completion: the request becomes inactive."""
+        self._inactive = True
+        _empty_status(status)
 
-    def Wait(self, status: MPI.Status | None = None) -> None:
-        """Block until this collective is complete, progressing all others meanwhile."""
-        self._engine.wait_for(lambda: self.done)
+    def Test(self, status: MPI.Status | None = None) -> bool:
+        """Make progress on every outstanding p2p collective (every backend's); True once this
+        one is complete (and for an inactive request)."""
+        with _guard():
+            if not self._inactive:
+                if not self.done:
+                    progress_all()
+                if not self.done:
+                    return False
+            self._complete(status)
+            return True
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:
+        """Block until this collective is complete, progressing all others meanwhile; True."""
+        with _guard():
+            if not self._inactive:
+                _wait_until(lambda: self.done, [self])
+            self._complete(status)
+            return True
+
+    def Get_status(self, status: MPI.Status | None = None) -> bool:
+        """Progress, then True if complete, without making the request inactive."""
+        with _guard():
+            if not self.done:
+                progress_all()
+            if self.done:
+                _empty_status(status)
+            return self.done
+
+    def Cancel(self) -> None:
+        """Refused: MPI does not cancel collective operations (``MPI_Cancel`` on a collective
+        request is erroneous, MPI-4.1 section 6.12), and every other rank would wait forever.
+
+        Raises:
+            RuntimeError: always; complete the request with ``Wait``/``Test`` instead.
+        """
+        raise RuntimeError("mpicoll.ScheduleRequest.Cancel: MPI does not cancel collective "
+                           "operations; complete the request with Wait()/Test() (or "
+                           "mpicoll.Waitall/Waitany/...) on every rank instead")
 
     def Free(self) -> None:
         """Complete the request (MPI forbids freeing an active collective request)."""
         self.Wait()
 
-    def Get_status(self) -> bool:
-        return self.done
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if isinstance(other, MPI.Request) and other == MPI.REQUEST_NULL:
+            return self._inactive
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        """False once inactive, as ``MPI.Request``'s (``!= MPI.REQUEST_NULL``)."""
+        return not self._inactive
 
 
 #: The tag of every blocking collective (the rotating tags, 1..tag_ub, are the non-blocking
@@ -171,6 +392,10 @@ class Engine:
         comm: the private communicator (a ``Dup`` of the user's, owned by the backend).
         tag_ub: tags used are 1..tag_ub, one per collective call, wrapping; at most MPI's
             ``TAG_UB`` attribute.
+
+    One backend (one engine) may be used by several threads only if they serialise their
+    calls (MPI requires that collective calls on one communicator are issued in the same order
+    on every rank); separate backends need no user lock under ``MPI_THREAD_MULTIPLE``.
     """
 
     def __init__(self, comm: MPI.Comm, tag_ub: int,
@@ -189,7 +414,18 @@ class Engine:
         self._plan_tag = tag_ub
         self.active: list[ScheduleRequest] = []
         self.traffic = Traffic()
-        _ENGINES.add(self)
+        with _lock:
+            _ENGINES.add(self)
+
+    def _live(self) -> list[ScheduleRequest]:
+        """A snapshot of this engine's schedules in flight."""
+        with _lock:
+            return list(self.active)
+
+    def _retire(self, r: ScheduleRequest) -> None:
+        with _lock:
+            if r in self.active:
+                self.active.remove(r)
 
     def _context(self, call: Call, algorithm: Algorithm, tag: int | None = None
                  ) -> tuple[MPIContext, Schedule]:
@@ -202,12 +438,13 @@ class Engine:
         self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
         if self.reserved and tag in self.reserved:
             tag = self._skip_reserved()
-        if self.active and any(r._ctx.tag == tag for r in self.active):
+        old = [r for r in self._live() if r._ctx.tag == tag] if self.active else []
+        if old:
             # More than tag_ub collectives outstanding: the tag comes round again while an
             # older call still uses it.  Finish that call here first; two calls in flight with
             # one tag would cross-match their messages.  Every rank does the same, so every
             # rank posts the new call's receives only after the old call's are all matched.
-            self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
+            _wait_until(lambda: all(r.done for r in old), old)
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
         return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
@@ -244,8 +481,9 @@ class Engine:
         else:
             self.tag = self.tag % self.tag_ub + 1
             tag = self._skip_reserved()
-            if self.active and any(r._ctx.tag == tag for r in self.active):
-                self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
+            old = [r for r in self._live() if r._ctx.tag == tag] if self.active else []
+            if old:
+                _wait_until(lambda: all(r.done for r in old), old)
         self.reserved.add(tag)
         return tag
 
@@ -255,95 +493,383 @@ class Engine:
 
     def start(self, call: Call, algorithm: Algorithm) -> ScheduleRequest:
         """Start ``call`` with ``algorithm`` (chosen by the backend) and return its request."""
-        ctx, gen = self._context(call, algorithm)
-        return ScheduleRequest(self, gen, ctx)
+        with _guard():
+            ctx, gen = self._context(call, algorithm)
+            return ScheduleRequest(self, gen, ctx)
 
     def run(self, call: Call, algorithm: Algorithm) -> None:
         """Blocking: run ``call`` with ``algorithm`` to completion (progressing any
         outstanding others), on :data:`BLOCKING_TAG`."""
-        if any(map(_ACTIVE, list(_ENGINES))):  # keep everything in flight moving
+        with _guard():
+            if _any_in_flight():  # keep everything in flight moving
+                ctx, gen = self._context(call, algorithm, BLOCKING_TAG)
+                ScheduleRequest(self, gen, ctx).Wait()
+                return
+            # the common case: Waitall each round
             ctx, gen = self._context(call, algorithm, BLOCKING_TAG)
-            ScheduleRequest(self, gen, ctx).Wait()
-            return
-        # the common case: Waitall each round
-        ctx, gen = self._context(call, algorithm, BLOCKING_TAG)
-        for rnd in gen:
-            reqs = ctx.post(rnd)
-            if reqs:
-                MPI.Request.Waitall(reqs)
+            for rnd in gen:
+                reqs = ctx.post(rnd)
+                if reqs:
+                    MPI.Request.Waitall(reqs)
 
     def progress(self) -> bool:
-        """One pass over every schedule in flight; True if any advanced."""
-        moved = False
-        for r in list(self.active):
-            moved = r._poll() or moved
-        return moved
+        """One pass over this engine's schedules in flight (those no other thread holds);
+        True if any advanced."""
+        return _poll_claimed(_claim(self._live()))
 
     def wait_for(self, cond: Callable[[], bool]) -> None:
-        """Progress until ``cond()`` (every live engine's schedules, not only this one's);
-        sleeps in ``Waitall``/``Waitany`` rather than spinning."""
-        while not cond():
-            engines = [e for e in list(_ENGINES) if e.active]
-            moved = False
-            for e in engines:
-                moved = e.progress() or moved
-            if moved or cond():
-                continue
-            active = [r for e in engines for r in e.active]
-            if len(active) == 1:  # nothing else to keep moving: block on its round
-                MPI.Request.Waitall(active[0]._reqs)
-                continue
-            pending = [q for r in active for q in r._reqs]
-            if not pending:  # nothing in flight yet cond is false: a bug, never a hang
-                raise RuntimeError("mpicoll: waiting on a request that cannot progress")
-            MPI.Request.Waitany(pending)
+        """Progress every live engine's schedules until ``cond()``, which may depend on any of
+        this engine's schedules in flight."""
+        with _guard():
+            _wait_until(cond, self._live())
 
 
-def progress_all() -> bool:
-    """One pass over every live engine's schedules in flight; True if any advanced.  Every p2p
-    progress point (``Test``, ``Wait``, :func:`Testall`, :func:`Waitall`, the internal
-    agreements) calls this: progress is global across backends, as MPI's is."""
+def _any_in_flight() -> bool:
+    with _lock:
+        return any(map(_ACTIVE, _ENGINES))
+
+
+def _in_flight() -> list[ScheduleRequest]:
+    """A snapshot of every live engine's schedules in flight."""
+    with _lock:
+        return [r for e in _ENGINES for r in e.active]
+
+
+def _claim(schedules: Iterable[ScheduleRequest]) -> list[ScheduleRequest]:
+    """Try-acquire the claim of each schedule; the ones this thread now holds."""
+    return [r for r in schedules if r._claim.acquire(blocking=False)]
+
+
+def _release(claimed: list[ScheduleRequest]) -> None:
+    for r in claimed:
+        r._claim.release()
+    if claimed:
+        with _released:
+            _released.notify_all()
+
+
+def _poll_claimed(claimed: list[ScheduleRequest]) -> bool:
+    """Advance the claimed schedules as far as they go, then release them; True if any moved."""
     moved = False
-    for e in [e for e in list(_ENGINES) if e.active]:
-        moved = e.progress() or moved
+    try:
+        for r in claimed:
+            moved = r._poll() or moved
+    finally:
+        _release(claimed)
     return moved
 
 
-def _is_done(r: Any) -> bool:
+def progress_all() -> bool:
+    """One pass over every live engine's schedules in flight (those no other thread is
+    advancing right now); True if any advanced.  Every p2p progress point (``Test``, ``Wait``,
+    the completion functions, the internal agreements) calls this: progress is global across
+    backends, as MPI's is.  Never blocks."""
+    return _poll_claimed(_claim(_in_flight()))
+
+
+def _step(mine: Sequence[ScheduleRequest], plain: Sequence[MPI.Request],
+          cond: Callable[[], bool], status: MPI.Status | None = None) -> int | None:
+    """One step of a blocking wait for ``cond()``, which depends on the schedules ``mine`` and
+    the plain requests ``plain``: a progress pass over every free schedule, then, unless that
+    moved something or ``cond()`` holds, block until something may have changed.
+
+    Blocks inside MPI (``Waitany`` over the claimed schedules' round and ``plain``) only when
+    this thread holds every unfinished schedule of ``mine``; otherwise sleeps until a claim is
+    released (see the module docstring).
+
+    Returns:
+        The index in ``plain`` of a request that the blocking ``Waitany`` completed (it is now
+        ``MPI.REQUEST_NULL``: the caller records it), or None.
+    """
+    claimed = _claim(_in_flight())
+    try:
+        moved = False
+        for r in claimed:
+            moved = r._poll() or moved
+        if moved or cond():
+            return None
+        held = {id(r) for r in claimed}
+        if all(r.done or id(r) in held for r in mine):
+            rounds = [q for r in claimed if not r.done for q in r._reqs]
+            left = [q for q in plain if q != MPI.REQUEST_NULL]
+            if not rounds and not left:  # cond is false yet nothing is in flight: a bug
+                raise RuntimeError("mpicoll: waiting on a request that cannot progress")
+            if not rounds:
+                i = MPI.Request.Waitany(left, status)
+            elif len(claimed) == 1 and not left:
+                MPI.Request.Waitall(rounds)  # one schedule, nothing else: sleep on its round
+                return None
+            else:
+                i = MPI.Request.Waitany(rounds + left, status) - len(rounds)
+            if i < 0:
+                return None
+            q = left[i]
+            return next(k for k, p in enumerate(plain) if p is q)
+    finally:
+        _release(claimed)
+    with _released:  # another thread holds one of ours: it moves it and wakes us
+        if not cond():
+            _released.wait(_NAP)
+    return None
+
+
+def _wait_until(cond: Callable[[], bool], mine: Sequence[ScheduleRequest]) -> None:
+    """Progress every live schedule until ``cond()``, which depends on the schedules ``mine``."""
+    while not cond():
+        _step(mine, (), cond)
+
+
+# --------------------------------------------------------------------------------------------
+# Completion of lists mixing p2p requests, native ones and plain MPI.Requests
+
+
+def _inactive(r: Any) -> bool:
+    """An inactive request: ``MPI.REQUEST_NULL``, or a p2p request already reported."""
     if isinstance(r, ScheduleRequest):
-        return r.done
+        return r._inactive
     return bool(r == MPI.REQUEST_NULL)
 
 
-def Waitall(requests: Iterable[Any]) -> None:
-    """Complete every request of a list mixing ``MPI.Request`` and p2p requests, in any order,
-    progressing every live engine's schedules (not only the listed ones) meanwhile."""
-    reqs = list(requests)
-    mpi_reqs = [r for r in reqs if not isinstance(r, ScheduleRequest)]
-    ours = [r for r in reqs if isinstance(r, ScheduleRequest)]
-    while not all(_is_done(r) for r in reqs):
-        if progress_all() or all(_is_done(r) for r in reqs):
+def _split(reqs: Sequence[Any]) -> tuple[list[ScheduleRequest], list[MPI.Request]]:
+    """The p2p requests and the MPI ones of a list (anything else: TypeError)."""
+    ours, plain = [], []
+    for i, r in enumerate(reqs):
+        if isinstance(r, ScheduleRequest):
+            ours.append(r)
+        elif isinstance(r, MPI.Request):
+            plain.append(r)
+        else:
+            raise TypeError(f"requests[{i}]: expected an MPI.Request or an mpicoll p2p "
+                            f"request, got {type(r).__name__}")
+    return ours, plain
+
+
+def _fill(statuses: list[MPI.Status] | None, got: Sequence[MPI.Status | None], n: int) -> None:
+    """Write statuses as mpi4py does: the list grows to ``len(got)`` entries if shorter, and
+    entry k (k < min(n, len(statuses))) gets ``got[k]`` (an empty status past ``got``)."""
+    if statuses is None:
+        return
+    while len(statuses) < len(got):
+        statuses.append(MPI.Status())
+    for k in range(min(n, len(statuses))):
+        s = got[k] if k < len(got) else None
+        if s is None:
+            _empty_status(statuses[k])
+        else:
+            statuses[k].Set_source(s.Get_source())
+            statuses[k].Set_tag(s.Get_tag())
+            statuses[k].Set_error(s.Get_error())
+            statuses[k].Set_cancelled(s.Is_cancelled())
+            statuses[k].Set_elements(MPI.BYTE, s.Get_elements(MPI.BYTE))
+
+
+def _sweep(reqs: Sequence[Any], done: dict[int, MPI.Status | None], first: bool) -> None:
+    """Without blocking, record in ``done`` (index -> status, None for a p2p request) the
+    listed requests that are complete and not yet recorded; with ``first``, stop at one.
+    Recorded MPI requests are completed (now ``MPI.REQUEST_NULL``); p2p requests are made
+    inactive by the caller."""
+    for i, r in enumerate(reqs):
+        if i in done or _inactive(r):
             continue
-        pending = [q for e in list(_ENGINES) for a in e.active for q in a._reqs]
-        left = [q for q in mpi_reqs if q != MPI.REQUEST_NULL]
-        if not pending:  # no p2p schedule in flight anywhere: plain MPI
-            if any(not r.done for r in ours):  # never: a listed schedule is in flight
-                raise RuntimeError("mpicoll: waiting on a request that cannot progress")
-            MPI.Request.Waitall(left)
-            break
-        MPI.Request.Waitany(pending + left)
+        if isinstance(r, ScheduleRequest):
+            if not r.done:
+                continue
+            done[i] = None
+        else:
+            s = MPI.Status()
+            if not r.Test(s):
+                continue
+            done[i] = s
+        if first:
+            return
 
 
-def Testall(requests: Iterable[Any]) -> bool:
-    """Progress every live p2p schedule once; True when all listed requests are complete (MPI
-    ones are completed too)."""
-    reqs = list(requests)
-    mpi_reqs = [r for r in reqs if not isinstance(r, ScheduleRequest)]
-    progress_all()
-    ours_done = all(r.done for r in reqs if isinstance(r, ScheduleRequest))
-    # one Test each: MPICH 5.0's MPI_Testall fails (MPI_ERR_IN_STATUS, every status
-    # MPI_SUCCESS) on a persistent collective request (the native *_init ones)
-    mpi_done = True
-    for r in mpi_reqs:
-        mpi_done = bool(r.Test()) and mpi_done
-    return ours_done and bool(mpi_done)
+def _wait(reqs: Sequence[Any], enough: Callable[[dict[int, MPI.Status | None]], bool],
+          first: bool) -> dict[int, MPI.Status | None]:
+    """Progress and block until ``enough(done)`` (see :func:`_sweep`); the requests that
+    completed, by index."""
+    _split(reqs)
+    done: dict[int, MPI.Status | None] = {}
+    while True:
+        progress_all()
+        _sweep(reqs, done, first)
+        if enough(done):
+            return done
+        waiting = [i for i, r in enumerate(reqs) if i not in done and not _inactive(r)]
+        mine = [r for i in waiting if isinstance(r := reqs[i], ScheduleRequest)]
+        left = [reqs[i] for i in waiting if not isinstance(reqs[i], ScheduleRequest)]
+        # block only on what this call still waits for (completed plain requests excluded)
+        status = MPI.Status()
+        k = _step(mine, left, functools.partial(_any_done, mine), status)
+        if k is not None:
+            done[next(i for i in waiting if reqs[i] is left[k])] = status
+            if enough(done):
+                return done
+
+
+def _any_done(schedules: Sequence[ScheduleRequest]) -> bool:
+    return any(r.done for r in schedules)
+
+
+def _report(reqs: Sequence[Any], done: dict[int, MPI.Status | None],
+            order: Sequence[int]) -> list[MPI.Status | None]:
+    """Make the recorded p2p requests inactive; their statuses in ``order``."""
+    for i in order:
+        r = reqs[i]
+        if isinstance(r, ScheduleRequest):
+            r._complete()
+    return [done[i] for i in order]
+
+
+def Waitall(requests: Sequence[Any], statuses: list[MPI.Status] | None = None) -> bool:
+    """Complete every request of a list mixing p2p requests, native ones and plain
+    ``MPI.Request``\\s, in any order, progressing every live engine's schedules (not only the
+    listed ones) meanwhile; as ``MPI.Request.Waitall``.
+
+    Args:
+        requests: the requests; inactive ones (``MPI.REQUEST_NULL``, completed p2p requests)
+            are skipped.  Every one is inactive on return.
+        statuses: if given, a list that receives one ``MPI.Status`` per request (empty for p2p
+            and inactive requests), grown to ``len(requests)`` if shorter.
+
+    Returns:
+        True.
+
+    Raises:
+        TypeError: an entry is neither an ``MPI.Request`` nor a p2p request.
+        ThreadLevelError: see :func:`check_thread`.
+    """
+    with _guard():
+        reqs = list(requests)
+        live = [i for i, r in enumerate(reqs) if not _inactive(r)]
+        done = _wait(reqs, lambda d: len(d) == len(live), first=False)
+        got = _report(reqs, done, live)
+        by_index = dict(zip(live, got, strict=True))
+        _fill(statuses, [by_index.get(i) for i in range(len(reqs))], len(reqs))
+        return True
+
+
+def Testall(requests: Sequence[Any], statuses: list[MPI.Status] | None = None) -> bool:
+    """Progress every live p2p schedule once; True, with every listed request completed and
+    inactive, when all are complete; False, with none of them changed, otherwise (as
+    ``MPI.Request.Testall``).  ``requests``, ``statuses`` and errors as in :func:`Waitall`."""
+    with _guard():
+        reqs = list(requests)
+        ours, plain = _split(reqs)
+        progress_all()
+        if not all(r.done for r in ours):
+            return False
+        got: list[MPI.Status] = []
+        # Get_status, then Waitall of what is complete: MPICH 5.0's MPI_Testall fails
+        # (MPI_ERR_IN_STATUS, every status MPI_SUCCESS) on a persistent collective request
+        # (the native backend's *_init ones)
+        if plain:
+            for q in plain:
+                if not q.Get_status():
+                    return False
+            MPI.Request.Waitall(plain, got)
+        for r in ours:
+            r._complete()
+        it = iter(got)
+        _fill(statuses, [None if isinstance(r, ScheduleRequest) else next(it) for r in reqs],
+              len(reqs))
+        return True
+
+
+def Waitany(requests: Sequence[Any], status: MPI.Status | None = None) -> int:
+    """Wait until one of the listed requests (p2p, native and plain ``MPI.Request``\\s mixed)
+    completes, progressing every live engine's schedules meanwhile; as
+    ``MPI.Request.Waitany``.
+
+    Returns:
+        The index of the completed request, which is now inactive; ``MPI.UNDEFINED`` if every
+        listed request is inactive.  ``status``, if given, receives its status (empty for a
+        p2p request or for ``MPI.UNDEFINED``).
+
+    Raises:
+        TypeError: an entry is neither an ``MPI.Request`` nor a p2p request.
+        ThreadLevelError: see :func:`check_thread`.
+    """
+    with _guard():
+        reqs = list(requests)
+        if all(_inactive(r) for r in reqs):
+            _split(reqs)
+            _empty_status(status)
+            return MPI.UNDEFINED
+        done = _wait(reqs, bool, first=True)
+        (i,) = done
+        _fill_one(status, _report(reqs, done, [i])[0])
+        return i
+
+
+def Testany(requests: Sequence[Any], status: MPI.Status | None = None) -> tuple[int, bool]:
+    """Progress every live p2p schedule once, then test the listed requests; as
+    ``MPI.Request.Testany``.
+
+    Returns:
+        ``(index, True)`` for a request that completed (now inactive; ``status`` gets its
+        status), ``(MPI.UNDEFINED, False)`` if none did, ``(MPI.UNDEFINED, True)`` if every
+        listed request is inactive.
+    """
+    with _guard():
+        reqs = list(requests)
+        _split(reqs)
+        if all(_inactive(r) for r in reqs):
+            _empty_status(status)
+            return MPI.UNDEFINED, True
+        progress_all()
+        done: dict[int, MPI.Status | None] = {}
+        _sweep(reqs, done, first=True)
+        if not done:
+            return MPI.UNDEFINED, False
+        (i,) = done
+        _fill_one(status, _report(reqs, done, [i])[0])
+        return i, True
+
+
+def Waitsome(requests: Sequence[Any],
+             statuses: list[MPI.Status] | None = None) -> list[int] | None:
+    """Wait until at least one listed request completes; as ``MPI.Request.Waitsome``.
+
+    Returns:
+        The indices (ascending) of every listed request found complete, now inactive, or None
+        if every listed request was inactive.  ``statuses``, if given, receives their statuses
+        in the same order (grown if shorter; entries past them are set empty, as mpi4py does).
+    """
+    with _guard():
+        reqs = list(requests)
+        _split(reqs)
+        if all(_inactive(r) for r in reqs):
+            return None
+        done = _wait(reqs, bool, first=False)
+        order = sorted(done)
+        _fill(statuses, _report(reqs, done, order), len(reqs))
+        return order
+
+
+def Testsome(requests: Sequence[Any],
+             statuses: list[MPI.Status] | None = None) -> list[int] | None:
+    """Progress every live p2p schedule once, then test the listed requests; as
+    ``MPI.Request.Testsome``.
+
+    Returns:
+        The indices (ascending) of the listed requests that are complete, now inactive (an
+        empty list if none), or None if every listed request was inactive.  ``statuses`` as
+        in :func:`Waitsome`.
+    """
+    with _guard():
+        reqs = list(requests)
+        _split(reqs)
+        if all(_inactive(r) for r in reqs):
+            return None
+        progress_all()
+        done: dict[int, MPI.Status | None] = {}
+        _sweep(reqs, done, first=False)
+        order = sorted(done)
+        _fill(statuses, _report(reqs, done, order), len(reqs))
+        return order
+
+
+def _fill_one(status: MPI.Status | None, got: MPI.Status | None) -> None:
+    if status is not None:
+        _fill([status], [got], 1)

@@ -29,6 +29,7 @@ round; ``rounds`` counts every yielded round (empty ones too, as
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,16 @@ from mpi4py import MPI
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Schedule, Send
 from .call import Call
-from .mpi import _ACTIVE, _ENGINES, BLOCKING_TAG, Engine, ScheduleRequest
+from .mpi import (
+    _ENGINES,
+    BLOCKING_TAG,
+    Engine,
+    ScheduleRequest,
+    _any_in_flight,
+    _guard,
+    _lock,
+    _release,
+)
 
 __all__ = ["BlockingRunner", "Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
 
@@ -200,22 +210,28 @@ class PlanRequest(ScheduleRequest):
                          tr["bytes_recv"], tr["inter_bytes_sent"], plan.rounds)
         self._next = 0
         self._reqs: list[MPI.Request] = []
-        self.done = True  # inactive
+        #: held by the one thread that tests this plan's requests or advances it
+        self._claim = threading.Lock()
+        self.done = True  # no run in progress
+        self._inactive = True  # not started, or its run reported complete
         self.freed = False
 
     def Start(self) -> None:
         """Start the collective (every rank starts its persistent collectives in the same
         order, as MPI requires)."""
-        if self.freed:
-            raise RuntimeError("Start: this persistent request was freed")
-        if not self.done:
-            raise RuntimeError("Start: this persistent request is active (Wait for it first)")
-        self._count()
-        self.done = False
-        self._next = 0
-        self._advance()
-        if not self.done:
-            self._engine.active.append(self)
+        with _guard():
+            if self.freed:
+                raise RuntimeError("Start: this persistent request was freed")
+            if not self._inactive:
+                raise RuntimeError("Start: this persistent request is active (complete it "
+                                   "with Wait/Test first)")
+            self._count()
+            self.done = self._inactive = False
+            self._next = 0
+            self._advance()  # not in flight yet: nobody else sees it, no claim needed
+            if not self.done:
+                with _lock:
+                    self._engine.active.append(self)
 
     def _count(self) -> None:
         """Add one run's messages, bytes and rounds to the engine's traffic counters."""
@@ -258,27 +274,29 @@ class PlanRequest(ScheduleRequest):
         self._reqs = []
         self.done = True
 
-    def Wait(self, status: MPI.Status | None = None) -> None:
+    def Wait(self, status: MPI.Status | None = None) -> bool:
         """Block until the run is complete (at once if inactive), progressing every other p2p
-        request in flight meanwhile."""
-        if self.done:
-            return
-        engine = self._engine
-        if len(engine.active) == 1 and not any(e.active for e in list(_ENGINES)
-                                               if e is not engine):
-            waitall = MPI.Request.Waitall  # alone in flight: round by round, no polling
-            while not self.done:
-                waitall(self._reqs)
-                self._advance()
-            engine.active.remove(self)
-            return
-        engine.wait_for(lambda: self.done)
+        request in flight meanwhile; True.  Alone in flight, it sleeps in ``Waitall`` on each
+        round in turn (no polling)."""
+        with _guard():
+            if not self._inactive and not self.done and self._claim.acquire(blocking=False):
+                try:
+                    if _alone(self):
+                        waitall = MPI.Request.Waitall
+                        while not self.done:
+                            waitall(self._reqs)
+                            self._advance()
+                        self._engine._retire(self)
+                finally:
+                    _release([self])
+            return super().Wait(status)
 
     def Free(self) -> None:
         """Complete an active run, then release the persistent requests and the tag."""
         if self.freed:
             return
-        self.Wait()
+        if not self._inactive:
+            self.Wait()
         for r in self._prequests:
             r.Free()
         self._prequests = []
@@ -291,6 +309,12 @@ class PlanRequest(ScheduleRequest):
     def Startall(requests: Iterable[Any]) -> None:
         """Start every request of a list (see :func:`Startall`)."""
         Startall(requests)
+
+
+def _alone(r: ScheduleRequest) -> bool:
+    """``r`` is the only schedule in flight on every live engine."""
+    with _lock:
+        return all(not e.active or (len(e.active) == 1 and e.active[0] is r) for e in _ENGINES)
 
 
 def Startall(requests: Iterable[Any]) -> None:
@@ -333,11 +357,12 @@ class BlockingRunner:
             plan = self.plan = PlanRequest(
                 e, compile_plan(self.call, self.algorithm, e.comm.Get_rank(),
                                 e.comm.Get_size(), e.nodes, e.segment_bytes), BLOCKING_TAG)
-        if any(map(_ACTIVE, list(_ENGINES))):  # keep everything in flight moving
-            plan.Start()
-            plan.Wait()
-        else:
-            plan.run()
+        with _guard():
+            if _any_in_flight():  # keep everything in flight moving
+                plan.Start()
+                plan.Wait()
+            else:
+                plan.run()
 
     def free(self) -> None:
         if self.plan is not None:

@@ -183,6 +183,28 @@ def test_overlap_p2p_forced_algorithm_and_small_from_environment() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# thread_overlap.py: a communication thread beside a compute thread (MPI_THREAD_MULTIPLE)
+
+_THREAD_TIME = re.compile(r"^  (communication alone|compute alone|both, two threads)\s+([\d.]+) ms",
+                          re.M)
+
+
+def test_thread_overlap_both_backends() -> None:
+    out = ok(run_example("thread_overlap.py", "--small", n=2))
+    assert "MPI_THREAD_MULTIPLE" in out
+    for label in ("native:", "p2p (algorithm auto):"):
+        block = out[out.index(label):]
+        times = _THREAD_TIME.findall(block)[:3]
+        assert [k for k, _ in times] == ["communication alone", "compute alone",
+                                         "both, two threads"], block
+        assert all(float(t) > 0 for _, t in times), block
+        m = _OVERLAP.search(block)
+        assert m, block
+        assert float(m.group(1)) >= 0.0  # a figure, not a threshold: timing is the machine's
+        assert "results OK (every Allreduce checked)" in block
+
+
+# ---------------------------------------------------------------------------------------------
 # data_parallel.py and zero_sharding.py (scikit-learn's digits)
 
 _EPOCH = re.compile(r"epoch\s+(\d+)\s+loss ([\d.]+)\s+train accuracy\s+([\d.]+) %\s+"
