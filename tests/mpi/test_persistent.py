@@ -5,7 +5,8 @@
   native and p2p auto also started once and 100 times;
 * persistent requests of every collective, of both backends, started together in one
   :func:`mpicoll.Startall`, mixed with I-form requests, and completed in a shuffled order
-  (seeded by rank: every rank completes them in its own order), three times over with new
+  (seeded by rank: every rank completes them in its own order) by single Waits, Waitall,
+  Testall loops, Waitany and Testsome, three times over with new
   buffer contents each time, each result equal to the blocking call's on the same inputs;
 * an inactive request waits and tests complete at once; starting an active or a freed one
   raises; a forced algorithm whose restrictions the call breaks raises at init.
@@ -149,14 +150,18 @@ def test_startall_mixed_with_iforms_completed_in_shuffled_order() -> None:
         while pending:  # single Waits, small Waitalls and Test loops, in the shuffled order
             k = rng.randint(1, 3)
             batch, pending = pending[:k], pending[k:]
-            how = rng.choice(("wait", "waitall", "test"))
+            how = rng.choice(("wait", "waitall", "test", "waitany", "testsome"))
             if how == "wait" and not isinstance(batch[0], MPI.Request):
                 batch[0].Wait()
                 batch = batch[1:]
             if how == "test":
                 while not mpicoll.Testall(batch):
                     pass
-            mpicoll.Waitall(batch)
+            if how == "waitany":
+                mpicoll.Waitany(batch)
+            if how == "testsome":
+                mpicoll.Testsome(batch)
+            mpicoll.Waitall(batch)  # the rest of the batch
         want = np.full(4, float(sum(r + salt for r in range(p))))
         assert np.array_equal(y, want)
         assert np.array_equal(z, want)
