@@ -2,7 +2,7 @@
 
 Every method goes through one front door, :meth:`Collectives._call`: its arguments are checked
 and parsed once by :mod:`mpicoll.backends.args` (raising ``TypeError`` or ``ValueError`` before
-any message) into a :class:`~mpicoll.engines.call.Call`, which goes to the backend's ``_run``
+any message) into a :class:`~mpicoll.engines.call.Call`, which goes to the backend's ``_runner``
 (native: the mpi4py method; p2p: select the algorithm once, then the engine).  Checked mode
 (:mod:`mpicoll.backends.checked`) adds the ranks' agreement in between.  The buffer specs,
 ``MPI.IN_PLACE`` rules, defaults and argument order are mpi4py's, so existing mpi4py code

@@ -15,7 +15,8 @@ key holds everything the answer of a check or of the parse could depend on:
   (a freed one has a new handle, a new one a new identity).
 
 Anything else (a ``bytearray``, a ``memoryview``, an ndarray subclass, a float root, ...) is
-not cached: it is checked and parsed at every call.  Only calls whose parse succeeded are
+not cached: it is checked and parsed at every call, as is a call whose buffers hold more than
+:data:`MAX_ENTRY_BYTES` (an entry keeps its buffers alive).  Only calls whose parse succeeded are
 stored, so a bad input raises at every call, before any message.  The buffers' *contents* are
 not in the key: a call that only changed them is a hit, as it should be.
 
@@ -34,10 +35,13 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["SIZE", "FrontDoor", "key_of"]
+__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "key_of"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
+#: calls whose buffers hold more bytes than this are not stored (an entry keeps them alive;
+#: a large call's parse costs nothing beside its transfer): at most SIZE x this pinned
+MAX_ENTRY_BYTES = 1 << 20
 
 
 class _UncacheableError(Exception):
@@ -106,6 +110,10 @@ class FrontDoor:
         self.misses = 0
 
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]) -> None:
+        """Keep ``(args, run)`` under ``key`` (unless the buffers are larger than
+        :data:`MAX_ENTRY_BYTES`), dropping the oldest entry if the cache is full."""
+        if _nbytes(args) > MAX_ENTRY_BYTES:
+            return
         entries = self.entries
         if len(entries) >= SIZE:
             _free(entries.pop(next(iter(entries)))[1])
@@ -118,6 +126,15 @@ class FrontDoor:
             _free(run)
         self.entries.clear()
         self.hits = self.misses = 0
+
+
+def _nbytes(args: Any) -> int:
+    """Bytes of the arrays in a call's arguments (buffer specs included)."""
+    if isinstance(args, np.ndarray):
+        return int(args.nbytes)
+    if isinstance(args, (list, tuple)):
+        return sum(_nbytes(a) for a in args)
+    return 0
 
 
 def _free(run: Callable[..., Any]) -> None:

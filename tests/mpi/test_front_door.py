@@ -169,3 +169,17 @@ def test_repeated_calls_on_the_same_buffers(coll: str, impl: runners.Impl) -> No
     for case in _iform_cases(coll, run.p):
         run.run_case(case)
     run.finish()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_large_calls_are_not_kept(kind: str) -> None:
+    """An entry keeps its buffers alive: calls over MAX_ENTRY_BYTES are parsed every time."""
+    from mpicoll.backends.frontdoor import MAX_ENTRY_BYTES
+
+    b = backend(kind)
+    n = MAX_ENTRY_BYTES // 8 + 1
+    x, y = np.ones(n), np.zeros(n)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    assert y[-1] == P
