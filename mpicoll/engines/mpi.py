@@ -43,7 +43,6 @@ user, e.g. with a lock).
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -275,6 +274,7 @@ class ScheduleRequest:
         if not self.done:
             with _lock:
                 engine.active.append(self)
+                _IN_FLIGHT[0] += 1
 
     def _advance(self) -> None:
         """Resume the schedule until it posts a non-empty round or ends (claim held)."""
@@ -380,9 +380,9 @@ BLOCKING_TAG = 0
 #: waiting on one backend's request must not starve another backend's schedule that a peer
 #: is waiting on).
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
-#: an engine's schedules in flight (as a C-level getter: the blocking fast path asks it of every
-#: engine on every call)
-_ACTIVE = operator.attrgetter("active")
+#: how many schedules are in flight on all engines together, counted with the engines' lists
+#: (under :data:`_lock`): the blocking fast path's question, without walking the WeakSet
+_IN_FLIGHT = [0]
 
 
 class Engine:
@@ -426,6 +426,7 @@ class Engine:
         with _lock:
             if r in self.active:
                 self.active.remove(r)
+                _IN_FLIGHT[0] -= 1
 
     def _context(self, call: Call, algorithm: Algorithm, tag: int | None = None
                  ) -> tuple[MPIContext, Schedule]:
@@ -525,8 +526,8 @@ class Engine:
 
 
 def _any_in_flight() -> bool:
-    with _lock:
-        return any(map(_ACTIVE, _ENGINES))
+    """Some live engine has a schedule in flight (read without the lock, as a snapshot is)."""
+    return _IN_FLIGHT[0] > 0
 
 
 def _in_flight() -> list[ScheduleRequest]:

@@ -42,6 +42,7 @@ from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Recv, Schedule
 from .call import Call
 from .mpi import (
     _ENGINES,
+    _IN_FLIGHT,
     BLOCKING_TAG,
     Engine,
     ScheduleRequest,
@@ -232,6 +233,7 @@ class PlanRequest(ScheduleRequest):
             if not self.done:
                 with _lock:
                     self._engine.active.append(self)
+                    _IN_FLIGHT[0] += 1
 
     def _count(self) -> None:
         """Add one run's messages, bytes and rounds to the engine's traffic counters."""
