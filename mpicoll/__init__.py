@@ -25,6 +25,7 @@ from .engines.mpi import (
     Waitany,
     Waitsome,
 )
+from .engines.plan import PlanRequest, Startall
 from .tools.simulate import simulate
 
 __version__ = "0.1.0"
@@ -32,9 +33,11 @@ __version__ = "0.1.0"
 __all__ = [
     "MismatchError",
     "P2P",
+    "PlanRequest",
     "Native",
     "RestrictionError",
     "ScheduleRequest",
+    "Startall",
     "Testall",
     "Testany",
     "Testsome",

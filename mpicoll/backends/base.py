@@ -2,7 +2,7 @@
 
 Every method goes through one front door, :meth:`Collectives._call`: its arguments are checked
 and parsed once by :mod:`mpicoll.backends.args` (raising ``TypeError`` or ``ValueError`` before
-any message) into a :class:`~mpicoll.engines.call.Call`, which goes to the backend's ``_run``
+any message) into a :class:`~mpicoll.engines.call.Call`, which goes to the backend's ``_runner``
 (native: the mpi4py method; p2p: select the algorithm once, then the engine).  Checked mode
 (:mod:`mpicoll.backends.checked`) adds the ranks' agreement in between.  The buffer specs,
 ``MPI.IN_PLACE`` rules, defaults and argument order are mpi4py's, so existing mpi4py code
@@ -14,17 +14,19 @@ backend (see :mod:`mpicoll.algorithms.registry`); the native backend accepts onl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import numpy as np
 from mpi4py import MPI
 
+from ..engines.call import Call
 from ..engines.mpi import Waitall
 from .args import PARSERS
 from .buffers import is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
+from .frontdoor import FrontDoor, key_of
 
 __all__ = ["Collectives", "MismatchError"]
 
@@ -80,6 +82,9 @@ class Collectives(CheckedMode):
         self._check_comm = comm
         #: set by Free (p2p): every later call raises before any MPI call
         self._freed = False
+        #: the cache of parsed calls, with its ``hits``/``misses`` counters
+        #: (:mod:`mpicoll.backends.frontdoor`)
+        self.front_door = FrontDoor()
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
@@ -105,16 +110,70 @@ class Collectives(CheckedMode):
 
     def _call(self, collective: str, nonblocking: bool, algorithm: Any, *args: Any) -> Any:
         """The front door of every method: check and parse the call once (into a
-        :class:`~mpicoll.engines.call.Call`), then hand it to the backend's ``_run``; in
-        checked mode the ranks agree on it in between (:mod:`mpicoll.backends.checked`)."""
+        :class:`~mpicoll.engines.call.Call`), then hand it to the backend's runner; in
+        checked mode the ranks agree on it in between (:mod:`mpicoll.backends.checked`).
+
+        A call whose arguments make the key of an earlier one (see
+        :mod:`mpicoll.backends.frontdoor`: the same buffers with the same shape, strides,
+        dtype and flags, the same counts, datatype, op, root, in-place and ``algorithm=``)
+        reuses that call's parse and runner (on p2p: its algorithm) without checking again:
+        every check's answer depends only on what the key holds."""
         if self._freed:
             raise RuntimeError(f"this {self.name} backend was freed")
         if self.check:
             return self._checked_call(collective, nonblocking, algorithm, args)
         if algorithm is not None and not isinstance(algorithm, str):
             check_algorithm_type(algorithm)
-        return self._run(PARSERS[collective](self.size, self.rank, *args), nonblocking,
-                         algorithm, args)
+        door = self.front_door
+        key = key_of(args)
+        if key is not None:
+            key = (collective, nonblocking, algorithm, key)
+            entry = door.entries.get(key)
+            if entry is not None:
+                door.hits += 1
+                return entry[1](*args)
+        door.misses += 1
+        run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
+                           algorithm)
+        if key is not None:
+            door.store(key, args, run)
+        return run(*args)
+
+    def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
+                ) -> Callable[..., Any]:
+        """``run(*args)``: what runs this parsed call (the backend's; cached by the front door)."""
+        raise NotImplementedError
+
+    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
+             args: tuple[Any, ...]) -> Any:
+        """Run a parsed call once (checked mode's path)."""
+        return self._runner(call, nonblocking, algorithm)(*args)
+
+    def _call_init(self, collective: str, algorithm: Any, info: MPI.Info, *args: Any) -> Any:
+        """The front door of the persistent (``*_init``) methods: check and parse the call
+        (in checked mode the ranks agree on it, as for a non-blocking call), then make the
+        backend's persistent request (native: mpi4py's ``MPI.Prequest``; p2p: a compiled plan,
+        :class:`~mpicoll.engines.plan.PlanRequest`)."""
+        if self._freed:
+            raise RuntimeError(f"this {self.name} backend was freed")
+        check_algorithm_type(algorithm)
+        if not isinstance(info, MPI.Info):
+            raise TypeError(f"info: expected an MPI.Info, got {info!r}")
+        if self.check:
+            try:
+                call = PARSERS[collective](self.size, self.rank, *args)
+            except (TypeError, ValueError) as exc:
+                self._agree(collective, None, exc, algorithm, nonblocking=True)
+                raise
+            self._agree(collective, call, None, algorithm, nonblocking=True)
+        else:
+            call = PARSERS[collective](self.size, self.rank, *args)
+        return self._persistent(call, algorithm, info, args)
+
+    def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
+                    args: tuple[Any, ...]) -> Any:
+        """The backend's persistent request for a parsed call."""
+        raise NotImplementedError
 
     def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any,
                     algorithm: Any = None, nonblocking: bool = False) -> Any:
@@ -362,3 +421,94 @@ class Collectives(CheckedMode):
     ) -> Any:
         """Non-blocking :meth:`Exscan`: returns a request with ``Wait()``/``Test()``."""
         return self._call("exscan", True, algorithm, sendbuf, recvbuf, op)
+
+    # ---- persistent collectives (MPI-4): made inactive; Start() runs them, as often as wanted
+
+    def Barrier_init(self, info: MPI.Info = MPI.INFO_NULL, *,
+                     algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Barrier` (MPI-4 ``MPI_Barrier_init``): returns an inactive
+        request; ``Start()`` (or :func:`mpicoll.Startall`) runs it, ``Wait()``/``Test()``
+        complete it, ``Free()`` releases it.  ``info`` goes to MPI on the native backend and is
+        ignored by p2p."""
+        return self._call_init("barrier", algorithm, info)
+
+    def Bcast_init(self, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL, *,
+                   algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Bcast` (see :meth:`Barrier_init`)."""
+        return self._call_init("bcast", algorithm, info, buf, root)
+
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                     info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Scatter` (see :meth:`Barrier_init`)."""
+        return self._call_init("scatter", algorithm, info, sendbuf, recvbuf, root)
+
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                      info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Scatterv` (see :meth:`Barrier_init`)."""
+        return self._call_init("scatterv", algorithm, info, sendbuf, recvbuf, root)
+
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                    info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Gather` (see :meth:`Barrier_init`)."""
+        return self._call_init("gather", algorithm, info, sendbuf, recvbuf, root)
+
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0,
+                     info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Gatherv` (see :meth:`Barrier_init`)."""
+        return self._call_init("gatherv", algorithm, info, sendbuf, recvbuf, root)
+
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
+                    info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Reduce` (see :meth:`Barrier_init`)."""
+        return self._call_init("reduce", algorithm, info, sendbuf, recvbuf, op, root)
+
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                       info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Allreduce` (see :meth:`Barrier_init`)."""
+        return self._call_init("allreduce", algorithm, info, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                                  info: MPI.Info = MPI.INFO_NULL, *,
+                                  algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Reduce_scatter_block` (see :meth:`Barrier_init`)."""
+        return self._call_init("reduce_scatter_block", algorithm, info, sendbuf, recvbuf, op)
+
+    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any,
+                            recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
+                            info: MPI.Info = MPI.INFO_NULL, *,
+                            algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Reduce_scatter` (see :meth:`Barrier_init`); ``recvcounts=None``
+        gathers the counts once, here."""
+        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm, True)
+        return self._call_init("reduce_scatter", algorithm, info, sendbuf, recvbuf,
+                               recvcounts, op)
+
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                       algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Allgather` (see :meth:`Barrier_init`)."""
+        return self._call_init("allgather", algorithm, info, sendbuf, recvbuf)
+
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                        algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Allgatherv` (see :meth:`Barrier_init`)."""
+        return self._call_init("allgatherv", algorithm, info, sendbuf, recvbuf)
+
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                      algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Alltoall` (see :meth:`Barrier_init`)."""
+        return self._call_init("alltoall", algorithm, info, sendbuf, recvbuf)
+
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                       algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Alltoallv` (see :meth:`Barrier_init`)."""
+        return self._call_init("alltoallv", algorithm, info, sendbuf, recvbuf)
+
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                  info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Scan` (see :meth:`Barrier_init`)."""
+        return self._call_init("scan", algorithm, info, sendbuf, recvbuf, op)
+
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+                    info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Exscan` (see :meth:`Barrier_init`)."""
+        return self._call_init("exscan", algorithm, info, sendbuf, recvbuf, op)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mpi4py import MPI
@@ -36,14 +37,19 @@ class Native(NativeObjects, Collectives):
         super().__init__(comm, check=check)
         agree_on_construction(comm, self.name, self.settings)
 
-    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+    def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
+                ) -> Callable[..., Any]:
         if algorithm not in (None, "native"):
             raise ValueError(
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
                 "(use mpicoll.p2p to choose one)"
             )
-        return getattr(self.comm, BY_NAME[call.collective].method_for(nonblocking))(*args)
+        return getattr(self.comm, BY_NAME[call.collective].method_for(nonblocking))
+
+    def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
+                    args: tuple[Any, ...]) -> Any:
+        self._runner(call, False, algorithm)  # refuses a hand-rolled algorithm= name
+        return getattr(self.comm, BY_NAME[call.collective].persistent)(*args, info)
 
     def Free(self) -> None:
         """Nothing to free (the native backend owns no communicator)."""

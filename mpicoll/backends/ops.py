@@ -28,10 +28,11 @@ def op_name(op: MPI.Op) -> str:
 def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
     """Check, before any message, that MPI defines ``op`` for ``datatype``.
 
-    A predefined op is probed with ``Reduce_local`` on one zeroed element, so the rules are
-    exactly the MPI library's (logical ops on floats, SUM on pair types, MAXLOC on plain types
-    are all refused; so is every predefined op on a derived datatype, by MPICH 5 and Open MPI
-    5, whose ``MPI_Reduce_local`` and collectives raise ``MPI_ERR_OP`` for them).  User ops are
+    A predefined op is probed with ``Reduce_local`` on one zeroed element (once per process for
+    a predefined datatype: the answer is cached by the two handles), so the rules are exactly
+    the MPI library's (logical ops on floats, SUM on pair types, MAXLOC on plain types are all
+    refused; so is every predefined op on a derived datatype, by MPICH 5 and Open MPI 5, whose
+    ``MPI_Reduce_local`` and collectives raise ``MPI_ERR_OP`` for them).  User ops are
     accepted as given.
 
     Raises:
@@ -42,6 +43,11 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
     if op in (MPI.REPLACE, MPI.NO_OP):
         raise TypeError(f"op: {op_name(op)} is for one-sided operations, not collectives")
     if op.is_predefined:
+        # a predefined op on a predefined type: MPI's answer never changes, so it is probed
+        # once per process (derived types' handles can be reused after Free: probed each time)
+        key = (op.handle, datatype.handle) if datatype.is_predefined else None
+        if key is not None and key in _ACCEPTED:
+            return op
         if is_derived(datatype):  # one element's typemap (MPICH and Open MPI refuse them all)
             a, b = typed_scratch(1, datatype), typed_scratch(1, datatype)
         else:
@@ -54,5 +60,11 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
                 f"op: {op_name(op)} is not defined for datatype "
                 f"{datatype.Get_name() or dtype} (MPI refuses it)"
             ) from None
+        if key is not None:
+            _ACCEPTED.add(key)
     return op
+
+
+#: (op handle, datatype handle) of the predefined pairs MPI accepted (see :func:`check_op`)
+_ACCEPTED: set[tuple[int, int]] = set()
 

@@ -7,9 +7,10 @@ methods return a :class:`~mpicoll.engine.ScheduleRequest` that advances it on
 ``Test``/``Wait``.
 
 Isolation (as ``mpi4py.util.pkl5.Intracomm`` does): the backend runs on a private ``Dup`` of
-the user's communicator, and every collective call takes a fresh tag (1, 2, ... wrapping at
-``tag_ub``), so user point-to-point traffic, even with ``ANY_SOURCE``/``ANY_TAG``, and any
-number of outstanding non-blocking collectives never cross-match.
+the user's communicator, so user point-to-point traffic, even with ``ANY_SOURCE``/``ANY_TAG``,
+never meets it.  Every collective call takes a fresh tag (1, 2, ... wrapping at
+``tag_ub``), so any number of outstanding ones never cross-match; a persistent one holds a tag
+above ``tag_ub`` until its ``Free``; blocking calls take a fresh tag too.
 
 That duplicate lives until :meth:`P2P.Free` (collective) releases it, or until the end of a
 ``with mpicoll.p2p(comm) as c:`` block, which calls ``Free``.  Nothing frees it behind your
@@ -28,6 +29,7 @@ algorithm handed to the engine beside the :class:`~mpicoll.engines.call.Call`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mpi4py import MPI
@@ -35,6 +37,8 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
 from ..engines.mpi import Engine, Traffic, check_thread
+from ..engines.plan import BlockingRunner, PlanRequest, compile_plan
+from ..model import alphabeta
 from .args import Call
 from .base import Collectives
 from .checked import agree_on_construction
@@ -116,7 +120,8 @@ class P2P(P2PObjects, Collectives):
         self._comm = comm.Dup()
         self._check_comm = self._comm
         self.nodes = node_map(self._comm, self.settings.ranks_per_node)
-        self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes)
+        self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes,
+                              tag_limit=limit)
 
     @property
     def traffic(self) -> Traffic:
@@ -165,12 +170,36 @@ class P2P(P2PObjects, Collectives):
                 raise RestrictionError(where + why)
         return alg
 
-    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+    def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
+                ) -> Callable[..., Any]:
+        """What runs ``call`` (the front door caches it): the algorithm is selected here, once;
+        a cached ``auto`` choice is selected again if :func:`mpicoll.model.use` changed the
+        model since."""
+        alg = self.select(call, algorithm)
+        engine = self._engine
+        if algorithm not in (None, "auto") or (algorithm is None and
+                                               call.collective in self._forced):
+            if nonblocking:
+                return lambda *_: engine.start(call, alg)
+            return BlockingRunner(engine, call, alg)
+        model = alphabeta.current()
         if nonblocking:
-            return self._engine.start(call, self.select(call, algorithm))
-        self._engine.run(call, self.select(call, algorithm))
-        return None
+            def auto(*_: Any) -> Any:
+                a = alg if alphabeta.current() is model else self.select(call, algorithm)
+                return engine.start(call, a)
+
+            return auto
+        return _AutoBlocking(self, call, algorithm, alg, model)
+
+    def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
+                    args: tuple[Any, ...]) -> PlanRequest:
+        """A compiled plan (:mod:`mpicoll.engines.plan`): the algorithm selected, the schedule
+        run once with a recording context, its scratch allocated and a tag reserved, all
+        now; ``Start`` replays it."""
+        alg = self.select(call, algorithm)
+        e = self._engine
+        plan = compile_plan(call, alg, self.rank, self.size, e.nodes, e.segment_bytes)
+        return PlanRequest(e, plan, e.reserve_tag())
 
     def Free(self) -> None:
         """Release the private duplicate of ``comm`` (collective: every rank calls it; a second
@@ -178,8 +207,28 @@ class P2P(P2PObjects, Collectives):
         ``with mpicoll.p2p(comm) as c:`` block calls it; nothing else does."""
         if self._comm != MPI.COMM_NULL:
             self._engine.wait_for(lambda: not self._engine.active)
+            self.front_door.clear()
             self._comm.Free()
             self._freed = True
+
+
+class _AutoBlocking(BlockingRunner):
+    """A blocking ``auto`` call's runner: selected again (and its plan dropped) if
+    :func:`mpicoll.model.use` changed the model since."""
+
+    __slots__ = ("backend", "model", "name")
+
+    def __init__(self, backend: P2P, call: Call, name: str | None, alg: registry.Algorithm,
+                 model: Any) -> None:
+        super().__init__(backend._engine, call, alg)
+        self.backend, self.name, self.model = backend, name, model
+
+    def __call__(self, *_: Any) -> None:
+        if alphabeta.current() is not self.model:
+            self.free()
+            self.model = alphabeta.current()
+            self.algorithm = self.backend.select(self.call, self.name)
+        super().__call__()
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

@@ -46,7 +46,6 @@ user, e.g. with a lock).
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -60,8 +59,9 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["Engine", "ScheduleRequest", "Testall", "Testany", "Testsome", "ThreadLevelError",
-           "Traffic", "Waitall", "Waitany", "Waitsome", "check_thread", "progress_all"]
+__all__ = ["Engine", "ScheduleRequest", "Testall", "Testany", "Testsome",
+           "ThreadLevelError", "Traffic", "Waitall", "Waitany", "Waitsome", "check_thread",
+           "progress_all"]
 
 
 class Traffic:
@@ -296,6 +296,7 @@ class ScheduleRequest:
         if not self.done:
             with _lock:
                 engine.active.append(self)
+                _IN_FLIGHT[0] += 1
 
     def _advance(self) -> None:
         """Resume the schedule until it posts a non-empty round or ends (claim held)."""
@@ -388,13 +389,14 @@ class ScheduleRequest:
         return not self._inactive
 
 
+
 #: Every live engine: a wait on one progresses all of them (MPI's progress is global: a rank
 #: waiting on one backend's request must not starve another backend's schedule that a peer
 #: is waiting on).
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
-#: an engine's schedules in flight (as a C-level getter: the blocking fast path asks it of every
-#: engine on every call)
-_ACTIVE = operator.attrgetter("active")
+#: how many schedules are in flight on all engines together, counted with the engines' lists
+#: (under :data:`_lock`): the blocking fast path's question, without walking the WeakSet
+_IN_FLIGHT = [0]
 
 
 class Engine:
@@ -412,12 +414,18 @@ class Engine:
 
     def __init__(self, comm: MPI.Comm, tag_ub: int,
                  nodes: tuple[int, ...] | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, tag_limit: int | None = None
+                 ) -> None:
         self.comm = comm
         self.nodes = nodes
         self.segment_bytes = segment_bytes
         self.tag_ub = tag_ub
         self.tag = 0
+        #: MPI's TAG_UB: persistent plans take tags above tag_ub when there are any
+        self.tag_limit = tag_ub if tag_limit is None else max(tag_limit, tag_ub)
+        #: tags held by persistent plans until their Free (see :meth:`reserve_tag`)
+        self.reserved: set[int] = set()
+        self._plan_tag = tag_ub
         self.active: list[ScheduleRequest] = []
         self.traffic = Traffic()
         with _lock:
@@ -432,10 +440,19 @@ class Engine:
         with _lock:
             if r in self.active:
                 self.active.remove(r)
+                _IN_FLIGHT[0] -= 1
 
-    def _context(self, call: Call, algorithm: Algorithm) -> tuple[MPIContext, Schedule]:
-        """A fresh tag and context for ``call``, and ``algorithm``'s schedule started on it."""
+    def _context(self, call: Call, algorithm: Algorithm, tag: int | None = None
+                 ) -> tuple[MPIContext, Schedule]:
+        """A fresh tag (or ``tag``) and context for ``call``, and ``algorithm``'s schedule
+        started on it."""
+        if tag is not None:
+            ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic,
+                             self.nodes, self.segment_bytes)
+            return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
         self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
+        if self.reserved and tag in self.reserved:
+            tag = self._skip_reserved()
         old = [r for r in self._live() if r._ctx.tag == tag] if self.active else []
         if old:
             # More than tag_ub collectives outstanding: the tag comes round again while an
@@ -446,6 +463,48 @@ class Engine:
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
         return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
+
+    def _skip_reserved(self) -> int:
+        """The next rotating tag no persistent plan holds (plans share the rotating tags only
+        when MPI's TAG_UB leaves none above ``tag_ub``)."""
+        if len(self.reserved) >= self.tag_ub:
+            raise RuntimeError("mpicoll: every tag is held by a persistent collective; Free some")
+        while self.tag in self.reserved:
+            self.tag = self.tag % self.tag_ub + 1
+        return self.tag
+
+    def reserve_tag(self) -> int:
+        """A tag for a persistent plan, held until :meth:`release_tag`.
+
+        Plans take the tags above ``tag_ub`` (up to MPI's TAG_UB) in turn, so the rotating
+        tags of the other calls never meet them, and every rank, making its persistent
+        collectives in the same order, reserves the same tag whenever each rank frees its
+        plans.  Where MPI leaves no tag above ``tag_ub``, a plan holds a rotating tag, which
+        the rotation then skips (the ranks must then free their plans at the same point of
+        their sequence of calls)."""
+        if self.tag_limit > self.tag_ub:
+            width = self.tag_limit - self.tag_ub
+            if len(self.reserved) >= width:
+                raise RuntimeError("mpicoll: every plan tag is held; Free some persistent "
+                                   "collectives")
+            tag = self._plan_tag
+            while True:
+                tag = tag + 1 if tag < self.tag_limit else self.tag_ub + 1
+                if tag not in self.reserved:
+                    break
+            self._plan_tag = tag
+        else:
+            self.tag = self.tag % self.tag_ub + 1
+            tag = self._skip_reserved()
+            old = [r for r in self._live() if r._ctx.tag == tag] if self.active else []
+            if old:
+                _wait_until(lambda: all(r.done for r in old), old)
+        self.reserved.add(tag)
+        return tag
+
+    def release_tag(self, tag: int) -> None:
+        """Give back a tag :meth:`reserve_tag` handed out."""
+        self.reserved.discard(tag)
 
     def start(self, call: Call, algorithm: Algorithm) -> ScheduleRequest:
         """Start ``call`` with ``algorithm`` (chosen by the backend) and return its request."""
@@ -479,8 +538,8 @@ class Engine:
 
 
 def _any_in_flight() -> bool:
-    with _lock:
-        return any(map(_ACTIVE, _ENGINES))
+    """Some live engine has a schedule in flight (read without the lock, as a snapshot is)."""
+    return _IN_FLIGHT[0] > 0
 
 
 def _in_flight() -> list[ScheduleRequest]:
@@ -714,8 +773,14 @@ def Testall(requests: Sequence[Any], statuses: list[MPI.Status] | None = None) -
         if not all(r.done for r in ours):
             return False
         got: list[MPI.Status] = []
-        if plain and not MPI.Request.Testall(plain, got):
-            return False
+        # Get_status, then Waitall of what is complete: MPICH 5.0's MPI_Testall fails
+        # (MPI_ERR_IN_STATUS, every status MPI_SUCCESS) on a persistent collective request
+        # (the native backend's *_init ones)
+        if plain:
+            for q in plain:
+                if not q.Get_status():
+                    return False
+            MPI.Request.Waitall(plain, got)
         for r in ours:
             r._complete()
         it = iter(got)

@@ -35,6 +35,12 @@ communication time ``t_pure`` (start + wait), then start + a busy compute of len
 
 with times per iteration taken from the rank with the largest ``t_total`` (IMB).
 
+Persistent mode (``--persistent``) adds, beside each implementation ``X`` (native, mpi4py and
+each p2p algorithm), a column ``X:init``: the same call made once as a persistent request
+(``Allreduce_init``, MPI-4) and then timed as ``Start()`` + ``Wait()`` per iteration, checked
+against native like the others (records with ``"persistent": true``; the summary's fastest,
+best p2p and speed-up are over the blocking calls).
+
 Beside native, the ``mpi4py`` column times the same call on a plain duplicate of the
 ``MPI.Comm`` (no mpicoll at all), checked against native like the p2p results: native minus
 mpi4py is what mpicoll's front door costs per call (``native_over_mpi4py`` in the summary).
@@ -63,6 +69,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ..algorithms.collectives import BY_NAME
 from . import cases as _cases
 from .cases import Case, compare, count_for
 from .harness import (
@@ -167,6 +174,32 @@ class Impl:
     algorithm: str | None = None
     #: ``"native"``, ``"mpi4py"`` (the same call on a plain ``MPI.Comm``, no mpicoll) or ``"p2p"``
     kind: str = "p2p"
+    #: the ``*_init`` form, timed as Start + Wait (``--persistent``)
+    persistent: bool = False
+
+
+class _Persistent:
+    """``fn()`` for a persistent implementation: the ``*_init`` request is made at the first
+    call (collective, so every rank makes it there), then each call is ``Start()`` +
+    ``Wait()``; :meth:`free` releases it."""
+
+    def __init__(self, case: Case, backend: Any, algorithm: str | None) -> None:
+        self.method = getattr(backend, BY_NAME[case.collective].persistent)
+        self.args, self.kw = case.arguments()
+        if algorithm is not None:
+            self.kw["algorithm"] = algorithm
+        self.req: Any = None
+
+    def __call__(self) -> None:
+        if self.req is None:
+            self.req = self.method(*self.args, **self.kw)
+        self.req.Start()
+        self.req.Wait()
+
+    def free(self) -> None:
+        if self.req is not None:
+            self.req.Free()
+            self.req = None
 
 
 def _auto_choice(case: Case, p2p: Any) -> str | None:
@@ -199,6 +232,7 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
         "root": case.root if coll in _cases.ROOTED else None,
         "in_place": bool(case.in_place and coll in _cases.IN_PLACE_COLLECTIVES),
         "nonblocking": plan.nonblocking,
+        "persistent": impl.persistent,
         "status": "ok",
         "check": None,
         "reason": None,
@@ -279,6 +313,9 @@ def _bench_collective(
         impls.append(Impl("mpi4py", plain, kind="mpi4py"))
     if p2p is not None:
         impls += [Impl(a, p2p, a) for a in algorithms_of(coll, plan.algorithms)]
+    if plan.persistent:
+        impls += [Impl(f"{i.label}:init", i.backend, i.algorithm, i.kind, persistent=True)
+                  for i in impls]
     sizes = [0] if coll == "barrier" else plan.sizes
     counts: list[int] = []
     for s in sizes:
@@ -307,7 +344,10 @@ def _bench_collective(
                 if why is not None:
                     rec.update(status="n/a", reason=why)
                     continue
-            fn = case.call(impl.backend, impl.algorithm, plan.nonblocking)
+            if impl.persistent:  # made on the case's buffers, which reset() refills in place
+                fn: Any = _Persistent(case, impl.backend, impl.algorithm)
+            else:
+                fn = case.call(impl.backend, impl.algorithm, plan.nonblocking)
             WATCHDOG.arm(plan.timeout, f"bench {label}")
             try:
                 # ---- check (outside timing) -------------------------------------------------
@@ -341,6 +381,8 @@ def _bench_collective(
                 _predicted(plan, case, rec, predictions)
             finally:
                 WATCHDOG.disarm()
+                if impl.persistent:
+                    fn.free()
         records.extend(row)
         if on_row is not None:
             on_row(row)
@@ -377,6 +419,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--nonblocking", action="store_true",
         help="time the I-forms and report communication/computation overlap (OSU, IMB-NBC)",
+    )
+    g.add_argument(
+        "--persistent", action="store_true",
+        help="also time each implementation's persistent form (Allreduce_init, ...: Start + "
+        "Wait), in a column X:init beside X",
     )
     g.add_argument(
         "--test-calls", type=int, default=0, metavar="N",
@@ -443,13 +490,16 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         error("argument --test-calls: must be >= 0")
     if args.test_calls and not args.nonblocking:
         error("argument --test-calls: only with --nonblocking")
+    persistent = bool(getattr(args, "persistent", False))
+    if persistent and args.nonblocking:
+        error("argument --persistent: not with --nonblocking")
     budget = args.time_budget
     if budget is None and args.iterations is None:
         budget = DEFAULT_TIME_BUDGET
     settings = Settings(args.iterations, args.warmup, budget, args.test_calls)
     return Plan(colls, algs, args.nonblocking, args.timeout, sizes=sizes, dtype=args.dtype,
                 op=args.op, root=args.root, in_place=args.in_place, settings=settings,
-                model_path=getattr(args, "model", None))
+                model_path=getattr(args, "model", None), persistent=persistent)
 
 
 def environment_problem(args: argparse.Namespace) -> str | None:

@@ -396,6 +396,8 @@ class Plan:
     nonblocking: bool = False
     timeout: float = 300.0
     # ---- bench
+    #: ``--persistent``: also time every implementation's ``*_init`` form (Start + Wait)
+    persistent: bool = False
     sizes: list[int] = field(default_factory=list)
     dtype: str = "float64"
     op: str = "sum"

@@ -149,7 +149,10 @@ class Run:
 
     def __init__(self, coll: str, impl: Impl, mode: str = "blocking") -> None:
         self.coll, self.impl = coll, impl
-        self.mode = mode   # "blocking", or the I-form completed by "wait" or a "test" loop
+        #: "blocking", the I-form completed by "wait" or a "test" loop, or "persistent:N"
+        #: (the *_init form started N times, see :meth:`persistent`)
+        self.mode = mode
+        self.buffers: list[np.ndarray] = []
         self.p, self.rank = WORLD.size, WORLD.rank
         self.failures: list[str] = []
         self.checks = 0
@@ -206,6 +209,7 @@ class Run:
         arrays = [(names[i], a) for i, s in enumerate(mine.args)
                   if (a := _array_of(s)) is not None]
         before = [a.copy() for _, a in arrays]
+        self.buffers = [a for _, a in arrays]
         if not self.call([a for _, a in arrays], *mine.args, count=mine.count,
                          uniform=mine.uniform, **mine.kw):
             return
@@ -221,6 +225,9 @@ class Run:
             if self.mode == "blocking":
                 invoke(self.impl, self.coll, *args, **kw)
                 return
+            if self.mode.startswith(("persistent:", "repeated:")):
+                self.persistent(int(self.mode.split(":")[1]), *args, **kw)
+                return
             req = invoke(self.impl, "I" + self.coll, *args, **kw)
         except Exception as exc:  # name the case in the report (conftest aborts the job)
             exc.add_note(self.where("raised"))
@@ -232,6 +239,38 @@ class Run:
         while not req.Test():
             if time.monotonic() > deadline:
                 raise AssertionError(self.where("Test() never returned True in 120 s"))
+
+    def persistent(self, starts: int, *args: Any, **kw: Any) -> None:
+        """The *_init form, started ``starts`` times (mode "persistent:N"), or the blocking
+        call made ``starts`` times on the same buffers (mode "repeated:N": the front door's
+        cached parse, and from the second call p2p's compiled plan): before every run but
+        the last, every buffer of the call holds other values (its rows reversed), so the
+        last run, on the case's own buffers, shows that each run reads the buffers as they
+        are then."""
+        repeated = self.mode.startswith("repeated:")
+        record = BY_NAME[self.coll]
+        fn = getattr(backend(self.impl.backend), record.method if repeated else record.persistent)
+        if self.impl.entry is not None:
+            kw["algorithm"] = self.impl.algorithm
+        req = None if repeated else fn(*args, **kw)
+        originals = [a.copy() for a in self.buffers]
+        for k in range(starts):
+            last = k == starts - 1
+            for a, o in zip(self.buffers, originals, strict=True):
+                np.copyto(a, o if last else o[::-1])
+            if req is None:
+                try:
+                    fn(*args, **kw)
+                except Exception:  # refused before any message: the buffers as they were
+                    for a, o in zip(self.buffers, originals, strict=True):
+                        np.copyto(a, o)
+                    raise
+                continue
+            req.Start()
+            req.Wait()
+        if req is not None:
+            assert req.Test(), "an inactive persistent request tests complete"
+            req.Free()
 
     # -- restrictions
     def restriction_kw(self, rank: int, *, count: int | None,

@@ -2,7 +2,7 @@
 
 Measured on a communicator whose ``Isend`` records the Python stack the first time it is called:
 the frames from the public method (``Allreduce``, ...) down to the one that calls ``Isend``.
-Today that is 5 for a blocking call (``Allreduce``, ``Collectives._call``, ``P2P._run``,
+Today that is 5 for a blocking call (``Allreduce``, ``Collectives._call``, the cached runner,
 ``Engine.run``, ``MPIContext.post``) and 7 for an I-form (``Engine.start``, then the request's
 first round); the bound is 12.  Also: a call reads no environment variable, and a name given as
 ``algorithm=`` is looked up in the registry once per backend, not at every call.

@@ -205,15 +205,20 @@ def test_verify_reports_a_native_error_on_one_rank(
     p2p algorithms and the next collective, and every rank exits 1."""
     from mpicoll.backends.native import Native
 
-    real = Native._run
+    real = Native._runner
 
-    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any) -> Any:
-        out = real(self, call, nonblocking, algorithm, args)
-        if call.collective == "gather" and self.rank == SIZE - 1:
+    def runner(self: Native, call: Any, nonblocking: bool, algorithm: Any) -> Any:
+        run = real(self, call, nonblocking, algorithm)
+        if call.collective != "gather" or self.rank != SIZE - 1:
+            return run
+
+        def failing(*args: Any) -> Any:
+            run(*args)
             raise MPI.Exception(MPI.ERR_TYPE)
-        return out
 
-    monkeypatch.setattr(Native, "_run", run)
+        return failing
+
+    monkeypatch.setattr(Native, "_runner", runner)
     status, out, _ = run_all(capsys, "verify", "-q", "-c", "gather", "allgather", "--counts",
                              "2", "--dtypes", "float64", "--roots", "0", "--in-place", "no")
     assert status == 1

@@ -41,14 +41,19 @@ class _StackError(MPI.Exception):
 @pytest.fixture
 def failing_native_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     """The native backend's Gather (blocking and non-blocking) raises an MPI error."""
-    real = Native._run
+    real = Native._runner
 
-    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any) -> Any:
-        if call.collective == "gather":
+    def runner(self: Native, call: Any, nonblocking: bool, algorithm: Any) -> Any:
+        run = real(self, call, nonblocking, algorithm)
+        if call.collective != "gather":
+            return run
+
+        def failing(*args: Any) -> Any:
             raise _StackError()
-        return real(self, call, nonblocking, algorithm, args)
 
-    monkeypatch.setattr(Native, "_run", run)
+        return failing
+
+    monkeypatch.setattr(Native, "_runner", runner)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -160,12 +160,15 @@ import sys
 from mpi4py import MPI
 from mpicoll.tools import cli
 from mpicoll.backends.native import Native
-real = Native._run
-def failing(self, call, nonblocking, algorithm, args):
+real = Native._runner
+def runner(self, call, nonblocking, algorithm):
+    run = real(self, call, nonblocking, algorithm)
     if call.collective == "bcast" and self.rank == call.root:
-        raise MPI.Exception(MPI.ERR_TYPE)
-    return real(self, call, nonblocking, algorithm, args)
-Native._run = failing
+        def failing(*args):
+            raise MPI.Exception(MPI.ERR_TYPE)
+        return failing
+    return run
+Native._runner = runner
 sys.exit(cli.main(sys.argv[1:]))
 """
 

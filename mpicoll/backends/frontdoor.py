@@ -1,0 +1,144 @@
+"""The front door's cache: a repeated call reuses its earlier parse (and, on p2p, its algorithm).
+
+:meth:`mpicoll.backends.base.Collectives._call` looks each call up here before parsing it.  The
+key holds everything the answer of a check or of the parse could depend on:
+
+* the collective, blocking or not, and ``algorithm=`` (the environment is read once per
+  backend, so it cannot change under a cache);
+* per buffer (a ``numpy.ndarray`` of exactly that type): its identity, shape, strides, dtype and
+  writeable flag.  Its address is fixed by its identity: the entry keeps the array alive (so
+  the id is never reused), numpy's ``data`` attribute is read-only, and ``resize`` refuses an
+  array that the entry's views reference;
+* the rest of each argument by value: ints (root, counts; ``bool`` kept apart from ``int``),
+  the lists and tuples of a buffer spec (their type too: ``(counts, displs)`` is not
+  ``[counts, displs]``), ``MPI.IN_PLACE``, ``None``; datatypes and ops by identity and handle
+  (a freed one has a new handle, a new one a new identity).
+
+Anything else (a ``bytearray``, a ``memoryview``, an ndarray subclass, a float root, ...) is
+not cached: it is checked and parsed at every call, as is a call whose buffers hold more than
+:data:`MAX_ENTRY_BYTES` (an entry keeps its buffers alive).  Only calls whose parse succeeded are
+stored, so a bad input raises at every call, before any message.  The buffers' *contents* are
+not in the key: a call that only changed them is a hit, as it should be.
+
+An entry is ``(args, run)``: the arguments (kept alive, see above) and the backend's runner,
+``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
+for a blocking call a :class:`~mpicoll.engines.plan.BlockingRunner`, which compiles the call's
+plan at its second run).  The cache holds :data:`SIZE` entries; the oldest goes first (its
+runner's ``free()``, if any, releases its plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "key_of"]
+
+#: entries per backend (each keeps its arguments' buffers alive)
+SIZE = 64
+#: calls whose buffers hold more bytes than this are not stored (an entry keeps them alive;
+#: a large call's parse costs nothing beside its transfer): at most SIZE x this pinned
+MAX_ENTRY_BYTES = 1 << 20
+
+
+class _UncacheableError(Exception):
+    pass
+
+
+def _array(a: np.ndarray) -> tuple[Any, ...]:
+    return (id(a), a.shape, a.strides, a.dtype, a.flags.writeable)
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _bool(x: bool) -> tuple[str, bool]:
+    return ("bool", x)
+
+
+def _handle(x: Any) -> tuple[int, int]:
+    return (id(x), x.handle)
+
+
+def _in_place(x: Any) -> str:
+    return "IN_PLACE"
+
+
+def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+    try:
+        return (type(x), *[_PARTS[type(v)](v) for v in x])
+    except KeyError:
+        raise _UncacheableError from None
+
+
+_PARTS: dict[type, Callable[[Any], Any]] = {
+    np.ndarray: _array, int: _same, bool: _bool, type(None): _same, str: _same,
+    list: _sequence, tuple: _sequence, MPI.Datatype: _handle, MPI.Op: _handle,
+    type(MPI.IN_PLACE): _in_place,
+}
+for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+           np.longlong, np.ulonglong, np.intc, np.uintc):
+    _PARTS[_t] = _same
+
+
+def key_of(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The cache key of a call's arguments, or None if one of them is not cacheable."""
+    try:
+        return tuple([_PARTS[type(a)](a) for a in args])
+    except (KeyError, _UncacheableError):
+        return None
+
+
+class FrontDoor:
+    """One backend's cache of parsed calls.
+
+    Attributes:
+        hits: calls that reused an earlier parse.
+        misses: calls that were checked and parsed (not in the cache, or not cacheable).
+        entries: key -> ``(args, run)``.
+    """
+
+    __slots__ = ("entries", "hits", "misses")
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]) -> None:
+        """Keep ``(args, run)`` under ``key`` (unless the buffers are larger than
+        :data:`MAX_ENTRY_BYTES`), dropping the oldest entry if the cache is full."""
+        if _nbytes(args) > MAX_ENTRY_BYTES:
+            return
+        entries = self.entries
+        if len(entries) >= SIZE:
+            _free(entries.pop(next(iter(entries)))[1])
+        entries[key] = (args, run)
+
+    def clear(self) -> None:
+        """Drop every entry (their buffers and compiled plans are released) and zero the
+        counters."""
+        for _, run in self.entries.values():
+            _free(run)
+        self.entries.clear()
+        self.hits = self.misses = 0
+
+
+def _nbytes(args: Any) -> int:
+    """Bytes of the arrays in a call's arguments (buffer specs included)."""
+    if isinstance(args, np.ndarray):
+        return int(args.nbytes)
+    if isinstance(args, (list, tuple)):
+        return sum(_nbytes(a) for a in args)
+    return 0
+
+
+def _free(run: Callable[..., Any]) -> None:
+    """Release what a dropped runner holds (a p2p runner's compiled plan)."""
+    free = getattr(run, "free", None)
+    if free is not None:
+        free()

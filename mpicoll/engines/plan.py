@@ -1,0 +1,395 @@
+"""Compiled schedules: a schedule's generator run once, its rounds and local work recorded.
+
+A persistent collective (``Allreduce_init``, ...: MPI-4) is compiled when it is made, as
+libNBC and MPICH's ``MPIR_Sched`` build a persistent collective's schedule once at init:
+
+* :func:`compile_plan` runs the algorithm's generator with a :class:`Recorder` context: its
+  ``copy``/``reduce`` calls are recorded, not executed, in order between the rounds; its
+  ``scratch`` buffers are allocated then, once for the plan; each yielded round is kept with
+  its buffers (views of the user's buffers and of the scratch) and peers.  A schedule never
+  decides anything on the data (rules 1 and 3 of :mod:`mpicoll.algorithms.schedule`), so the
+  recorded plan is what every later run of the generator would do.
+* :class:`Plan` is that record.  ``Plan.replay(ctx)`` is a schedule again (a generator doing
+  the recorded work through ``ctx`` and yielding the recorded rounds): the simulator runs a
+  compiled plan with it, and a test checks that it gives the generator's results, clocks and
+  counts.
+* :class:`PlanRequest` runs a plan on MPI: every round's messages become persistent
+  point-to-point requests (``Recv_init`` first, then ``Send_init``, on the tag the engine
+  reserved for the plan), and ``Start`` replays the steps (local work, then
+  ``MPI.Prequest.Startall`` of the round) with no generator and no argument parsing on the
+  path; ``Wait``/``Test`` and :func:`mpicoll.Waitall` progress it like any other p2p request.
+
+The plan format: ``steps``, a list of ``(local, round, during)`` where ``local`` is a tuple
+of ``("copy", src, dst, None)`` / ``("reduce", inbuf, inoutbuf, op)`` done before ``round`` is
+posted (a non-empty tuple of :class:`~mpicoll.algorithms.schedule.Send` /
+:class:`~mpicoll.algorithms.schedule.Recv`) and ``during`` the work of an overlapped round
+(:class:`~mpicoll.algorithms.schedule.Overlap`), done while it is in flight; then ``tail``,
+the local work after the last round; ``rounds`` counts every yielded round (empty ones too, as
+:class:`~mpicoll.engines.mpi.Traffic` does).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..algorithms.datatypes import TypedView
+from ..algorithms.registry import Algorithm
+from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
+from .call import Call
+from .mpi import (
+    _ENGINES,
+    _IN_FLIGHT,
+    Engine,
+    ScheduleRequest,
+    _guard,
+    _lock,
+    _release,
+)
+
+__all__ = ["BlockingRunner", "Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
+
+#: one recorded local operation: (kind, a, b, op)
+Local = tuple[str, np.ndarray, np.ndarray, "MPI.Op | None"]
+
+
+class Recorder(Context):
+    """A context that records a schedule's local work instead of doing it (see the module)."""
+
+    def __init__(self, rank: int, size: int, datatype: MPI.Datatype, dtype: np.dtype,
+                 nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        super().__init__(rank, size, datatype, dtype, nodes, segment_bytes)
+        self.local: list[Local] = []
+        self.scratch_bytes = 0
+
+    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        if src.size:
+            self.local.append(("copy", src, dst, None))
+
+    def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
+        if inbuf.size:
+            self.local.append(("reduce", inbuf, inoutbuf, op))
+
+    def scratch(self, count: int) -> np.ndarray:
+        out = super().scratch(count)  # once, for the plan's lifetime (by true extent if derived)
+        self.scratch_bytes += out.nbytes
+        return out
+
+
+@dataclass
+class Plan:
+    """A compiled schedule of one rank (see the module docstring for the format).
+
+    Attributes:
+        collective, algorithm: what was compiled.
+        datatype: the MPI datatype of every message.
+        steps: ``(local, round, during)`` triples, in order: ``local`` before the round is
+            started, ``during`` while it is in flight (an overlapped round), ``tail`` after
+            the last round.
+        rounds: rounds the generator yielded (empty ones included).
+        scratch_bytes: scratch allocated for the plan (once).
+    """
+
+    collective: str
+    algorithm: str
+    datatype: MPI.Datatype
+    steps: list[tuple[tuple[Local, ...], tuple[Send | Recv, ...], tuple[Local, ...]]]
+    tail: tuple[Local, ...]
+    rounds: int
+    scratch_bytes: int = 0
+    #: per-rank traffic of one run: messages and bytes sent and received, bytes to other nodes
+    traffic: dict[str, int] = field(default_factory=dict)
+    #: the numpy dtype of the elements (a derived datatype: one extent per element)
+    dtype: Any = None
+
+    def replay(self, ctx: Context) -> Schedule:
+        """The plan as a schedule again: its local work done through ``ctx`` (so the
+        simulator accounts for it), its rounds yielded."""
+        for local, rnd, during in self.steps:
+            _apply(ctx, local)
+            if during:
+                yield Overlap(rnd, partial(_apply, ctx, during))
+            else:
+                yield rnd
+        _apply(ctx, self.tail)
+
+
+def _apply(ctx: Context, local: Iterable[Local]) -> None:
+    for kind, a, b, op in local:
+        if kind == "copy":
+            ctx.copy(a, b)
+        else:
+            ctx.reduce(a, b, op)  # type: ignore[arg-type]
+
+
+def compile_plan(call: Call, algorithm: Algorithm, rank: int, size: int,
+                 nodes: tuple[int, ...] | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Plan:
+    """Run ``algorithm``'s schedule for ``call`` once with a :class:`Recorder` and keep what it
+    did (rank ``rank`` of ``size``; ``nodes`` and ``segment_bytes`` as the engine's).
+
+    Raises:
+        TypeError: the schedule yielded something that is not a round of ``Send``/``Recv``.
+    """
+    rec = Recorder(rank, size, call.datatype, call.dtype, nodes, segment_bytes)
+    steps: list[tuple[tuple[Local, ...], tuple[Send | Recv, ...], tuple[Local, ...]]] = []
+    rounds = 0
+    sent = recv = bsent = brecv = inter = 0
+    for rnd in algorithm.schedule(rec, *call.prepare(rec)):
+        rounds += 1
+        during: tuple[Local, ...] = ()
+        if isinstance(rnd, Overlap):  # its work, recorded apart: it runs while rnd is in flight
+            pre, rec.local = rec.local, []
+            rnd.during()
+            during, rec.local = tuple(rec.local), pre
+            rnd = rnd.ops
+            if not rnd:
+                rec.local += during
+                continue
+        if not rnd:
+            continue
+        ops = tuple(rnd)
+        for o in ops:
+            if type(o) is not Recv and type(o) is not Send:
+                raise TypeError(f"compile_plan: a round holds {o!r}, not a Send or Recv")
+            nb = _nbytes(rec, o.buf)
+            if type(o) is Recv:
+                recv += 1
+                brecv += nb
+            elif type(o) is Send:
+                sent += 1
+                bsent += nb
+                if nodes is not None and nodes[o.peer] != nodes[rank]:
+                    inter += nb
+            else:
+                raise TypeError(f"compile_plan: a round holds {o!r}, not a Send or Recv")
+        steps.append((tuple(rec.local), ops, during))
+        rec.local = []
+    return Plan(call.collective, algorithm.name, call.datatype, steps, tuple(rec.local), rounds,
+                rec.scratch_bytes,
+                {"messages_sent": sent, "messages_recv": recv, "bytes_sent": bsent,
+                 "bytes_recv": brecv, "inter_bytes_sent": inter}, call.dtype)
+
+
+def _nbytes(ctx: Context, buf: np.ndarray) -> int:
+    """Bytes a message of ``buf`` carries (an Alltoallw block: its own datatype's size)."""
+    if type(buf) is TypedView:
+        return int(buf.size) * int(buf.datatype.Get_size())
+    return ctx.nbytes(buf)
+
+
+def _spec(buf: np.ndarray, datatype: MPI.Datatype) -> list[Any]:
+    """The message spec of ``buf``, as the engine posts it (``[buf, len(buf), datatype]``)."""
+    if type(buf) is TypedView:
+        return [buf, buf.size, buf.datatype]
+    return [buf, buf.size, datatype]
+
+
+def _fast(local: Iterable[Local], ctx: Context) -> tuple[tuple[Any, Any, Any], ...]:
+    """The recorded local work as ``(fn, a, b)`` calls ``fn(a, b)`` (specs built once; copies
+    of a derived datatype through the context, which keeps its holes)."""
+    out: list[tuple[Any, Any, Any]] = []
+    dt = ctx.datatype
+    for kind, a, b, op in local:
+        if kind == "copy":
+            if ctx.derived or type(a) is TypedView:
+                out.append((ctx.copy, a, b))
+            else:
+                out.append((np.copyto, b, a))
+        else:
+            assert op is not None
+            n = int(a.size)
+            out.append((op.Reduce_local, [a, n, dt], [b, n, dt]))
+    return tuple(out)
+
+
+class _Tagged:
+    """What the engine's tag bookkeeping reads of a request in flight (``_ctx.tag``)."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+
+
+class PlanRequest(ScheduleRequest):
+    """A persistent p2p collective (MPI-4): made inactive; ``Start()`` runs it, ``Wait()`` /
+    ``Test()`` (or :func:`mpicoll.Waitall` / :func:`mpicoll.Testall`, mixed with any other
+    requests) complete it, and it can be started again; ``Free()`` releases its persistent
+    point-to-point requests and its tag.  Between ``Start`` and completion its buffers belong to
+    the library, as in MPI; their contents may change between runs.
+
+    ``Wait``/``Test`` on an inactive request return at once (``Test`` gives True), as MPI's do.
+
+    Raises (``Start``): ``RuntimeError`` if it is active already or was freed.
+    """
+
+    def __init__(self, engine: Engine, plan: Plan, tag: int) -> None:
+        self._engine = engine
+        self._ctx = _Tagged(tag)  # type: ignore[assignment]
+        self.plan = plan
+        self.tag = tag
+        comm, dt = engine.comm, plan.datatype
+        ctx = Context(comm.Get_rank(), comm.Get_size(), dt, plan.dtype)  # local work only
+        self._prequests: list[MPI.Prequest] = []
+        steps = []
+        for local, rnd, during in plan.steps:
+            reqs = [comm.Recv_init(_spec(o.buf, dt), o.peer, tag) for o in rnd
+                    if type(o) is Recv]
+            reqs += [comm.Send_init(_spec(o.buf, dt), o.peer, tag) for o in rnd
+                     if type(o) is Send]
+            self._prequests += reqs
+            steps.append((_fast(local, ctx), reqs, _fast(during, ctx)))
+        self._steps = steps
+        self._tail = _fast(plan.tail, ctx)
+        tr = plan.traffic
+        self._traffic = (tr["messages_sent"], tr["messages_recv"], tr["bytes_sent"],
+                         tr["bytes_recv"], tr["inter_bytes_sent"], plan.rounds)
+        self._next = 0
+        self._reqs: list[MPI.Request] = []
+        #: held by the one thread that tests this plan's requests or advances it
+        self._claim = threading.Lock()
+        self.done = True  # no run in progress
+        self._inactive = True  # not started, or its run reported complete
+        self.freed = False
+
+    def Start(self) -> None:
+        """Start the collective (every rank starts its persistent collectives in the same
+        order, as MPI requires)."""
+        with _guard():
+            if self.freed:
+                raise RuntimeError("Start: this persistent request was freed")
+            if not self._inactive:
+                raise RuntimeError("Start: this persistent request is active (complete it "
+                                   "with Wait/Test first)")
+            self._count()
+            self.done = self._inactive = False
+            self._next = 0
+            self._advance()  # not in flight yet: nobody else sees it, no claim needed
+            if not self.done:
+                with _lock:
+                    self._engine.active.append(self)
+                    _IN_FLIGHT[0] += 1
+
+    def _count(self) -> None:
+        """Add one run's messages, bytes and rounds to the engine's traffic counters."""
+        t = self._engine.traffic
+        ms, mr, bs, br, inter, rounds = self._traffic
+        t.messages_sent += ms
+        t.messages_recv += mr
+        t.bytes_sent += bs
+        t.bytes_recv += br
+        t.inter_bytes_sent += inter
+        t.rounds += rounds
+
+    def run(self) -> None:
+        """A blocking run while no p2p request is in flight anywhere: each step's local work,
+        its round started (and its overlapped work done) and waited for, then the tail (no
+        polling, no request bookkeeping)."""
+        self._count()
+        startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
+        for local, reqs, during in self._steps:
+            for fn, a, b in local:
+                fn(a, b)
+            startall(reqs)
+            for fn, a, b in during:
+                fn(a, b)
+            waitall(reqs)
+        for fn, a, b in self._tail:
+            fn(a, b)
+
+    def _advance(self) -> None:
+        """The next step: its local work, then its round started; or the tail and done."""
+        i = self._next
+        if i < len(self._steps):
+            local, reqs, during = self._steps[i]
+            for fn, a, b in local:
+                fn(a, b)
+            MPI.Prequest.Startall(reqs)
+            for fn, a, b in during:
+                fn(a, b)
+            self._reqs = reqs  # type: ignore[assignment]
+            self._next = i + 1
+            return
+        for fn, a, b in self._tail:
+            fn(a, b)
+        self._reqs = []
+        self.done = True
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:
+        """Block until the run is complete (at once if inactive), progressing every other p2p
+        request in flight meanwhile; True.  Alone in flight, it sleeps in ``Waitall`` on each
+        round in turn (no polling)."""
+        with _guard():
+            if not self._inactive and not self.done and self._claim.acquire(blocking=False):
+                try:
+                    if _alone(self):
+                        waitall = MPI.Request.Waitall
+                        while not self.done:
+                            waitall(self._reqs)
+                            self._advance()
+                        self._engine._retire(self)
+                finally:
+                    _release([self])
+            return super().Wait(status)
+
+    def Free(self) -> None:
+        """Complete an active run, then release the persistent requests and the tag."""
+        if self.freed:
+            return
+        if not self._inactive:
+            self.Wait()
+        for r in self._prequests:
+            r.Free()
+        self._prequests = []
+        self._steps = []
+        self.freed = True
+        self._engine.release_tag(self.tag)
+
+    @staticmethod
+    def Startall(requests: Iterable[Any]) -> None:
+        """Start every request of a list (see :func:`Startall`)."""
+        Startall(requests)
+
+
+def _alone(r: ScheduleRequest) -> bool:
+    """``r`` is the only schedule in flight on every live engine."""
+    with _lock:
+        return all(not e.active or (len(e.active) == 1 and e.active[0] is r) for e in _ENGINES)
+
+
+def Startall(requests: Iterable[Any]) -> None:
+    """Start a list of persistent requests, p2p (:class:`PlanRequest`) and MPI
+    (``MPI.Prequest``, e.g. the native backend's) mixed, in list order for the p2p ones."""
+    reqs = list(requests)
+    mpi_reqs = [r for r in reqs if not isinstance(r, PlanRequest)]
+    if mpi_reqs:
+        MPI.Prequest.Startall(mpi_reqs)
+    for r in reqs:
+        if isinstance(r, PlanRequest):
+            r.Start()
+
+
+class BlockingRunner:
+    """What the front door caches for a blocking p2p call: ``runner()`` runs it on the engine
+    (a fresh tag per call, as every p2p call: a call refused on some ranks only then never
+    meets a later call's messages; a compiled plan would need one fixed tag for every run).
+    ``free()`` has nothing to release; it is there for the front door's eviction."""
+
+    __slots__ = ("algorithm", "call", "engine")
+
+    def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
+        self.engine, self.call, self.algorithm = engine, call, algorithm
+
+    def __call__(self, *_: Any) -> None:
+        self.engine.run(self.call, self.algorithm)
+
+    def free(self) -> None:
+        pass

@@ -1,0 +1,185 @@
+"""The front door's cache (mpicoll.backends.frontdoor) never returns a stale parse.
+
+On both backends, between two calls, one thing the key holds changes at a time: only the
+buffer's contents (must hit, and the new contents are used), or its shape, dtype, address
+(another array, a view at another offset), writeable flag, counts, op, root, in-place,
+datatype or ``algorithm=`` (must miss, and the result is that of the new call).  Bad input
+raises at every call, before any message, however often the good call before it was cached.
+
+Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_front_door.py`` (P = 1..5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import _runners as runners
+import numpy as np
+import pytest
+from _runners import backend
+from mpi4py import MPI
+from test_nonblocking import _iform_cases
+
+from mpicoll.algorithms.collectives import NAMES
+
+WORLD = MPI.COMM_WORLD
+P, RANK = WORLD.size, WORLD.rank
+
+
+def _counts(b: Any) -> tuple[int, int]:
+    return b.front_door.hits, b.front_door.misses
+
+
+def _expect(b: Any, call: Callable[[], Any], hit: bool) -> None:
+    h, m = _counts(b)
+    call()
+    h2, m2 = _counts(b)
+    assert (h2 - h, m2 - m) == ((1, 0) if hit else (0, 1)), ("hit" if hit else "miss",
+                                                             h2 - h, m2 - m)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_each_part_of_the_key(kind: str) -> None:
+    b = backend(kind)
+    total = float(sum(range(1, P + 1)))
+    x = np.full(4, RANK + 1.0)
+    y = np.zeros(4)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    assert np.array_equal(y, np.full(4, total))
+    # contents only: a hit, and the new contents are used
+    x[:] = 2.0 * (RANK + 1)
+    _expect(b, lambda: b.Allreduce(x, y), hit=True)
+    assert np.array_equal(y, np.full(4, 2 * total))
+    x[:] = RANK + 1.0
+    # shape (the same array object, reshaped in place)
+    x2, y2 = np.full(4, RANK + 1.0), np.zeros(4)
+    b.Allreduce(x2, y2)
+    x2.shape = (2, 2)
+    y2.shape = (2, 2)
+    _expect(b, lambda: b.Allreduce(x2, y2), hit=False)
+    assert np.array_equal(y2, np.full((2, 2), total))
+    # dtype (the same memory seen as another type)
+    xi, yi = np.full(4, RANK + 1, dtype=np.int64), np.zeros(4, dtype=np.int64)
+    b.Allreduce(xi, yi)
+    xi.dtype, yi.dtype = np.float64, np.float64
+    xi[:], yi[:] = RANK + 1.0, 0.0
+    _expect(b, lambda: b.Allreduce(xi, yi), hit=False)
+    assert np.array_equal(yi, np.full(4, total))
+    # address: another array, and a view of the same memory at another offset
+    base = np.zeros(8)
+    _expect(b, lambda: b.Allreduce(x, base[:4]), hit=False)
+    _expect(b, lambda: b.Allreduce(x, base[4:]), hit=False)
+    assert np.array_equal(base, np.full(8, total))
+    # writeable flag: a read-only output is refused, every time
+    y.flags.writeable = False
+    for _ in range(2):
+        with pytest.raises(ValueError, match="read-only"):
+            b.Allreduce(x, y)
+    y.flags.writeable = True
+    _expect(b, lambda: b.Allreduce(x, y), hit=True)
+    # counts
+    _expect(b, lambda: b.Allreduce([x, 3, MPI.DOUBLE], [y, 3, MPI.DOUBLE]), hit=False)
+    _expect(b, lambda: b.Allreduce([x, 3, MPI.DOUBLE], [y, 3, MPI.DOUBLE]), hit=True)
+    _expect(b, lambda: b.Allreduce([x, 2, MPI.DOUBLE], [y, 2, MPI.DOUBLE]), hit=False)
+    # datatype
+    xb, yb = np.ones(8, dtype=np.uint8), np.zeros(8, dtype=np.uint8)
+    _expect(b, lambda: b.Allreduce([xb, MPI.UINT8_T], [yb, MPI.UINT8_T]), hit=False)
+    _expect(b, lambda: b.Allreduce([xb, MPI.BYTE], [yb, MPI.BYTE], MPI.BOR), hit=False)
+    # op
+    _expect(b, lambda: b.Allreduce(x, y, MPI.MAX), hit=False)
+    assert np.array_equal(y, np.full(4, float(P)))
+    _expect(b, lambda: b.Allreduce(x, y, MPI.MAX), hit=True)
+    # in-place
+    y[:] = RANK + 1.0
+    _expect(b, lambda: b.Allreduce(MPI.IN_PLACE, y), hit=False)
+    assert np.array_equal(y, np.full(4, total))
+    # root
+    z = np.full(3, float(RANK))
+    _expect(b, lambda: b.Bcast(z, root=0), hit=False)
+    assert np.array_equal(z, np.zeros(3))
+    z[:] = RANK
+    _expect(b, lambda: b.Bcast(z, root=P - 1), hit=P == 1)  # at P = 1 the same root
+    assert np.array_equal(z, np.full(3, P - 1.0))
+    z[:] = RANK
+    _expect(b, lambda: b.Bcast(z, root=0), hit=True)
+    assert np.array_equal(z, np.zeros(3))
+    # blocking vs non-blocking
+    _expect(b, lambda: b.Ibcast(z, root=0).Wait(), hit=False)
+    _expect(b, lambda: b.Ibcast(z, root=0).Wait(), hit=True)
+
+
+@pytest.mark.mpi
+def test_algorithm_is_in_the_key() -> None:
+    b = backend("p2p")
+    x, y = np.full(5, RANK + 1.0), np.zeros(5)
+    b.Allreduce(x, y, algorithm="ring")
+    _expect(b, lambda: b.Allreduce(x, y, algorithm="ring"), hit=True)
+    _expect(b, lambda: b.Allreduce(x, y, algorithm="recursive_doubling"), hit=False)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    _expect(b, lambda: b.Allreduce(x, y, algorithm="auto"), hit=False)
+    assert np.array_equal(y, np.full(5, float(sum(range(1, P + 1)))))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_bad_input_raises_every_time_before_any_message(kind: str) -> None:
+    """A refused call is never cached; the good call's entry never excuses a bad one."""
+    b = backend(kind)
+    x, y = np.ones(4), np.zeros(4)
+    b.Allreduce(x, y)
+    b.Allreduce(x, y)
+    for _ in range(3):
+        with pytest.raises(ValueError, match="overlap"):
+            b.Allreduce(x, x)
+        with pytest.raises(ValueError, match="root"):
+            b.Bcast(x, root=P)
+        with pytest.raises(TypeError, match="root"):
+            b.Bcast(x, root=True)
+        with pytest.raises(TypeError, match="root"):
+            b.Bcast(x, root=0.0)
+        with pytest.raises(ValueError, match="elements"):
+            b.Allreduce(x, np.zeros(3))
+        with pytest.raises(TypeError, match="op"):
+            b.Allreduce([x, MPI.DOUBLE], [y, MPI.DOUBLE], MPI.BAND)
+        with pytest.raises(TypeError, match="algorithm"):
+            b.Allreduce(x, y, algorithm=3)
+    if kind == "native":
+        with pytest.raises(ValueError, match="native backend"):
+            b.Allreduce(x, y, algorithm="ring")
+        with pytest.raises(ValueError, match="native backend"):
+            b.Allreduce(x, y, algorithm="ring")
+    WORLD.Barrier()  # every rank raised on its own: nobody sent anything
+    b.Allreduce(x, y)
+    assert np.array_equal(y, np.full(4, float(P)))
+
+
+_REPEATED = [pytest.param(coll, impl, id=f"{coll}-{impl.label}")
+             for coll in NAMES if coll != "barrier" for impl in runners.implementations(coll)]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("coll", "impl"), _REPEATED)
+def test_repeated_calls_on_the_same_buffers(coll: str, impl: runners.Impl) -> None:
+    """A blocking call made 3 times on the same buffers (a miss, then hits: on p2p the
+    generator, then the compiled plan twice), other contents before the last: the oracle's
+    result, exactly."""
+    run = runners.Run(coll, impl, mode="repeated:3")
+    for case in _iform_cases(coll, run.p):
+        run.run_case(case)
+    run.finish()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_large_calls_are_not_kept(kind: str) -> None:
+    """An entry keeps its buffers alive: calls over MAX_ENTRY_BYTES are parsed every time."""
+    from mpicoll.backends.frontdoor import MAX_ENTRY_BYTES
+
+    b = backend(kind)
+    n = MAX_ENTRY_BYTES // 8 + 1
+    x, y = np.ones(n), np.zeros(n)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    assert y[-1] == P
