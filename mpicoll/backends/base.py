@@ -109,12 +109,27 @@ class Collectives(CheckedMode):
         checked mode the ranks agree on it in between (:mod:`mpicoll.backends.checked`)."""
         if self._freed:
             raise RuntimeError(f"this {self.name} backend was freed")
-        if self.check:
-            return self._checked_call(collective, nonblocking, algorithm, args)
-        if algorithm is not None and not isinstance(algorithm, str):
-            check_algorithm_type(algorithm)
-        return self._run(PARSERS[collective](self.size, self.rank, *args), nonblocking,
-                         algorithm, args)
+        # the tag first: a call refused here but accepted on other ranks still consumes it,
+        # so the ranks' tag counters stay equal (see Engine.take_tag)
+        tag = self._take_tag()
+        try:
+            if self.check:
+                return self._checked_call(collective, nonblocking, algorithm, args, tag)
+            if algorithm is not None and not isinstance(algorithm, str):
+                check_algorithm_type(algorithm)
+            return self._run(PARSERS[collective](self.size, self.rank, *args), nonblocking,
+                             algorithm, args, tag)
+        except BaseException:
+            self._refuse(tag)
+            raise
+
+    def _take_tag(self) -> int | None:
+        """The tag of the next call (p2p), taken before its arguments are checked."""
+        return None
+
+    def _refuse(self, tag: int | None) -> None:
+        """This rank did not run the call of ``tag`` (p2p: its peers' messages on it are
+        drained before the tag is used again)."""
 
     def _recvcounts(self, sendbuf: Any, recvbuf: Any, recvcounts: Any,
                     algorithm: Any = None, nonblocking: bool = False) -> Any:

@@ -214,7 +214,7 @@ class CheckedMode:
     _check_comm: MPI.Comm
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+             args: tuple[Any, ...], tag: int | None = None) -> Any:
         raise NotImplementedError
 
     def _segment_field(self) -> int:
@@ -222,7 +222,7 @@ class CheckedMode:
         return -1
 
     def _checked_call(self, collective: str, nonblocking: bool, algorithm: Any,
-                      args: tuple[Any, ...]) -> Any:
+                      args: tuple[Any, ...], tag: int | None = None) -> Any:
         """Check and parse this rank's call, agree with the other ranks, then run it."""
         try:
             check_algorithm_type(algorithm)
@@ -231,7 +231,7 @@ class CheckedMode:
             self._agree(collective, None, exc, algorithm, nonblocking=nonblocking)
             raise
         self._agree(collective, call, None, algorithm, nonblocking=nonblocking)
-        return self._run(call, nonblocking, algorithm, args)
+        return self._run(call, nonblocking, algorithm, args, tag)
 
     def _checked_recvcounts(self, sendbuf: Any, recvbuf: Any, algorithm: Any,
                             nonblocking: bool) -> list[int]:

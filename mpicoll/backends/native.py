@@ -37,7 +37,7 @@ class Native(NativeObjects, Collectives):
         agree_on_construction(comm, self.name, self.settings)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+             args: tuple[Any, ...], tag: int | None = None) -> Any:
         if algorithm not in (None, "native"):
             raise ValueError(
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "

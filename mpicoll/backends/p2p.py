@@ -155,11 +155,18 @@ class P2P(P2PObjects, Collectives):
                 raise RestrictionError(where + why)
         return alg
 
+    def _take_tag(self) -> int:
+        return self._engine.take_tag()
+
+    def _refuse(self, tag: int | None) -> None:
+        if tag is not None:
+            self._engine.refused(tag)
+
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+             args: tuple[Any, ...], tag: int | None = None) -> Any:
         if nonblocking:
-            return self._engine.start(call, self.select(call, algorithm))
-        self._engine.run(call, self.select(call, algorithm))
+            return self._engine.start(call, self.select(call, algorithm), tag)
+        self._engine.run(call, self.select(call, algorithm), tag)
         return None
 
     def Free(self) -> None:

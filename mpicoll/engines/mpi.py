@@ -171,35 +171,67 @@ class Engine:
         self.segment_bytes = segment_bytes
         self.tag_ub = tag_ub
         self.tag = 0
+        #: tags of calls this rank refused (see :meth:`take_tag`)
+        self._refused: set[int] = set()
         self.active: list[ScheduleRequest] = []
         self.traffic = Traffic()
         _ENGINES.add(self)
 
-    def _context(self, call: Call, algorithm: Algorithm) -> tuple[MPIContext, Schedule]:
-        """A fresh tag and context for ``call``, and ``algorithm``'s schedule started on it."""
-        self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
+    def take_tag(self) -> int:
+        """The next call's tag: 1, 2, ..., tag_ub, 1, ...  The backend takes it before it
+        checks the call's arguments, so a call refused on some ranks only still consumes its
+        tag on every rank and the ranks' counters never drift apart (a refused call's messages,
+        sent eagerly by the ranks that accepted it, keep a tag no later call uses until the
+        counter comes round; :meth:`refused` drains them then)."""
+        self.tag = self.tag % self.tag_ub + 1
+        return self.tag
+
+    def refused(self, tag: int) -> None:
+        """Note that this rank refused the call of ``tag`` (its peers may have sent on it)."""
+        self._refused.add(tag)
+
+    def _drain(self, tag: int) -> None:
+        """Receive and drop what peers sent on ``tag`` for a call this rank refused, before
+        the tag is used again."""
+        self._refused.discard(tag)
+        while True:
+            msg = self.comm.Improbe(MPI.ANY_SOURCE, tag)
+            if msg is None:
+                return
+            msg.Recv(bytearray(max(0, msg.Get_status().Get_count(MPI.BYTE))))
+
+    def _context(self, call: Call, algorithm: Algorithm,
+                 tag: int | None = None) -> tuple[MPIContext, Schedule]:
+        """A context for ``call`` on ``tag`` (taken with :meth:`take_tag`; a fresh one if
+        None), and ``algorithm``'s schedule started on it."""
+        if tag is None:
+            tag = self.take_tag()
         if self.active and any(r._ctx.tag == tag for r in self.active):
             # More than tag_ub collectives outstanding: the tag comes round again while an
             # older call still uses it.  Finish that call here first; two calls in flight with
             # one tag would cross-match their messages.  Every rank does the same, so every
             # rank posts the new call's receives only after the old call's are all matched.
             self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
+        if self._refused and tag in self._refused:
+            self._drain(tag)
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
         return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
 
-    def start(self, call: Call, algorithm: Algorithm) -> ScheduleRequest:
-        """Start ``call`` with ``algorithm`` (chosen by the backend) and return its request."""
-        ctx, gen = self._context(call, algorithm)
+    def start(self, call: Call, algorithm: Algorithm,
+              tag: int | None = None) -> ScheduleRequest:
+        """Start ``call`` with ``algorithm`` (chosen by the backend) on ``tag`` (see
+        :meth:`take_tag`; a fresh one if None) and return its request."""
+        ctx, gen = self._context(call, algorithm, tag)
         return ScheduleRequest(self, gen, ctx)
 
-    def run(self, call: Call, algorithm: Algorithm) -> None:
-        """Blocking: run ``call`` with ``algorithm`` to completion (progressing any
-        outstanding others)."""
+    def run(self, call: Call, algorithm: Algorithm, tag: int | None = None) -> None:
+        """Blocking: run ``call`` with ``algorithm`` on ``tag`` to completion (progressing
+        any outstanding others)."""
         if any(map(_ACTIVE, list(_ENGINES))):  # keep everything in flight moving
-            self.start(call, algorithm).Wait()
+            self.start(call, algorithm, tag).Wait()
             return
-        ctx, gen = self._context(call, algorithm)  # the common case: Waitall each round
+        ctx, gen = self._context(call, algorithm, tag)  # the common case: Waitall each round
         for rnd in gen:
             reqs = ctx.post(rnd)
             if reqs:
