@@ -194,11 +194,12 @@ class Engine:
         """Receive and drop what peers sent on ``tag`` for a call this rank refused, before
         the tag is used again."""
         self._refused.discard(tag)
+        status = MPI.Status()
         while True:
-            msg = self.comm.Improbe(MPI.ANY_SOURCE, tag)
+            msg = self.comm.Improbe(MPI.ANY_SOURCE, tag, status)
             if msg is None:
                 return
-            msg.Recv(bytearray(max(0, msg.Get_status().Get_count(MPI.BYTE))))
+            msg.Recv(bytearray(max(0, status.Get_count(MPI.BYTE))))
 
     def _context(self, call: Call, algorithm: Algorithm,
                  tag: int | None = None) -> tuple[MPIContext, Schedule]:
