@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 from ..engines.mpi import Waitall
 from .args import PARSERS
-from .buffers import is_in_place, parse
+from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
 
@@ -113,6 +113,9 @@ class Collectives(CheckedMode):
         # so the ranks' tag counters stay equal (see Engine.take_tag)
         tag = self._take_tag()
         try:
+            if collective == "reduce_scatter" and args[2] is None:  # gather the counts first
+                args = (*args[:2], self._recvcounts(args[0], args[1], None, algorithm,
+                                                    nonblocking), *args[3:])
             if self.check:
                 return self._checked_call(collective, nonblocking, algorithm, args, tag)
             if algorithm is not None and not isinstance(algorithm, str):
@@ -145,10 +148,11 @@ class Collectives(CheckedMode):
             return self._checked_recvcounts(sendbuf, recvbuf, algorithm, nonblocking)
         check_algorithm_type(algorithm)
         if is_in_place(sendbuf):
-            raise ValueError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
+            raise TypeError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts "
+                            "(mpi4py: object of type 'NoneType' has no len())")
         try:  # every rank takes part in the allgather, even one whose recvbuf is refused
             count, error = parse(recvbuf, "recvbuf", writable=True).count, None
-        except (TypeError, ValueError) as exc:
+        except ARG_ERRORS as exc:
             count, error = -1, exc
         mine = np.array([count], dtype=np.int64)
         gathered = np.empty(self.size, dtype=np.int64)
@@ -293,7 +297,6 @@ class Collectives(CheckedMode):
 
         ``recvcounts=None`` gathers every rank's receive count first (an allgather, as mpi4py
         does); with ``MPI.IN_PLACE`` the counts must be given."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm)
         self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Ireduce_scatter(
@@ -306,7 +309,6 @@ class Collectives(CheckedMode):
         algorithm: str | None = None,
     ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm, True)
         return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:

@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ..algorithms.collectives import BY_NAME, NAMES
 from ..engines.mpi import Waitall
 from .args import PARSERS, Call
-from .buffers import Buf, is_in_place, parse
+from .buffers import ARG_ERRORS, Buf, is_in_place, parse
 from .env import RANKS_PER_NODE_VAR, SEGMENT_VAR, Settings, algorithm_var
 
 __all__ = ["CheckedMode", "MismatchError", "agree_on_construction", "check_algorithm_type"]
@@ -227,7 +227,7 @@ class CheckedMode:
         try:
             check_algorithm_type(algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
-        except (TypeError, ValueError) as exc:
+        except ARG_ERRORS as exc:
             self._agree(collective, None, exc, algorithm, nonblocking=nonblocking)
             raise
         self._agree(collective, call, None, algorithm, nonblocking=nonblocking)
@@ -242,10 +242,10 @@ class CheckedMode:
         try:
             check_algorithm_type(algorithm)
             if is_in_place(sendbuf):
-                raise ValueError(
+                raise TypeError(
                     "recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
             rb = parse(recvbuf, "recvbuf", writable=True)
-        except (TypeError, ValueError) as exc:
+        except ARG_ERRORS as exc:
             self._agree("reduce_scatter", None, exc, algorithm, stage=_GATHER_COUNTS,
                         nonblocking=nonblocking)
             raise

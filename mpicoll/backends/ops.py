@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .buffers import MPITypeError
+
 __all__ = ["check_op", "op_name"]
 
 
@@ -43,7 +45,8 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
         try:
             op.Reduce_local([a, datatype], [b, datatype])
         except MPI.Exception:
-            raise TypeError(
+            raise MPITypeError(
+                MPI.ERR_OP,
                 f"op: {op_name(op)} is not defined for datatype "
                 f"{datatype.Get_name() or dtype} (MPI refuses it)"
             ) from None

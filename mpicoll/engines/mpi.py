@@ -191,15 +191,17 @@ class Engine:
         self._refused.add(tag)
 
     def _drain(self, tag: int) -> None:
-        """Receive and drop what peers sent on ``tag`` for a call this rank refused, before
-        the tag is used again."""
-        self._refused.discard(tag)
+        """Receive and drop what peers sent for the calls this rank refused (at every call
+        while there are any, so nothing stale stays queued); a refused tag is forgotten when
+        it comes round again as ``tag``, after a last drain."""
         status = MPI.Status()
-        while True:
-            msg = self.comm.Improbe(MPI.ANY_SOURCE, tag, status)
-            if msg is None:
-                return
-            msg.Recv(bytearray(max(0, status.Get_count(MPI.BYTE))))
+        for old in list(self._refused):
+            while True:
+                msg = self.comm.Improbe(MPI.ANY_SOURCE, old, status)
+                if msg is None:
+                    break
+                msg.Recv(bytearray(max(0, status.Get_count(MPI.BYTE))))
+        self._refused.discard(tag)
 
     def _context(self, call: Call, algorithm: Algorithm,
                  tag: int | None = None) -> tuple[MPIContext, Schedule]:
@@ -213,7 +215,7 @@ class Engine:
             # one tag would cross-match their messages.  Every rank does the same, so every
             # rank posts the new call's receives only after the old call's are all matched.
             self.wait_for(lambda: all(r._ctx.tag != tag for r in self.active))
-        if self._refused and tag in self._refused:
+        if self._refused:
             self._drain(tag)
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
