@@ -339,10 +339,10 @@ def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
         vals = list(x)
     except TypeError:
         raise TypeError(f"{what}: {name} must be a sequence of {size} ints, got {x!r}") from None
+    out = [_index(v, what, name) for v in vals]  # the items first, as mpi4py
     if len(vals) != size:
         raise ValueError(f"{what}: {name}: expecting {size} items, got {len(vals)} "
                          "(expected one per rank)")
-    out = [_index(v, what, name) for v in vals]
     if any(v < 0 for v in out):
         raise MPIValueError(MPI.ERR_COUNT, f"{what}: {name} must be >= 0, got {out}")
     return out
