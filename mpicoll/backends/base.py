@@ -26,7 +26,17 @@ from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
 
-__all__ = ["Collectives", "MismatchError"]
+__all__ = ["Collectives", "MismatchError", "NotProvidedError"]
+
+#: the public methods of mpi4py's communicators, for :meth:`Collectives.__getattr__`
+_MPI_METHODS = frozenset(n for cls in (MPI.Intracomm, MPI.Topocomm, MPI.Cartcomm)
+                         for n in dir(cls) if not n.startswith("_"))
+
+
+class NotProvidedError(NotImplementedError, AttributeError):
+    """A method of ``mpi4py.MPI.Comm`` that mpicoll does not provide (the README's "Not
+    provided" list): the message says to call it on the mpi4py communicator.  Also an
+    ``AttributeError``, so ``hasattr(backend, name)`` is False."""
 
 
 class Collectives(CheckedMode):
@@ -83,6 +93,20 @@ class Collectives(CheckedMode):
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
+
+    def __getattr__(self, name: str) -> Any:
+        """A method of mpi4py's communicators that mpicoll does not provide (point-to-point,
+        one-sided, topologies, ``Alltoallw``, the persistent ``*_init`` forms, neighbourhood
+        collectives, ...) raises :class:`NotProvidedError` saying what to call instead."""
+        if name in _MPI_METHODS:
+            hint = (" (a neighbourhood collective: on a topology communicator from "
+                    "comm.Create_cart / Create_dist_graph)" if "eighbor" in name else "")
+            raise NotProvidedError(
+                f"mpicoll.{type(self).name} does not provide {name} (see the README's \"Not "
+                f"provided\" list); call comm.{name} on the mpi4py communicator itself"
+                f"{hint}, e.g. backend.comm.{name}(...)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def Get_rank(self) -> int:
         """This rank in ``comm`` (as ``mpi4py.MPI.Comm.Get_rank``)."""

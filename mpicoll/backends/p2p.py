@@ -47,6 +47,22 @@ __all__ = ["P2P", "p2p"]
 TAG_WINDOW = 32767
 
 
+class OutOfCommunicators(MPI.Exception):
+    """``comm.Dup()`` failed making a p2p backend: MPI has run out of communicators (MPICH has
+    about 2000 context ids).  The message says how to release them."""
+
+    def __init__(self, error_class: int, detail: str) -> None:
+        super().__init__(error_class)
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return ("mpicoll.p2p: MPI could not duplicate the communicator, most likely because it "
+                "ran out of communicators: every p2p backend owns a Dup of its communicator "
+                "until it is freed; call backend.Free() on backends you no longer need, or use "
+                "`with mpicoll.p2p(comm) as c: ...` (MPI said: "
+                + self.detail.splitlines()[0] + " ... " + self.detail.splitlines()[-1] + ")")
+
+
 def node_map(comm: MPI.Comm, k: int | None = None) -> tuple[int, ...]:
     """Node id of every rank of ``comm`` (collective; computed once per backend).
 
@@ -110,9 +126,12 @@ class P2P(P2PObjects, Collectives):
         self._forced = {c: registry.get(c, n) for c, n in self.settings.algorithms.items()}
         #: algorithm= names already looked up: (collective, name) -> algorithm
         self._named: dict[tuple[str, str], registry.Algorithm] = {}
-        self._comm = comm.Dup()
+        try:  # the Dup and node_map's Split_type each need a context id
+            self._comm = comm.Dup()
+            self.nodes = node_map(self._comm, self.settings.ranks_per_node)
+        except MPI.Exception as exc:  # MPICH: ~2000 context ids ("Too many communicators")
+            raise OutOfCommunicators(exc.Get_error_class(), str(exc)) from exc
         self._check_comm = self._comm
-        self.nodes = node_map(self._comm, self.settings.ranks_per_node)
         self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes)
 
     @property
