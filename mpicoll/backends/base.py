@@ -184,12 +184,15 @@ class Collectives(CheckedMode):
         # waiting for this rank's outstanding schedule before it joins this allgather
         Waitall([self._check_comm.Iallgather(mine, gathered)])
         counts = [int(c) for c in gathered]
-        if error is not None:
-            raise error
         bad = [r for r, c in enumerate(counts) if c < 0]
-        if bad:
+        if bad:  # every rank learns why (only on this error path)
+            reasons = self._check_comm.allgather(
+                None if error is None else f"{type(error).__name__}: {error}")
+            if error is not None:
+                raise error
+            why = "; ".join(f"rank {r}: {reasons[r]}" for r in bad[:4])
             raise MismatchError(
-                f"reduce_scatter: recvbuf was refused on rank(s) {bad}; every rank stops"
+                f"reduce_scatter: recvbuf was refused on rank(s) {bad}; every rank stops ({why})"
             )
         return counts
 

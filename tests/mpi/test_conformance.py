@@ -751,3 +751,68 @@ def test_bcast_never_writes_the_root_buffer(alg: str) -> None:
     everyone = WORLD.allgather(problems)
     lines = [f"rank {q}: {m}" for q, ps in enumerate(everyone) for m in ps]
     assert not lines, "\n".join(lines)
+
+
+# ---- errors that point somewhere ------------------------------------------------------------
+
+
+def _mismatch(call: Callable[[Any], Any], b: Any) -> str:
+    try:
+        call(b)
+    except mpicoll.MismatchError as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no exception"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_mismatch_names_values_and_reasons(kind: str) -> None:
+    """Checked mode names values, not codes (``float64 on rank 0, float32 on ranks 1-2``,
+    ``MPI.MAX vs MPI.SUM``), compares the datatypes' signatures (MPI.LONG vs MPI.INT64_T, both
+    int64 in numpy), and the ranks told that rank 0 refused its arguments get its reason."""
+    p, r = WORLD.size, WORLD.rank
+    if p < 2:
+        pytest.skip("needs two ranks")
+    b = getattr(mpicoll, kind)(WORLD, check=True)
+    problems = []
+    rest = "rank 1" if p == 2 else f"ranks 1-{p - 1}"
+    dt = np.float64 if r == 0 else np.float32
+    msg = _mismatch(lambda c: c.Allreduce(np.ones(3, dt), np.zeros(3, dt)), b)
+    if f"float64 on rank 0, float32 on {rest}" not in msg:
+        problems.append(f"dtype: {msg}")
+    op = MPI.MAX if r == 0 else MPI.SUM
+    msg = _mismatch(lambda c: c.Allreduce(np.ones(3), np.zeros(3), op), b)
+    if "MPI.MAX on rank 0" not in msg or "MPI.MAX vs MPI.SUM" not in msg:
+        problems.append(f"op: {msg}")
+    t = MPI.LONG if r == 0 else MPI.INT64_T
+    a = np.ones(3, np.int64)
+    msg = _mismatch(lambda c: c.Bcast([a, t]), b)
+    if "signature" not in msg:
+        problems.append(f"signature: {msg}")
+    ro = np.zeros(3)
+    ro.flags.writeable = r != 0
+    msg = _mismatch(lambda c: c.Allreduce(np.ones(3), ro), b)
+    if r != 0 and ("refused on rank(s) [0]" not in msg or "read-only" not in msg):
+        problems.append(f"reason: {msg}")
+    b.Free()
+    everyone = WORLD.allgather(problems)
+    lines = [f"rank {q}: {m}" for q, ps in enumerate(everyone) for m in ps]
+    assert not lines, "\n".join(lines)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_not_provided_says_what_to_call(kind: str) -> None:
+    """A method of mpi4py's communicators that mpicoll lacks raises NotImplementedError naming
+    ``comm.<method>`` on the mpi4py communicator; hasattr stays False; typos stay
+    AttributeError."""
+    b = backend(kind, "world")
+    for name in ("Neighbor_allgather", "Send", "Allreduce_init"):
+        assert not hasattr(b, name)
+        with pytest.raises(NotImplementedError, match=f"comm.{name} on the mpi4py"):
+            getattr(b, name)
+    with pytest.raises(AttributeError) as info:
+        b.Allreduse  # noqa: B018
+    assert not isinstance(info.value, NotImplementedError)
