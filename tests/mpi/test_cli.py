@@ -207,8 +207,9 @@ def test_verify_reports_a_native_error_on_one_rank(
 
     real = Native._run
 
-    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any) -> Any:
-        out = real(self, call, nonblocking, algorithm, args)
+    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any,
+            tag: Any = None) -> Any:
+        out = real(self, call, nonblocking, algorithm, args, tag)
         if call.collective == "gather" and self.rank == SIZE - 1:
             raise MPI.Exception(MPI.ERR_TYPE)
         return out

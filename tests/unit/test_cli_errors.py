@@ -43,10 +43,11 @@ def failing_native_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     """The native backend's Gather (blocking and non-blocking) raises an MPI error."""
     real = Native._run
 
-    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any) -> Any:
+    def run(self: Native, call: Any, nonblocking: bool, algorithm: Any, args: Any,
+            tag: Any = None) -> Any:
         if call.collective == "gather":
             raise _StackError()
-        return real(self, call, nonblocking, algorithm, args)
+        return real(self, call, nonblocking, algorithm, args, tag)
 
     monkeypatch.setattr(Native, "_run", run)
 

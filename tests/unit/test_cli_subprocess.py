@@ -161,10 +161,10 @@ from mpi4py import MPI
 from mpicoll.tools import cli
 from mpicoll.backends.native import Native
 real = Native._run
-def failing(self, call, nonblocking, algorithm, args):
+def failing(self, call, nonblocking, algorithm, args, tag=None):
     if call.collective == "bcast" and self.rank == call.root:
         raise MPI.Exception(MPI.ERR_TYPE)
-    return real(self, call, nonblocking, algorithm, args)
+    return real(self, call, nonblocking, algorithm, args, tag)
 Native._run = failing
 sys.exit(cli.main(sys.argv[1:]))
 """
