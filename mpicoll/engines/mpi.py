@@ -191,17 +191,24 @@ class Engine:
         self._refused.add(tag)
 
     def _drain(self, tag: int) -> None:
-        """Receive and drop what peers sent for the calls this rank refused (at every call
-        while there are any, so nothing stale stays queued); a refused tag is forgotten when
-        it comes round again as ``tag``, after a last drain."""
+        """Receive and drop what peers sent for the calls this rank refused, at every call
+        this rank runs while there are any (late arrivals included), for as long as the
+        refused tag is more than half a tag window (``tag_ub // 2`` calls) from coming round:
+        only a peer that many calls ahead could use it for a new call by then.  After that
+        the tag is forgotten undrained.  So the refused calls' messages are all dropped
+        unless about ``tag_ub // 2`` (16383) calls in a row are refused, or a peer runs that
+        far ahead."""
         status = MPI.Status()
+        half = self.tag_ub // 2
         for old in list(self._refused):
+            if (old - tag) % self.tag_ub <= half:
+                self._refused.discard(old)
+                continue
             while True:
                 msg = self.comm.Improbe(MPI.ANY_SOURCE, old, status)
                 if msg is None:
                     break
                 msg.Recv(bytearray(max(0, status.Get_count(MPI.BYTE))))
-        self._refused.discard(tag)
 
     def _context(self, call: Call, algorithm: Algorithm,
                  tag: int | None = None) -> tuple[MPIContext, Schedule]:
