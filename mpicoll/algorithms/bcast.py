@@ -90,6 +90,12 @@ def _scatter_then(ctx: Context, buf: np.ndarray, root: int,
     counts = block_counts(buf.size, c.size)
     displs = displacements(counts)
     yield from tree.scatter_blocks(c, buf, counts, displs)
+    if c.rank == 0 and c.size > 1:
+        # the root's buffer is input only (it may be read-only, as mpi4py allows): the
+        # allgather, which receives on every rank, runs on a copy there
+        work = c.scratch(buf.size)
+        c.copy(buf, work)
+        buf = work
     yield from allgather(c, buf, counts, displs)
 
 

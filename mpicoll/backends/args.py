@@ -14,6 +14,7 @@ non-contiguous or read-only buffers, aliased send and receive buffers).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,10 +27,12 @@ from ..algorithms.schedule import Context, block_counts, displacements
 from ..engines.call import Call
 from .buffers import (
     Buf,
+    MPIValueError,
     VBuf,
     check_counts,
     int_list,
     is_in_place,
+    is_in_place_constant,
     parse,
     parse_v,
     parse_w,
@@ -42,21 +45,38 @@ __all__ = ["Call", "PARSERS", "select"]
 
 
 def _root(root: Any, size: int) -> int:
-    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
-        raise TypeError(f"root: expected an int rank, got {root!r}")
-    if not 0 <= root < size:
-        raise ValueError(f"root: {root} is outside [0, {size}) for a communicator of {size} ranks")
-    return int(root)
+    """``root`` converted as mpi4py converts it (to a C int: ints, numpy ints, and floats
+    truncated like ``int()``, e.g. ``root=1.0``).
+
+    Raises:
+        TypeError: not a number (``"an integer is required"``, as mpi4py).
+        OverflowError: beyond a C int.
+        MPIValueError: outside [0, p) (a ValueError that is also the ``MPI.Exception`` of class
+            ``MPI.ERR_ROOT`` MPI raises through mpi4py).
+    """
+    if isinstance(root, (str, bytes)) or not hasattr(type(root), "__int__"):
+        raise TypeError(f"root: an integer is required, got {root!r}")
+    try:
+        value = operator.index(root)
+    except TypeError:
+        value = int(root)
+    if not -(2**31) <= value < 2**31:
+        raise OverflowError(f"root: value too large to convert to int: {root!r}")
+    if not 0 <= value < size:
+        raise MPIValueError(MPI.ERR_ROOT, f"root: {value} is outside [0, {size}) for a "
+                            f"communicator of {size} ranks")
+    return int(value)
 
 
 def _no_in_place(spec: Any, what: str, coll: str, where: str = "") -> None:
-    if is_in_place(spec):
+    if is_in_place_constant(spec):
         raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here in {coll}{where}")
 
 
 def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
     if a.array.size and b.array.size and np.shares_memory(a.array, b.array):
-        raise ValueError(
+        raise MPIValueError(
+            MPI.ERR_BUFFER,
             f"{coll}: sendbuf and recvbuf overlap; MPI forbids aliased buffers "
             "(pass MPI.IN_PLACE as sendbuf instead)"
         )
@@ -228,7 +248,7 @@ def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
         return parse(recvbuf, "recvbuf", writable=True, blocks=send_blocks), None, True
     rb = parse(recvbuf, "recvbuf", writable=True)
     s = parse(sendbuf, "sendbuf", blocks=send_blocks)
-    same_type(s, rb, coll)
+    same_type(s, rb, coll, reduction=True)
     _no_alias(s, rb, coll)
     return rb, s, False
 

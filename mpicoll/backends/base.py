@@ -23,12 +23,22 @@ from mpi4py import MPI
 from ..engines.call import Call
 from ..engines.mpi import Waitall
 from .args import PARSERS
-from .buffers import is_in_place, parse
+from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
 from .frontdoor import FrontDoor, key_of
 
-__all__ = ["Collectives", "MismatchError"]
+__all__ = ["Collectives", "MismatchError", "NotProvidedError"]
+
+#: the public methods of mpi4py's communicators, for :meth:`Collectives.__getattr__`
+_MPI_METHODS = frozenset(n for cls in (MPI.Intracomm, MPI.Topocomm, MPI.Cartcomm)
+                         for n in dir(cls) if not n.startswith("_"))
+
+
+class NotProvidedError(NotImplementedError, AttributeError):
+    """A method of ``mpi4py.MPI.Comm`` that mpicoll does not provide (the README's "Not
+    provided" list): the message says to call it on the mpi4py communicator.  Also an
+    ``AttributeError``, so ``hasattr(backend, name)`` is False."""
 
 
 class Collectives(CheckedMode):
@@ -89,6 +99,20 @@ class Collectives(CheckedMode):
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
 
+    def __getattr__(self, name: str) -> Any:
+        """A method of mpi4py's communicators that mpicoll does not provide (point-to-point,
+        one-sided, topologies, ``Alltoallw``, the persistent ``*_init`` forms, neighbourhood
+        collectives, ...) raises :class:`NotProvidedError` saying what to call instead."""
+        if name in _MPI_METHODS:
+            hint = (" (a neighbourhood collective: on a topology communicator from "
+                    "comm.Create_cart / Create_dist_graph)" if "eighbor" in name else "")
+            raise NotProvidedError(
+                f"mpicoll.{type(self).name} does not provide {name} (see the README's \"Not "
+                f"provided\" list); call comm.{name} on the mpi4py communicator itself"
+                f"{hint}, e.g. backend.comm.{name}(...)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def Get_rank(self) -> int:
         """This rank in ``comm`` (as ``mpi4py.MPI.Comm.Get_rank``)."""
         return self.rank
@@ -120,34 +144,57 @@ class Collectives(CheckedMode):
         every check's answer depends only on what the key holds."""
         if self._freed:
             raise RuntimeError(f"this {self.name} backend was freed")
-        if self.check:
-            return self._checked_call(collective, nonblocking, algorithm, args)
-        if algorithm is not None and not isinstance(algorithm, str):
-            check_algorithm_type(algorithm)
-        door = self.front_door
-        key = key_of(args)
-        if key is not None:
-            key = (collective, nonblocking, algorithm, key)
-            entry = door.entries.get(key)
-            if entry is not None:
-                door.hits += 1
-                return entry[1](*args)
-        door.misses += 1
-        run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
-                           algorithm)
-        if key is not None:
-            door.store(key, args, run)
-        return run(*args)
+        # the tag first: a call refused here but accepted on other ranks still consumes it,
+        # so the ranks' tag counters stay equal (see Engine.take_tag)
+        tag = self._take_tag()
+        try:
+            if collective == "reduce_scatter" and args[2] is None:  # gather the counts first
+                args = (*args[:2], self._recvcounts(args[0], args[1], None, algorithm,
+                                                    nonblocking), *args[3:])
+            if self.check:
+                return self._checked_call(collective, nonblocking, algorithm, args, tag)
+            if algorithm is not None and not isinstance(algorithm, str):
+                check_algorithm_type(algorithm)
+            door = self.front_door
+            key = key_of(args)
+            if key is not None:
+                key = (collective, nonblocking, algorithm, key)
+                entry = door.entries.get(key)
+                if entry is not None:
+                    door.hits += 1
+                    return entry[1](tag, *args) if self._tagged else entry[1](*args)
+            door.misses += 1
+            run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
+                               algorithm)
+            if key is not None:
+                door.store(key, args, run)
+            return run(tag, *args) if self._tagged else run(*args)
+        except BaseException:
+            self._refuse(tag)
+            raise
+
+    #: the backend's runners take the call's tag first (p2p: ``run(tag, *args)``)
+    _tagged = False
+
+    def _take_tag(self) -> int | None:
+        """The tag of the next call (p2p), taken before its arguments are checked."""
+        return None
+
+    def _refuse(self, tag: int | None) -> None:
+        """This rank did not run the call of ``tag`` (p2p: its peers' messages on it are
+        drained before the tag is used again)."""
 
     def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
                 ) -> Callable[..., Any]:
-        """``run(*args)``: what runs this parsed call (the backend's; cached by the front door)."""
+        """``run(*args)`` (``run(tag, *args)`` where :attr:`_tagged`): what runs this parsed
+        call (the backend's; cached by the front door)."""
         raise NotImplementedError
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+             args: tuple[Any, ...], tag: int | None = None) -> Any:
         """Run a parsed call once (checked mode's path)."""
-        return self._runner(call, nonblocking, algorithm)(*args)
+        run = self._runner(call, nonblocking, algorithm)
+        return run(tag, *args) if self._tagged else run(*args)
 
     def _call_init(self, collective: str, algorithm: Any, info: MPI.Info, *args: Any) -> Any:
         """The front door of the persistent (``*_init``) methods: check and parse the call
@@ -189,10 +236,11 @@ class Collectives(CheckedMode):
             return self._checked_recvcounts(sendbuf, recvbuf, algorithm, nonblocking)
         check_algorithm_type(algorithm)
         if is_in_place(sendbuf):
-            raise ValueError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
+            raise TypeError("recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts "
+                            "(mpi4py: object of type 'NoneType' has no len())")
         try:  # every rank takes part in the allgather, even one whose recvbuf is refused
             count, error = parse(recvbuf, "recvbuf", writable=True).count, None
-        except (TypeError, ValueError) as exc:
+        except ARG_ERRORS as exc:
             count, error = -1, exc
         mine = np.array([count], dtype=np.int64)
         gathered = np.empty(self.size, dtype=np.int64)
@@ -200,12 +248,15 @@ class Collectives(CheckedMode):
         # waiting for this rank's outstanding schedule before it joins this allgather
         Waitall([self._check_comm.Iallgather(mine, gathered)])
         counts = [int(c) for c in gathered]
-        if error is not None:
-            raise error
         bad = [r for r, c in enumerate(counts) if c < 0]
-        if bad:
+        if bad:  # every rank learns why (only on this error path)
+            reasons = self._check_comm.allgather(
+                None if error is None else f"{type(error).__name__}: {error}")
+            if error is not None:
+                raise error
+            why = "; ".join(f"rank {r}: {reasons[r]}" for r in bad[:4])
             raise MismatchError(
-                f"reduce_scatter: recvbuf was refused on rank(s) {bad}; every rank stops"
+                f"reduce_scatter: recvbuf was refused on rank(s) {bad}; every rank stops ({why})"
             )
         return counts
 
@@ -337,7 +388,6 @@ class Collectives(CheckedMode):
 
         ``recvcounts=None`` gathers every rank's receive count first (an allgather, as mpi4py
         does); with ``MPI.IN_PLACE`` the counts must be given."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm)
         self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Ireduce_scatter(
@@ -350,7 +400,6 @@ class Collectives(CheckedMode):
         algorithm: str | None = None,
     ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
-        recvcounts = self._recvcounts(sendbuf, recvbuf, recvcounts, algorithm, True)
         return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
@@ -502,6 +551,11 @@ class Collectives(CheckedMode):
                        algorithm: str | None = None) -> Any:
         """Persistent :meth:`Alltoallv` (see :meth:`Barrier_init`)."""
         return self._call_init("alltoallv", algorithm, info, sendbuf, recvbuf)
+
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: MPI.Info = MPI.INFO_NULL, *,
+                       algorithm: str | None = None) -> Any:
+        """Persistent :meth:`Alltoallw` (see :meth:`Barrier_init`)."""
+        return self._call_init("alltoallw", algorithm, info, sendbuf, recvbuf)
 
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
                   info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:

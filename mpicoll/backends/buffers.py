@@ -1,26 +1,44 @@
 """Turn mpi4py buffer specs into numpy views, once, before any message is sent.
 
-Accepted specs are mpi4py's (see ``mpi4py.MPI.Comm`` docs):
+The grammar is mpi4py's (``mpi4py.typing``: ``BufSpec``, ``BufSpecB``, ``BufSpecV``; the rules
+of mpi4py 4.1's ``msgbuffer.pxi``), read the way mpi4py reads it:
 
-* ``arr``: any contiguous object exposing the buffer protocol (numpy array, bytearray, ...);
-  the MPI datatype is inferred from its format, as mpi4py does;
-* ``[arr, datatype]``, ``[arr, count]``, ``[arr, count, datatype]``,
-  ``[arr, (count, displ), datatype]``;
-* vector specs (the ``v`` collectives): ``[arr, counts]``, ``[arr, counts, datatype]``,
-  ``[arr, (counts, displs)]``, ``[arr, (counts, displs), datatype]``,
-  ``[arr, counts, displs, datatype]``; displacements default to the running sum of counts;
-* ``MPI.IN_PLACE`` where the collective allows it.
+* a message is a buffer (any object exposing the buffer protocol: numpy array, ``bytearray``,
+  ``array.array``, ``memoryview``, ``bytes`` where only read) or a list/tuple of 2 to 4 items
+  (``ValueError`` otherwise; anything else is a ``TypeError``);
+* ``[buf, datatype]``, ``[buf, count]``, ``[buf, (count, displ)]``, ``[buf, count, datatype]``,
+  ``[buf, (count, displ), datatype]``, ``[buf, count, displ, datatype]``; ``displ`` counts
+  elements from the buffer's start, ``count`` and ``displ`` may be None (inferred: the rest of
+  the buffer, split over the blocks of a block collective, whose explicit count is one block's);
+* vector specs (the v-collectives): ``[buf, counts]``, ``[buf, counts, datatype]``,
+  ``[buf, (counts, displs)]``, ``[buf, (counts, displs), datatype]`` (a tuple only: a list
+  there is the counts), ``[buf, counts, displs, datatype]``; ``counts`` a sequence (a numpy
+  array too), one int for every rank, or None (the buffer split over the ranks, the first
+  ``n % p`` ranks one element more); ``displs`` a sequence, one int (a stride: rank i at
+  ``i * stride``) or None (contiguous);
+* a datatype is an ``MPI.Datatype`` or a typecode string (``'i'``, ``'d'``, ``'c'``, ``'b'``,
+  ...; an unknown one is a ``KeyError``, as in mpi4py); without one it is inferred from the
+  buffer's format (numpy dtype, ``array.array`` typecode, ``memoryview.format``) as mpi4py
+  infers it;
+* ``None`` (or ``MPI.BOTTOM``) as the buffer of a list spec is the null buffer: ``[None,
+  MPI.INT]``, ``[None, (0, None), MPI.INT]`` are zero-length messages (a count above 0 there is
+  a ``ValueError``); ``MPI.BOTTOM`` with a count above 0 (absolute addresses) is refused;
+* ``None`` or ``MPI.IN_PLACE`` as a whole send argument is in place wherever mpi4py reads it so
+  (see :func:`is_in_place`); where an argument is not significant (the non-root's sendbuf of
+  Scatter, recvbuf of Gather and Reduce) the callers do not read it at all.
 
-Datatypes are predefined MPI types, including the pair types of MAXLOC/MINLOC; the numpy
-dtype of each comes from :func:`mpi4py.util.dtlib.to_numpy_dtype`, and the MPI type of a plain
-array from its typecode through ``MPI.Datatype.fromcode``, as dtlib maps predefined types
-(``dtlib.from_numpy_dtype`` itself returns a new duplicate type to be freed).  A derived
-datatype (positive extent) gives a view of ``count`` elements of ``np.dtype((np.void,
-extent))`` from the buffer's origin plus ``displacement * extent`` bytes (see
-:mod:`mpicoll.algorithms.datatypes`); the bytes its typemap touches must lie inside the buffer
-(ValueError), which mpi4py itself does not check.  Non-contiguous arrays raise ``ValueError``
-(decision: no silent copy, because a copy of a receive buffer would silently drop the result);
-read-only arrays raise ``ValueError`` where the buffer is written.
+Errors are mpi4py's types: ``TypeError`` (not a buffer or list, a count that is not an int),
+``ValueError`` (wrong number of items, negative count or displacement, a count that cannot be
+inferred), ``KeyError`` (unknown typecode), ``BufferError`` (non-contiguous, read-only where
+written, no buffer for the dtype).  Beyond mpi4py, which hands such specs to MPI unchecked, a
+count or displacement pointing past the buffer is a ``ValueError`` (MPI would read or write out
+of bounds).  :class:`MPIValueError`/:class:`MPITypeError` are both the Python type and the
+``MPI.Exception`` MPI raises through mpi4py for the same input (a root outside [0, p), a
+negative count, an op MPI does not define for the datatype).
+
+The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
+datatype) and :class:`VBuf` (the whole view plus one count and displacement per rank).  Numpy
+dtypes of MPI datatypes come from :func:`mpi4py.util.dtlib.to_numpy_dtype`.
 """
 
 from __future__ import annotations
@@ -44,14 +62,55 @@ from ..algorithms.datatypes import (
 )
 
 __all__ = [
-    "Buf", "VBuf", "WBuf", "check_counts", "datatype_of", "int_list", "is_in_place", "nbytes",
-    "parse", "parse_v", "parse_w", "same_type",
+    "ARG_ERRORS", "Buf", "MPITypeError", "MPIValueError", "VBuf", "check_counts", "datatype_of",
+    "int_list", "is_in_place", "is_in_place_constant", "nbytes", "parse", "parse_v",
+    "parse_w", "same_type", "WBuf",
 ]
 
 
+#: the exception types a refused argument raises (mpi4py's, for the same spec)
+ARG_ERRORS = (TypeError, ValueError, KeyError, BufferError, OverflowError)
+
+
+class MPIValueError(ValueError, MPI.Exception):
+    """A ``ValueError`` that is also the ``MPI.Exception`` (error class ``error_class``, e.g.
+    ``MPI.ERR_ROOT``) plain mpi4py raises for the same call: ``except ValueError`` and
+    ``except MPI.Exception`` both catch it."""
+
+    def __init__(self, error_class: int, message: str) -> None:
+        MPI.Exception.__init__(self, error_class)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class MPITypeError(TypeError, MPI.Exception):
+    """A ``TypeError`` that is also the ``MPI.Exception`` plain mpi4py raises (see
+    :class:`MPIValueError`)."""
+
+    def __init__(self, error_class: int, message: str) -> None:
+        MPI.Exception.__init__(self, error_class)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def is_in_place(spec: Any) -> bool:
-    """True if ``spec`` is ``MPI.IN_PLACE``."""
+    """True if ``spec`` means in place: ``MPI.IN_PLACE`` or ``None`` (mpi4py reads ``None`` as
+    in place wherever it accepts ``MPI.IN_PLACE``: the sendbuf of the reductions, Allgather(v),
+    Alltoall(v), the root's Gather(v) and the root's recvbuf of Scatter(v))."""
+    return spec is None or spec is MPI.IN_PLACE or isinstance(spec, MPI.InPlaceType)
+
+
+def is_in_place_constant(spec: Any) -> bool:
+    """True if ``spec`` is ``MPI.IN_PLACE`` itself (not ``None``)."""
     return spec is MPI.IN_PLACE or isinstance(spec, MPI.InPlaceType)
+
+
+def _is_bottom(spec: Any) -> bool:
+    return spec is None or spec is MPI.BOTTOM or isinstance(spec, MPI.BottomType)
 
 
 @dataclass
@@ -81,29 +140,41 @@ class VBuf:
 
 
 def datatype_of(dtype: np.dtype, what: str = "") -> MPI.Datatype:
-    """The predefined MPI datatype mpi4py itself uses for a numpy dtype (TypeError if none).
+    """The predefined MPI datatype mpi4py itself uses for a numpy dtype (its typecode through
+    mpi4py's type table, as mpi4py maps a buffer's format).
 
-    datetime64 and timedelta64 arrays are refused (TypeError) on both backends: numpy exports
-    no buffer for them, so mpi4py (the native backend) cannot send them; pass
-    ``[arr, MPI.INT64_T]`` or ``arr.view(np.int64)`` to move their 64-bit values.
+    Raises:
+        BufferError: datetime64/timedelta64 or structured dtypes (mpi4py takes no buffer of
+            them, nor maps them); pass ``[arr, MPI.INT64_T]`` or ``arr.view(np.int64)``.
     ``what``: the argument's name, for the message."""
     where = f"{what}: " if what else ""
-    if dtype.kind in "mM":
-        raise TypeError(
-            f"{where}numpy {dtype} arrays are not supported (mpi4py cannot take a buffer of them); "
-            f"pass [array, MPI.INT64_T] or array.view(np.int64)"
-        )
     dt = None
-    if not dtype.fields:
-        try:  # the predefined type of a typecode, as mpi4py.util.dtlib maps it
+    if dtype.kind not in "mMV" and not dtype.fields:
+        try:  # the predefined type of a typecode, as mpi4py maps it
             dt = MPI.Datatype.fromcode(dtype.char)
         except ValueError:
             dt = None
     if dt is None:
-        raise TypeError(
-            f"{where}no predefined MPI datatype for numpy dtype {dtype}; pass [array, datatype]"
+        raise BufferError(
+            f"{where}no predefined MPI datatype for numpy dtype {dtype} (mpi4py infers none "
+            "for it); pass [array, datatype] (e.g. [array, MPI.INT64_T] for datetime64)"
         )
     return dt
+
+
+def _datatype(spec: Any, what: str) -> MPI.Datatype:
+    """An ``MPI.Datatype``, or the predefined one of a typecode string (``KeyError`` if none,
+    as mpi4py)."""
+    if isinstance(spec, MPI.Datatype):
+        return spec
+    try:
+        return MPI.Datatype.fromcode(spec)
+    except (ValueError, TypeError):
+        raise KeyError(f"{what}: cannot map {spec!r} to MPI datatype") from None
+
+
+def _is_datatype(x: Any) -> bool:
+    return isinstance(x, (MPI.Datatype, str))
 
 
 def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
@@ -116,36 +187,28 @@ def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
                         f"equivalent: {exc}") from exc
 
 
-def _not_special(spec: Any, what: str) -> None:
-    """Refuse ``MPI.IN_PLACE`` / ``MPI.BOTTOM`` where a real buffer is needed (mpi4py exposes
-    both as zero-length buffers, which would otherwise pass as an empty array)."""
-    if is_in_place(spec):
+def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
+    if is_in_place_constant(obj):
         raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here (MPI allows it only as "
                          "the sendbuf of reductions, Allgather(v), Alltoall(v) and the root's "
                          "Gather(v), or the root's recvbuf of Scatter(v))")
-    if spec is MPI.BOTTOM or isinstance(spec, MPI.BottomType):
-        raise TypeError(f"{what}: MPI.BOTTOM (absolute addresses) is not supported; "
-                        "pass an array")
-
-
-def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
-    _not_special(obj, what)
     if isinstance(obj, np.ndarray):
         arr = obj
     else:
         try:
             arr = np.asarray(memoryview(obj))
-        except TypeError:
+        except (TypeError, ValueError):
             raise TypeError(
-                f"{what}: expected a buffer (numpy array, bytearray, ...), got {type(obj).__name__}"
+                f"{what}: message: expecting buffer or list/tuple (numpy array, bytearray, "
+                f"array.array, memoryview, ...), got {type(obj).__name__}"
             ) from None
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        raise ValueError(
+        raise BufferError(
             f"{what}: array is not contiguous; MPI needs a contiguous buffer "
             "(pass np.ascontiguousarray(a) for input, or a contiguous output array)"
         )
     if writable and not arr.flags.writeable:
-        raise ValueError(f"{what}: array is read-only but this buffer is written")
+        raise BufferError(f"{what}: array is read-only but this buffer is written")
     return arr
 
 
@@ -156,31 +219,80 @@ def _flat(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     raw = arr.reshape(-1, order="A").view(np.uint8)
     if dtype.itemsize == 0 or raw.size % dtype.itemsize:
         raise ValueError(
-            f"{what}: {raw.size} bytes is not a whole number of {dtype} elements "
-            f"({dtype.itemsize} bytes each)"
+            f"{what}: message: cannot infer count, buffer length {raw.size} bytes is not a "
+            f"multiple of datatype extent {dtype.itemsize} ({dtype})"
         )
     return raw.view(dtype)
 
 
-def _split_spec(spec: Any) -> tuple[Any, list[Any]]:
-    if isinstance(spec, (list, tuple)) and spec and not isinstance(spec[0], (int, np.integer)):
-        return spec[0], list(spec[1:])
-    return spec, []
+def _index(x: Any, what: str, name: str = "count") -> int:
+    """An int as mpi4py reads one (``operator.index``: numpy ints yes, floats no)."""
+    if isinstance(x, bool):
+        return int(x)
+    try:
+        return int(np.asarray(x).item()) if isinstance(x, np.ndarray) and x.ndim == 0 \
+            else int(x.__index__())
+    except (AttributeError, TypeError):
+        raise TypeError(f"{what}: {name}: {type(x).__name__!r} object cannot be interpreted "
+                        "as an integer") from None
 
 
-def _count(x: Any, what: str) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{what}: count must be an int, got {x!r}")
-    if x < 0:
-        raise ValueError(f"{what}: count must be >= 0, got {x}")
-    return int(x)
+def _unpack(spec: Any, what: str, vector: bool) -> tuple[Any, Any, Any, Any, bool]:
+    """(buffer, count(s), displ(s), datatype, is_list) of a message, as mpi4py unpacks it."""
+    if isinstance(spec, (list, tuple)):
+        n = len(spec)
+        cnt = dsp = dt = None
+        if n == 2:
+            obj, cnt = spec
+            if _is_datatype(cnt):
+                cnt, dt = None, cnt
+            elif isinstance(cnt, tuple) or (not vector and isinstance(cnt, list)):
+                cnt, dsp = _pair(cnt, what)
+        elif n == 3:
+            obj, cnt, dt = spec
+            if isinstance(cnt, tuple) or (not vector and isinstance(cnt, list)):
+                cnt, dsp = _pair(cnt, what)
+        elif n == 4:
+            obj, cnt, dsp, dt = spec
+        else:
+            raise ValueError(f"{what}: message: expecting 2 to 4 items, got {n}")
+        return obj, cnt, dsp, dt, True
+    return spec, None, None, None, False
+
+
+def _pair(x: Any, what: str) -> tuple[Any, Any]:
+    if len(x) != 2:
+        raise ValueError(f"{what}: expected (count, displacement), got {x!r} "
+                         f"(too many values to unpack (expected 2))")
+    return x[0], x[1]
+
+
+def _base(obj: Any, dt: Any, is_list: bool, what: str, writable: bool
+          ) -> tuple[np.ndarray, MPI.Datatype, bool]:
+    """(1-D view of the buffer's elements, datatype, null buffer?) of message_basic."""
+    if (is_list or obj is not None) and _is_bottom(obj):  # the null buffer: needs a datatype
+        if dt is None:
+            raise KeyError(f"{what}: cannot map None to MPI datatype (a null buffer needs one)")
+        datatype = _datatype(dt, what)
+        return np.empty(0, _np_dtype(datatype)), datatype, True
+    if obj is None or _is_bottom(obj):
+        raise TypeError(f"{what}: message: expecting buffer or list/tuple, got "
+                        f"{'None' if obj is None else 'MPI.BOTTOM'}")
+    arr = _as_array(obj, what, writable)
+    if dt is None:
+        datatype = datatype_of(arr.dtype, what)
+        dtype = arr.dtype
+    else:
+        datatype = _datatype(dt, what)
+        dtype = _np_dtype(datatype)
+    return _flat(arr, dtype, what), datatype, False
 
 
 def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> Buf:
-    """Parse a single-block spec into a :class:`Buf`.
+    """Parse a single-block spec (mpi4py's ``BufSpec``/``BufSpecB``) into a :class:`Buf`.
 
     Args:
-        spec: the mpi4py buffer spec (not ``MPI.IN_PLACE``: callers handle that).
+        spec: the mpi4py buffer spec (not in place: callers handle that).
         what: the argument's name, for error messages (``"sendbuf"``, ``"recvbuf"``).
         writable: the buffer is written by the call.
         blocks: the buffer holds one block per rank (Scatter's send buffer, Gather's,
@@ -188,47 +300,47 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             is then one block's, as in mpi4py, and the view holds ``blocks * count`` elements.
 
     Raises:
-        TypeError: not a buffer, an unknown datatype, a count that is not an int.
-        ValueError: non-contiguous, read-only where written, a count beyond the buffer.
+        TypeError, ValueError, KeyError, BufferError: as mpi4py (see the module docstring);
+        ValueError: a count at a displacement that ends past the buffer.
     """
-    if spec is None:
-        raise TypeError(f"{what}: a buffer is required here, got None")
-    obj, rest = _split_spec(spec)
-    arr = _as_array(obj, what, writable)
-    datatype: MPI.Datatype | None = None
-    count: int | None = None
+    obj, cnt, dsp, dt, is_list = _unpack(spec, what, vector=False)
+    if _is_datatype(dt) and is_derived(dt) and obj is not None and not _is_bottom(obj):
+        count = None if cnt is None else _index(cnt, what)
+        displ = 0 if dsp is None else _index(dsp, what, "displacement")
+        if (count is not None and count < 0) or displ < 0:
+            raise ValueError(f"{what}: message: negative count or displacement")
+        return _parse_derived(_as_array(obj, what, writable), dt, count, displ, blocks, what)
+    flat, datatype, null = _base(obj, dt, is_list, what, writable)
     displ = 0
-    if rest and isinstance(rest[-1], MPI.Datatype):
-        datatype = rest.pop()
-    if len(rest) > 1:
-        raise TypeError(f"{what}: unrecognised buffer spec {spec!r}")
-    if rest:
-        c = rest[0]
-        if isinstance(c, (list, tuple)):
-            if len(c) != 2:
-                raise TypeError(f"{what}: expected (count, displacement), got {c!r}")
-            count, displ = _count(c[0], what), _count(c[1], what)
-        elif c is not None:
-            count = _count(c, what)
-    if datatype is not None and is_derived(datatype):
-        return _parse_derived(arr, datatype, count, displ, blocks, what)
-    if datatype is None:
-        datatype = datatype_of(arr.dtype, what)
-        dtype = arr.dtype
-    else:
-        dtype = _np_dtype(datatype)
-    flat = _flat(arr, dtype, what)
+    if dsp is not None:
+        displ = _index(dsp, what, "displacement")
+        if displ < 0:
+            raise ValueError(f"{what}: message: negative displacement {displ}")
+        if displ > flat.size:
+            raise ValueError(f"{what}: message: displacement {displ} out of bounds, number of "
+                             f"datatype entries {flat.size}")
     per_block = ""
-    if count is None:
+    if cnt is not None:
+        count = _index(cnt, what)
+        if count < 0:
+            raise ValueError(f"{what}: message: negative count {count} (a count must be >= 0)")
+        if count > 0 and null:
+            raise ValueError(f"{what}: message: buffer is None but count is {count}")
+        if blocks > 1:
+            per_block = f" per block x {blocks} blocks (an explicit count is one rank's block)"
+            count *= blocks
+    else:
         count = flat.size - displ
-    elif blocks != 1:
-        per_block = f" per block x {blocks} blocks (an explicit count is one rank's block)"
-        count *= blocks
+        if blocks > 1 and count % blocks:
+            raise ValueError(
+                f"{what}: message: cannot infer count, number of entries {count} is not a "
+                f"multiple of required number of blocks {blocks} (the call needs one equal "
+                "block per rank)")
     if displ + count > flat.size:
         shown = count // blocks if per_block else count
         raise ValueError(
             f"{what}: count {shown}{per_block} at displacement {displ} needs "
-            f"{displ + count} elements, buffer has {flat.size}"
+            f"{displ + count} elements, buffer has {flat.size} (MPI would go out of bounds)"
         )
     return Buf(flat[displ : displ + count], datatype)
 
@@ -278,24 +390,27 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
 
 
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
+    """``size`` ints from a sequence (a numpy array too), as mpi4py reads counts.
+
+    Raises:
+        TypeError: not a sequence, or an item that is not an int (a float included).
+        ValueError: not ``size`` items.
+        MPIValueError: a negative item (``MPI.ERR_COUNT``, what MPI raises for it)."""
     try:
         vals = list(x)
     except TypeError:
         raise TypeError(f"{what}: {name} must be a sequence of {size} ints, got {x!r}") from None
+    out = [_index(v, what, name) for v in vals]  # the items first, as mpi4py
     if len(vals) != size:
-        raise ValueError(f"{what}: {name} has {len(vals)} entries, expected one per rank ({size})")
-    out = []
-    for v in vals:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{what}: {name} must hold ints, got {v!r}")
-        if v < 0:
-            raise ValueError(f"{what}: {name} must be >= 0, got {list(vals)}")
-        out.append(int(v))
+        raise ValueError(f"{what}: {name}: expecting {size} items, got {len(vals)} "
+                         "(expected one per rank)")
+    if any(v < 0 for v in out):
+        raise MPIValueError(MPI.ERR_COUNT, f"{what}: {name} must be >= 0, got {out}")
     return out
 
 
 def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
-    """Parse a vector spec (``[arr, (counts, displs), datatype]`` and its short forms).
+    """Parse a vector spec (mpi4py's ``BufSpecV``) into a :class:`VBuf`.
 
     Args:
         spec: the mpi4py vector buffer spec.
@@ -304,62 +419,56 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         writable: the buffer is written by the call.
 
     Raises:
-        TypeError / ValueError: as :func:`parse`, and counts or displacements whose length is not
-        ``size``, negative, or pointing outside the buffer.
+        TypeError / ValueError / KeyError / BufferError: as :func:`parse`, and counts or
+        displacements whose length is not ``size`` (ValueError), negative counts
+        (:class:`MPIValueError`), blocks pointing outside the buffer, or overlapping blocks of
+        a receive buffer (ValueError: MPI would corrupt memory).
     """
-    if spec is None:
-        raise TypeError(f"{what}: a buffer is required here, got None")
-    obj, rest = _split_spec(spec)
-    arr = _as_array(obj, what, writable)
-    datatype: MPI.Datatype | None = None
-    if rest and isinstance(rest[-1], MPI.Datatype):
-        datatype = rest.pop()
-    counts_spec: Any = None
-    displs_spec: Any = None
-    if len(rest) == 1:
-        c = rest[0]
-        if isinstance(c, tuple) and len(c) == 2 and not isinstance(c[0], (int, np.integer)):
-            counts_spec, displs_spec = c
-        else:
-            counts_spec = c
-    elif len(rest) == 2:
-        counts_spec, displs_spec = rest
-    elif rest:
-        raise TypeError(f"{what}: unrecognised vector buffer spec")
-    derived = datatype is not None and is_derived(datatype)
+    obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
+    derived = _is_datatype(dt) and is_derived(dt) and obj is not None and not _is_bottom(obj)
     if derived:
-        assert datatype is not None
+        datatype, null = dt, False
         extent = _derived_extent(datatype, what)
-        raw = _raw(arr)
+        raw = _raw(_as_array(obj, what, writable))
         flat = typed_view(raw, 0, raw.size // extent, extent)
-    else:
-        dtype = arr.dtype if datatype is None else _np_dtype(datatype)
-        if datatype is None:
-            datatype = datatype_of(arr.dtype, what)
-        flat = _flat(arr, dtype, what)
-    if counts_spec is None:
-        if derived and raw.size % extent:
+        if counts_spec is None and raw.size % extent:
             raise ValueError(
                 f"{what}: buffer length {raw.size} is not a multiple of the datatype's extent "
                 f"{extent}; pass the counts"
             )
-        if flat.size % size:
-            raise ValueError(
-                f"{what}: no counts given and {flat.size} elements do not split evenly over "
-                f"{size} ranks"
-            )
-        counts = [flat.size // size] * size
-    elif isinstance(counts_spec, (int, np.integer)) and not isinstance(counts_spec, bool):
-        counts = [_count(counts_spec, what)] * size
+    else:
+        flat, datatype, null = _base(obj, dt, is_list, what, writable)
+    if counts_spec is None:
+        q, r = divmod(flat.size, size)
+        counts = [q + (i < r) for i in range(size)]
+    elif not isinstance(counts_spec, (list, tuple, np.ndarray)) and \
+            hasattr(counts_spec, "__index__"):
+        c = _index(counts_spec, what, "counts")
+        if c < 0:
+            raise MPIValueError(MPI.ERR_COUNT, f"{what}: count must be >= 0, got {c}")
+        counts = [c] * size
     else:
         counts = int_list(counts_spec, what, "counts", size)
+    if null and any(counts):
+        raise ValueError(f"{what}: message: buffer is None but counts are {counts}")
     if displs_spec is None:
         displs = np.concatenate(([0], np.cumsum(counts[:-1], dtype=np.int64))).tolist()
         displs = [int(d) for d in displs[:size]]
+    elif not isinstance(displs_spec, (list, tuple, np.ndarray)) and \
+            hasattr(displs_spec, "__index__"):
+        stride = _index(displs_spec, what, "displacement")
+        displs = [stride * i for i in range(size)]
     else:
-        displs = int_list(displs_spec, what, "displacements", size)
+        try:
+            vals = list(displs_spec)
+        except TypeError:
+            raise TypeError(f"{what}: displacements must be a sequence of {size} ints, "
+                            f"got {displs_spec!r}") from None
+        if len(vals) != size:
+            raise ValueError(f"{what}: displacements: expecting {size} items, got {len(vals)} "
+                             "(expected one per rank)")
+        displs = [_index(v, what, "displacements") for v in vals]
     if derived:  # blocks are checked against the typemap's bytes; the view spans them all
-        assert datatype is not None
         for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
             check_span(datatype, d * extent, c, raw.size, what,
                        f" (extent {extent}) of block {i} at displacement {d}")
@@ -367,10 +476,13 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         if end > flat.size:
             flat = typed_view(raw, 0, end, extent)
     for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
-        if d + c > flat.size:
+        if derived:
+            break
+        if c and (d < 0 or d + c > flat.size):
             raise ValueError(
-                f"{what}: block {i} (count {c} at displacement {d}) ends past the buffer's "
-                f"{flat.size} elements"
+                f"{what}: block {i} (count {c} at displacement {d}) lies outside the buffer's "
+                f"{flat.size} elements (MPI would go out of bounds; check the counts and "
+                "displacements)"
             )
     if writable:  # MPI: no location of a receive buffer may be written twice
         blocks = enumerate(zip(counts, displs, strict=True))
@@ -415,7 +527,10 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     """
     if spec is None:
         raise TypeError(f"{what}: a buffer is required here, got None")
-    obj, rest = _split_spec(spec)
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise TypeError(f"{what}: expected [buffer, (counts, displacements), datatypes] or "
+                        "[buffer, counts, displacements, datatypes] (Alltoallw)")
+    obj, rest = spec[0], list(spec[1:])
     if len(rest) == 2 and isinstance(rest[0], (list, tuple)) and len(rest[0]) == 2:
         (counts_spec, displs_spec), types = rest
     elif len(rest) == 3:
@@ -450,8 +565,12 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     return WBuf(raw, counts, displs, list(types), PerPeer(blocks))
 
 
-def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:
-    """Raise TypeError when send and receive element types differ (MPI needs them to match).
+def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:
+    """Raise when send and receive element types differ (MPI needs them to match).
+
+    ``reduction``: as mpi4py, the two MPI datatypes must be the same handle (ValueError
+    ``mismatch in send and receive MPI datatypes``); elsewhere mpicoll needs the same element
+    type (TypeError; mpi4py leaves that to MPI, which does not check signatures).
 
     With a derived datatype both sides must pass a derived datatype: the same, or one with
     the same layout (:func:`~mpicoll.algorithms.datatypes.same_layout`: two vectors built
@@ -466,6 +585,17 @@ def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str) -> None:
                 "the same datatype (or one with the same layout)"
             )
         return
+    if a.array.dtype != b.array.dtype:
+        raise TypeError(
+            f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
+            f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
+        )
+    if reduction and a.datatype != b.datatype:
+        raise ValueError(
+            f"{what}: mismatch in send and receive MPI datatypes: send "
+            f"{a.datatype.Get_name()} ({a.array.dtype}), receive "
+            f"{b.datatype.Get_name()} ({b.array.dtype})"
+        )
     if a.array.dtype != b.array.dtype:
         raise TypeError(
             f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "

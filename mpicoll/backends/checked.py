@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ..algorithms.collectives import BY_NAME, NAMES
 from ..engines.mpi import Waitall
 from .args import PARSERS, Call
-from .buffers import Buf, is_in_place, parse
+from .buffers import ARG_ERRORS, Buf, is_in_place, parse
 from .env import RANKS_PER_NODE_VAR, SEGMENT_VAR, Settings, algorithm_var
 
 __all__ = ["CheckedMode", "MismatchError", "agree_on_construction", "check_algorithm_type"]
@@ -60,12 +60,12 @@ _PREDEFINED_OPS = (
 )
 _FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error",
            "forced algorithm", "segment size", "counts", "peer counts", "recvcounts given",
-           "non-blocking")
+           "non-blocking", "datatype size", "datatype signature")
 # column of each field in the table of checked mode
 (_COLL, _ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _ERROR, _FORCED, _SEGMENT, _COUNTS, _PEER,
- _STAGE, _NB) = range(len(_FIELDS))
+ _STAGE, _NB, _TSIZE, _TSIG) = range(len(_FIELDS))
 # compared field by field (every rank must have the same value)
-_UNIFORM = (_ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _FORCED, _SEGMENT)
+_UNIFORM = (_ROOT, _COUNT, _DTYPE, _ITEMSIZE, _TSIZE, _TSIG, _OP, _FORCED, _SEGMENT)
 # collectives whose every rank passes the same full counts list (compared by hash)
 _SAME_COUNTS = {"allgatherv": "recvcounts", "reduce_scatter": "recvcounts"}
 # collectives whose per-rank count is compared with the root's counts
@@ -105,6 +105,115 @@ def _list_hash(counts: Sequence[int] | np.ndarray) -> int:
 
 def _ranks(rows: Sequence[int] | np.ndarray) -> str:
     return "[" + ", ".join(str(int(r)) for r in rows) + "]"
+
+
+def _span(rows: Sequence[int]) -> str:
+    """``rank 0``, ``ranks 1-2``, ``ranks 0, 3-4``: consecutive ranks as ranges."""
+    rows = sorted(int(r) for r in rows)
+    parts: list[str] = []
+    start = prev = rows[0]
+    for r in [*rows[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ("rank " if len(rows) == 1 else "ranks ") + ", ".join(parts)
+
+
+#: numpy type number -> name (checked mode exchanges dtypes by number)
+_DTYPE_NAMES: dict[int, str] = {np.dtype(t).num: np.dtype(t).name
+                                for t in set(np.sctypeDict.values())}
+
+
+def _value_name(field: int, v: int) -> str:
+    """A value of the checked-mode table as the user wrote it (not its code)."""
+    if field == _COLL:
+        return NAMES[v]
+    if field == _DTYPE:
+        return _DTYPE_NAMES.get(v, f"numpy type {v}")
+    if field == _OP:
+        if v == 100:
+            return "a user op"
+        return "no op" if v < 0 else f"MPI.{_PREDEFINED_OPS[v]}"
+    return str(v)
+
+
+def _by_value(field: int, col: np.ndarray) -> str:
+    """``float64 on rank 0, float32 on ranks 1-2`` (``MPI.MAX vs MPI.SUM`` added for two)."""
+    groups: dict[int, list[int]] = {}
+    for r, v in enumerate(col):
+        groups.setdefault(int(v), []).append(r)
+    text = ", ".join(f"{_value_name(field, v)} on {_span(rs)}" for v, rs in groups.items())
+    if len(groups) == 2:
+        a, b = (_value_name(field, v) for v in groups)
+        text += f" ({a} vs {b})"
+    return text
+
+
+def type_signature(datatype: MPI.Datatype) -> list[tuple[str, int]]:
+    """The type signature of one element of ``datatype``: its basic types in order, as
+    (name, repeat) runs (displacements, holes and resizing do not count: MPI matches
+    signatures, not layouts).  ``DARRAY`` types count as their bytes."""
+    out: list[tuple[str, int]] = []
+
+    def add(name: str, n: int) -> None:
+        if n <= 0:
+            return
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + n)
+        else:
+            out.append((name, n))
+
+    def walk(dt: MPI.Datatype, reps: int) -> None:
+        if dt.is_predefined:
+            add(dt.Get_name() or str(dt.Get_size()), reps)
+            return
+        base, combiner, params = dt.decode()
+        try:
+            if combiner == "STRUCT":
+                one = _sub(params["datatypes"], params["blocklengths"])
+                for _ in range(min(reps, 64)):  # repeated structs: a bounded prefix
+                    for name, k in one:
+                        add(name, k)
+                if reps > 64:
+                    add("x", reps)
+                return
+            n: int | None = {"DUP": 1, "RESIZED": 1,
+                             "CONTIGUOUS": params.get("count", 1)}.get(combiner)
+            if n is None and combiner in ("VECTOR", "HVECTOR"):
+                n = params["count"] * params["blocklength"]
+            elif n is None and combiner in ("INDEXED", "HINDEXED"):
+                n = sum(params["blocklengths"])
+            elif n is None and combiner in ("INDEXED_BLOCK", "HINDEXED_BLOCK"):
+                n = params["blocklength"] * len(params["displacements"])
+            elif n is None and combiner == "SUBARRAY":
+                n = int(np.prod(params["subsizes"]))
+            if n is None:
+                add(f"{dt.Get_size()} bytes", reps)
+            else:
+                walk(base, reps * int(n))
+        finally:
+            for b in ([base] if isinstance(base, MPI.Datatype) else list(base)):
+                if not b.is_predefined:
+                    b.Free()
+
+    def _sub(types: Sequence[MPI.Datatype], counts: Sequence[int]) -> list[tuple[str, int]]:
+        saved = list(out)
+        out.clear()
+        for t, c in zip(types, counts, strict=True):
+            walk(t, int(c))
+        one = list(out)
+        out[:] = saved
+        return one
+
+    walk(datatype, 1)
+    return out
+
+
+def _signature_hash(datatype: MPI.Datatype) -> int:
+    return zlib.crc32(repr(type_signature(datatype)).encode())
 
 
 def check_algorithm_type(algorithm: Any) -> None:
@@ -214,7 +323,7 @@ class CheckedMode:
     _check_comm: MPI.Comm
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
-             args: tuple[Any, ...]) -> Any:
+             args: tuple[Any, ...], tag: int | None = None) -> Any:
         raise NotImplementedError
 
     def _segment_field(self) -> int:
@@ -222,16 +331,16 @@ class CheckedMode:
         return -1
 
     def _checked_call(self, collective: str, nonblocking: bool, algorithm: Any,
-                      args: tuple[Any, ...]) -> Any:
+                      args: tuple[Any, ...], tag: int | None = None) -> Any:
         """Check and parse this rank's call, agree with the other ranks, then run it."""
         try:
             check_algorithm_type(algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
-        except (TypeError, ValueError) as exc:
+        except ARG_ERRORS as exc:
             self._agree(collective, None, exc, algorithm, nonblocking=nonblocking)
             raise
         self._agree(collective, call, None, algorithm, nonblocking=nonblocking)
-        return self._run(call, nonblocking, algorithm, args)
+        return self._run(call, nonblocking, algorithm, args, tag)
 
     def _checked_recvcounts(self, sendbuf: Any, recvbuf: Any, algorithm: Any,
                             nonblocking: bool) -> list[int]:
@@ -242,10 +351,10 @@ class CheckedMode:
         try:
             check_algorithm_type(algorithm)
             if is_in_place(sendbuf):
-                raise ValueError(
+                raise TypeError(
                     "recvcounts: Reduce_scatter with MPI.IN_PLACE needs recvcounts")
             rb = parse(recvbuf, "recvbuf", writable=True)
-        except (TypeError, ValueError) as exc:
+        except ARG_ERRORS as exc:
             self._agree("reduce_scatter", None, exc, algorithm, stage=_GATHER_COUNTS,
                         nonblocking=nonblocking)
             raise
@@ -295,12 +404,16 @@ class CheckedMode:
         if gathering is not None:
             sig[_DTYPE] = gathering.array.dtype.num
             sig[_ITEMSIZE] = gathering.array.dtype.itemsize
+            sig[_TSIZE] = gathering.datatype.Get_size()
+            sig[_TSIG] = _signature_hash(gathering.datatype)
             sig[_PEER] = gathering.count
         elif call is not None:
             sig[_ROOT] = call.root
             sig[_COUNT] = -1 if call.count is None else call.count
             sig[_DTYPE] = call.dtype.num
             sig[_ITEMSIZE] = call.dtype.itemsize
+            sig[_TSIZE] = call.datatype.Get_size()
+            sig[_TSIG] = _signature_hash(call.datatype)
             sig[_OP] = _op_code(call.op)
             if collective in ("alltoallv", "alltoallw"):  # alltoallw: in bytes
                 assert call.counts is not None
@@ -316,29 +429,36 @@ class CheckedMode:
                     sig[_PEER] = call.own_count
         table = np.empty((self.size, len(_FIELDS)), dtype=np.int64)
         Waitall([self._check_comm.Iallgather(sig, table)])
-        self._compare(collective, table, call, error, gathering is not None, str(forced))
+        reasons: list[str | None] = []
+        if table[:, _ERROR].any():  # every rank learns why (only on this error path)
+            mine = None if error is None else f"{type(error).__name__}: {error}"
+            reasons = self._check_comm.allgather(mine)
+        self._compare(collective, table, call, error, gathering is not None, str(forced),
+                      reasons)
         return table
 
     def _compare(self, collective: str, table: np.ndarray, call: Call | None,
-                 error: Exception | None, gathering: bool, forced: str = "auto") -> None:
-        """Raise :class:`MismatchError` if the rows of ``table`` disagree (see :meth:`_agree`);
-        return quietly on a rank whose own arguments were refused (it re-raises its error)."""
+                 error: Exception | None, gathering: bool, forced: str = "auto",
+                 reasons: Sequence[str | None] = ()) -> None:
+        """Raise :class:`MismatchError` if the rows of ``table`` disagree (see :meth:`_agree`),
+        naming the values and the ranks (``dtype float64 on rank 0, float32 on ranks 1-2``);
+        return quietly on a rank whose own arguments were refused (it re-raises its error), the
+        others naming it with its reason (``reasons``: every rank's error text, or None)."""
         bad = np.flatnonzero(table[:, _ERROR])
         if bad.size:
             if error is not None:
                 return  # this rank re-raises its own error
+            why = "; ".join(f"rank {int(r)}: {reasons[int(r)]}" for r in bad[:4]
+                            if len(reasons) > r and reasons[int(r)])
             raise MismatchError(f"{collective}: the arguments were refused on rank(s) "
-                                f"{_ranks(bad)}; every rank stops")
+                                f"{_ranks(bad)}; every rank stops" + (f" ({why})" if why else ""))
 
         def same(f: int) -> None:
             col = table[:, f]
             if (col != col[0]).any():
-                vals: dict[int, Any] = {int(r): int(v) for r, v in enumerate(col)}
-                if f == _COLL:
-                    vals = {r: NAMES[v] for r, v in vals.items()}
                 what = "recvcounts given (a list, or None)" if f == _STAGE else _FIELDS[f]
                 raise MismatchError(
-                    f"{collective}: ranks disagree on {what}: {vals} (rank: value)")
+                    f"{collective}: ranks disagree on {what}: {_by_value(f, col)}")
 
         same(_COLL)
         nb = table[:, _NB]

@@ -12,6 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms.datatypes import is_derived, typed_scratch
+from .buffers import MPITypeError
 
 __all__ = ["check_op", "op_name"]
 
@@ -56,7 +57,8 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
         try:
             op.Reduce_local([a, datatype], [b, datatype])
         except MPI.Exception:
-            raise TypeError(
+            raise MPITypeError(
+                MPI.ERR_OP,
                 f"op: {op_name(op)} is not defined for datatype "
                 f"{datatype.Get_name() or dtype} (MPI refuses it)"
             ) from None

@@ -51,6 +51,22 @@ __all__ = ["P2P", "p2p"]
 TAG_WINDOW = 32767
 
 
+class OutOfCommunicators(MPI.Exception):
+    """``comm.Dup()`` failed making a p2p backend: MPI has run out of communicators (MPICH has
+    about 2000 context ids).  The message says how to release them."""
+
+    def __init__(self, error_class: int, detail: str) -> None:
+        super().__init__(error_class)
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return ("mpicoll.p2p: MPI could not duplicate the communicator, most likely because it "
+                "ran out of communicators: every p2p backend owns a Dup of its communicator "
+                "until it is freed; call backend.Free() on backends you no longer need, or use "
+                "`with mpicoll.p2p(comm) as c: ...` (MPI said: "
+                + self.detail.splitlines()[0] + " ... " + self.detail.splitlines()[-1] + ")")
+
+
 def node_map(comm: MPI.Comm, k: int | None = None) -> tuple[int, ...]:
     """Node id of every rank of ``comm`` (collective; computed once per backend).
 
@@ -117,9 +133,12 @@ class P2P(P2PObjects, Collectives):
         self._forced = {c: registry.get(c, n) for c, n in self.settings.algorithms.items()}
         #: algorithm= names already looked up: (collective, name) -> algorithm
         self._named: dict[tuple[str, str], registry.Algorithm] = {}
-        self._comm = comm.Dup()
+        try:  # the Dup and node_map's Split_type each need a context id
+            self._comm = comm.Dup()
+            self.nodes = node_map(self._comm, self.settings.ranks_per_node)
+        except MPI.Exception as exc:  # MPICH: ~2000 context ids ("Too many communicators")
+            raise OutOfCommunicators(exc.Get_error_class(), str(exc)) from exc
         self._check_comm = self._comm
-        self.nodes = node_map(self._comm, self.settings.ranks_per_node)
         self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes,
                               tag_limit=limit)
 
@@ -128,11 +147,11 @@ class P2P(P2PObjects, Collectives):
         return self._engine.traffic
 
     def _checked_call(self, collective: str, nonblocking: bool, algorithm: Any,
-                      args: tuple[Any, ...]) -> Any:
+                      args: tuple[Any, ...], tag: int | None = None) -> Any:
         """Checked mode's agreement sends messages too: refuse a thread MPI does not allow
         first (the unchecked path meets the same check on entering the engine)."""
         check_thread()
-        return super()._checked_call(collective, nonblocking, algorithm, args)
+        return super()._checked_call(collective, nonblocking, algorithm, args, tag)
 
     def _segment_field(self) -> int:
         return self.settings.segment_bytes
@@ -170,6 +189,15 @@ class P2P(P2PObjects, Collectives):
                 raise RestrictionError(where + why)
         return alg
 
+    _tagged = True
+
+    def _take_tag(self) -> int:
+        return self._engine.take_tag()
+
+    def _refuse(self, tag: int | None) -> None:
+        if tag is not None:
+            self._engine.refused(tag)
+
     def _runner(self, call: Call, nonblocking: bool, algorithm: str | None
                 ) -> Callable[..., Any]:
         """What runs ``call`` (the front door caches it): the algorithm is selected here, once;
@@ -180,13 +208,13 @@ class P2P(P2PObjects, Collectives):
         if algorithm not in (None, "auto") or (algorithm is None and
                                                call.collective in self._forced):
             if nonblocking:
-                return lambda *_: engine.start(call, alg)
+                return lambda tag, *_: engine.start(call, alg, tag)
             return BlockingRunner(engine, call, alg)
         model = alphabeta.current()
         if nonblocking:
-            def auto(*_: Any) -> Any:
+            def auto(tag: int, *_: Any) -> Any:
                 a = alg if alphabeta.current() is model else self.select(call, algorithm)
-                return engine.start(call, a)
+                return engine.start(call, a, tag)
 
             return auto
         return _AutoBlocking(self, call, algorithm, alg, model)
@@ -223,12 +251,12 @@ class _AutoBlocking(BlockingRunner):
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, *_: Any) -> None:
+    def __call__(self, tag: int | None = None, *_: Any) -> None:
         if alphabeta.current() is not self.model:
             self.free()
             self.model = alphabeta.current()
             self.algorithm = self.backend.select(self.call, self.name)
-        super().__call__()
+        super().__call__(tag)
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

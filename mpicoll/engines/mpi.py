@@ -425,6 +425,8 @@ class Engine:
         self.tag_limit = tag_ub if tag_limit is None else max(tag_limit, tag_ub)
         #: tags held by persistent plans until their Free (see :meth:`reserve_tag`)
         self.reserved: set[int] = set()
+        #: tags of calls this rank refused (see :meth:`take_tag`)
+        self._refused: set[int] = set()
         self._plan_tag = tag_ub
         self.active: list[ScheduleRequest] = []
         self.traffic = Traffic()
@@ -442,17 +444,50 @@ class Engine:
                 self.active.remove(r)
                 _IN_FLIGHT[0] -= 1
 
-    def _context(self, call: Call, algorithm: Algorithm, tag: int | None = None
-                 ) -> tuple[MPIContext, Schedule]:
-        """A fresh tag (or ``tag``) and context for ``call``, and ``algorithm``'s schedule
-        started on it."""
-        if tag is not None:
-            ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic,
-                             self.nodes, self.segment_bytes)
-            return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
-        self.tag = tag = self.tag % self.tag_ub + 1  # the next tag: 1, 2, ..., tag_ub, 1, ...
+    def take_tag(self) -> int:
+        """The next call's tag: 1, 2, ..., tag_ub, 1, ... (skipping those persistent plans
+        hold).  The backend takes it before it checks the call's arguments, so a call refused
+        on some ranks only still consumes its tag on every rank and the ranks' counters never
+        drift apart (a refused call's messages, sent eagerly by the ranks that accepted it,
+        keep a tag no later call uses until the counter comes round; :meth:`refused` drains
+        them then)."""
+        self.tag = tag = self.tag % self.tag_ub + 1
         if self.reserved and tag in self.reserved:
             tag = self._skip_reserved()
+        return tag
+
+    def refused(self, tag: int) -> None:
+        """Note that this rank refused the call of ``tag`` (its peers may have sent on it)."""
+        self._refused.add(tag)
+
+    def _drain(self, tag: int) -> None:
+        """Receive and drop what peers sent for the calls this rank refused, at every call
+        this rank runs while there are any (late arrivals included), for as long as the
+        refused tag is more than half a tag window (``tag_ub // 2`` calls) from coming round:
+        only a peer that many calls ahead could use it for a new call by then.  After that
+        the tag is forgotten undrained.  So the refused calls' messages are all dropped
+        unless about ``tag_ub // 2`` (16383) calls in a row are refused, or a peer runs that
+        far ahead."""
+        status = MPI.Status()
+        half = self.tag_ub // 2
+        for old in list(self._refused):
+            if (old - tag) % self.tag_ub <= half:
+                self._refused.discard(old)
+                continue
+            while True:
+                msg = self.comm.Improbe(MPI.ANY_SOURCE, old, status)
+                if msg is None:
+                    break
+                msg.Recv(bytearray(max(0, status.Get_count(MPI.BYTE))))
+
+    def _context(self, call: Call, algorithm: Algorithm, tag: int | None = None
+                 ) -> tuple[MPIContext, Schedule]:
+        """A context for ``call`` on ``tag`` (taken with :meth:`take_tag`; a fresh one if
+        None), and ``algorithm``'s schedule started on it."""
+        if tag is None:
+            tag = self.take_tag()
+        if self._refused:
+            self._drain(tag)
         old = [r for r in self._live() if r._ctx.tag == tag] if self.active else []
         if old:
             # More than tag_ub collectives outstanding: the tag comes round again while an
@@ -506,20 +541,22 @@ class Engine:
         """Give back a tag :meth:`reserve_tag` handed out."""
         self.reserved.discard(tag)
 
-    def start(self, call: Call, algorithm: Algorithm) -> ScheduleRequest:
-        """Start ``call`` with ``algorithm`` (chosen by the backend) and return its request."""
+    def start(self, call: Call, algorithm: Algorithm,
+              tag: int | None = None) -> ScheduleRequest:
+        """Start ``call`` with ``algorithm`` (chosen by the backend) on ``tag`` (see
+        :meth:`take_tag`; a fresh one if None) and return its request."""
         with _guard():
-            ctx, gen = self._context(call, algorithm)
+            ctx, gen = self._context(call, algorithm, tag)
             return ScheduleRequest(self, gen, ctx)
 
-    def run(self, call: Call, algorithm: Algorithm) -> None:
-        """Blocking: run ``call`` with ``algorithm`` to completion (progressing any
-        outstanding others)."""
+    def run(self, call: Call, algorithm: Algorithm, tag: int | None = None) -> None:
+        """Blocking: run ``call`` with ``algorithm`` on ``tag`` (a fresh one if None) to
+        completion (progressing any outstanding others)."""
         with _guard():
             if _any_in_flight():  # keep everything in flight moving
-                self.start(call, algorithm).Wait()
+                self.start(call, algorithm, tag).Wait()
                 return
-            ctx, gen = self._context(call, algorithm)  # the common case: Waitall each round
+            ctx, gen = self._context(call, algorithm, tag)  # the common case: Waitall each round
             for rnd in gen:
                 reqs = ctx.post(rnd)
                 if reqs:

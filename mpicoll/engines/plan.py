@@ -388,8 +388,8 @@ class BlockingRunner:
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.call, self.algorithm = engine, call, algorithm
 
-    def __call__(self, *_: Any) -> None:
-        self.engine.run(self.call, self.algorithm)
+    def __call__(self, tag: int | None = None, *_: Any) -> None:
+        self.engine.run(self.call, self.algorithm, tag)
 
     def free(self) -> None:
         pass
