@@ -101,7 +101,7 @@ class Collectives(CheckedMode):
 
     def __getattr__(self, name: str) -> Any:
         """A method of mpi4py's communicators that mpicoll does not provide (point-to-point,
-        one-sided, topologies, ``Alltoallw``, the persistent ``*_init`` forms, neighbourhood
+        one-sided, topologies, neighbourhood
         collectives, ...) raises :class:`NotProvidedError` saying what to call instead."""
         if name in _MPI_METHODS:
             hint = (" (a neighbourhood collective: on a topology communicator from "

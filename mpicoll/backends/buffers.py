@@ -304,7 +304,7 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         ValueError: a count at a displacement that ends past the buffer.
     """
     obj, cnt, dsp, dt, is_list = _unpack(spec, what, vector=False)
-    if _is_datatype(dt) and is_derived(dt) and obj is not None and not _is_bottom(obj):
+    if isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None and not _is_bottom(obj):
         count = None if cnt is None else _index(cnt, what)
         displ = 0 if dsp is None else _index(dsp, what, "displacement")
         if (count is not None and count < 0) or displ < 0:
@@ -425,7 +425,8 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         a receive buffer (ValueError: MPI would corrupt memory).
     """
     obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
-    derived = _is_datatype(dt) and is_derived(dt) and obj is not None and not _is_bottom(obj)
+    derived = isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None \
+        and not _is_bottom(obj)
     if derived:
         datatype, null = dt, False
         extent = _derived_extent(datatype, what)
@@ -585,11 +586,6 @@ def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = Fals
                 "the same datatype (or one with the same layout)"
             )
         return
-    if a.array.dtype != b.array.dtype:
-        raise TypeError(
-            f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
-            f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
-        )
     if reduction and a.datatype != b.datatype:
         raise ValueError(
             f"{what}: mismatch in send and receive MPI datatypes: send "
