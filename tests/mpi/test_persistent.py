@@ -27,14 +27,19 @@ from mpi4py import MPI
 from test_nonblocking import _iform_cases
 
 import mpicoll
-from mpicoll.algorithms.collectives import BY_NAME, NAMES
+from mpicoll.algorithms.collectives import BY_NAME
+from mpicoll.algorithms.collectives import NAMES as ALL
+
+#: Alltoallw takes per-peer datatypes that the shared input builder here does not make; its
+#: Alltoallw_init is checked against Alltoallw through the runners of tests/mpi/_runners.py
+NAMES = tuple(c for c in ALL if c != "alltoallw")
 
 WORLD = MPI.COMM_WORLD
 
 
 def _params() -> list[Any]:
     out = []
-    for coll in NAMES:
+    for coll in ALL:
         for impl in runners.implementations(coll):
             starts = (1, 2, 100) if impl.entry is None else (2,)
             out += [pytest.param(coll, impl, n, id=f"{coll}-{impl.label}-x{n}") for n in starts]
