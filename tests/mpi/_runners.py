@@ -51,11 +51,18 @@ class Impl:
         return self.backend if self.algorithm is None else f"{self.backend}/{self.algorithm}"
 
 
+#: Open MPI 5.0.11's own MPI_Alltoallw writes outside the blocks of these cases (the send
+#: buffer changed, the heap corrupted: seen with plain mpi4py too), so native Alltoallw is
+#: compared only under MPICH; the p2p Alltoallw is checked against the oracle on both
+_NATIVE_BROKEN = {"alltoallw"} if "Open MPI" in MPI.Get_library_version() else set()
+
+
 def implementations(coll: str) -> list[Impl]:
     """native, p2p auto and every registered p2p algorithm of ``coll``."""
     algorithms = registry.algorithms(coll)
     assert algorithms, f"the registry lists no algorithm of {coll}"
-    return [Impl("native"), Impl("p2p", "auto"), *(Impl("p2p", a.name, a) for a in algorithms)]
+    native = [] if coll in _NATIVE_BROKEN else [Impl("native")]
+    return [*native, Impl("p2p", "auto"), *(Impl("p2p", a.name, a) for a in algorithms)]
 
 
 _BACKENDS: dict[str, Any] = {}

@@ -503,7 +503,11 @@ def w_spec(n: int, rank: int, in_send: bool, fill: bool) -> tuple[list[Any], np.
 def test_alltoallw_against_mpi4py(backends: dict[str, Any], in_place: bool) -> None:
     """Every block in its own layout (double, strided vector, interleaved resized vector) at
     its own byte displacement, on plain mpi4py, native, p2p auto (I-form) and every p2p
-    algorithm: every byte the same (gaps and holes untouched)."""
+    algorithm: every byte the same (gaps and holes untouched).  MPICH only: Open MPI 5.0.11's
+    own MPI_Alltoallw writes outside these blocks (plain mpi4py's result is wrong there), so
+    under Open MPI the p2p Alltoallw is checked against the oracle (test_collectives) only."""
+    if "Open MPI" in MPI.Get_library_version():
+        pytest.skip("Open MPI 5.0.11's MPI_Alltoallw is wrong on these layouts: no reference")
     fails = []
     impls: list[tuple[str, Any, dict[str, Any], bool]] = [
         ("native", backends["native"], {}, False),
