@@ -2,8 +2,8 @@
 
 Every p2p algorithm is registered here exactly once, by the ``@algorithm`` decorator on its
 schedule in ``mpicoll/algorithms/<collective>.py``.  The CLI (``mpicoll algorithms``), the
-README's algorithm table, the bench, ``verify`` and the tests all read this registry; nothing
-else lists algorithms.  This plays the part of MPICH's ``coll_algorithms.txt``.
+algorithm table in docs/algorithms.md, the bench, ``verify`` and the tests all read this
+registry; nothing else lists algorithms.  This plays the part of MPICH's ``coll_algorithms.txt``.
 
 Costs use the Hockney alpha-beta-gamma model (Thakur, Rabenseifner & Gropp, IJHPCA 19(1),
 2005): ``alpha`` seconds per message, ``beta`` seconds per byte sent, ``gamma`` seconds per

@@ -7,7 +7,7 @@ traceback and calls ``MPI_Abort``.  This module does the same for mpicoll's own 
 (the CLI, the examples), so that ``mpiexec -n 4 python -m mpicoll ...`` ends at once, non-zero,
 with the failing rank's traceback on stderr::
 
-    from mpicoll._abort import abort_on_exception
+    from mpicoll.tools.abort import abort_on_exception
 
     def main() -> int:
         ...
@@ -18,7 +18,7 @@ with the failing rank's traceback on stderr::
 
 or, around a block of code::
 
-    from mpicoll._abort import aborting
+    from mpicoll.tools.abort import aborting
 
     with aborting():
         run_the_example()

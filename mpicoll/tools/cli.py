@@ -165,7 +165,7 @@ def _algorithms_configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--collective", nargs="+", metavar="NAME",
                    help="only these collectives (default: all)")
     p.add_argument("--markdown", action="store_true",
-                   help="print a Markdown table (the README's algorithm table)")
+                   help="print a Markdown table (the table in docs/algorithms.md)")
 
 
 def _algorithms_validate(

@@ -28,7 +28,8 @@ __all__ = [
     "split",
 ]
 
-#: Collectives benched by default (the main ones of the seed articles and nccl-tests).
+#: Collectives benched by default (the main ones of the two articles the examples follow,
+#: and of nccl-tests).
 DEFAULT_COLLECTIVES: tuple[str, ...] = (
     "bcast", "reduce", "allreduce", "reduce_scatter_block", "allgather", "alltoall",
     "gather", "scatter",
