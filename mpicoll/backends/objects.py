@@ -229,8 +229,14 @@ class NativeObjects:
     if TYPE_CHECKING:  # provided by Collectives
         comm: MPI.Comm
 
-    def _native(self, collective: str, algorithm: Any) -> MPI.Intracomm:
+    def _native(self, collective: str, algorithm: Any, op: Any = None) -> MPI.Intracomm:
+        """The communicator to delegate to, after the checks mpi4py lacks where it would hang:
+        a reduction's op that is not callable raises TypeError on every rank that has one
+        (plain mpi4py raises at the rank that applies it and leaves the others waiting; at
+        P = 1 it applies nothing and returns, and so does this)."""
         check_algorithm_type(algorithm)
+        if op is not None and self.comm.Get_size() > 1:
+            _check_op(op)
         if algorithm not in (None, "native"):
             raise ValueError(
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
@@ -267,22 +273,22 @@ class NativeObjects:
     def reduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM,
                root: int = 0, *, algorithm: str | None = None) -> Any | None:
         """``comm.reduce(sendobj, op, root)``: the reduction at the root, None elsewhere."""
-        return self._native("reduce", algorithm).reduce(sendobj, op, root)
+        return self._native("reduce", algorithm, op).reduce(sendobj, op, root)
 
     def allreduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                   algorithm: str | None = None) -> Any:
         """``comm.allreduce(sendobj, op)``: the reduction on every rank."""
-        return self._native("allreduce", algorithm).allreduce(sendobj, op)
+        return self._native("allreduce", algorithm, op).allreduce(sendobj, op)
 
     def scan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
              algorithm: str | None = None) -> Any:
         """``comm.scan(sendobj, op)``: rank r gets x0 op ... op xr."""
-        return self._native("scan", algorithm).scan(sendobj, op)
+        return self._native("scan", algorithm, op).scan(sendobj, op)
 
     def exscan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                algorithm: str | None = None) -> Any:
         """``comm.exscan(sendobj, op)``: rank r gets x0 op ... op x(r-1); None on rank 0."""
-        return self._native("exscan", algorithm).exscan(sendobj, op)
+        return self._native("exscan", algorithm, op).exscan(sendobj, op)
 
 
 # ---- p2p ------------------------------------------------------------------------------------

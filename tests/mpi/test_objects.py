@@ -495,3 +495,20 @@ def test_over_2gib() -> None:
     finally:
         pair.Free()
         WORLD.Barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("method", ["reduce", "allreduce", "scan", "exscan"])
+def test_an_op_that_is_not_callable_raises_on_every_rank(kind: str, method: str) -> None:
+    """``op=5`` on every rank: TypeError on every rank, before any message, on both backends
+    (plain mpi4py raises at the rank that applies it and leaves the others waiting, so it is
+    not the reference here); the backend works afterwards."""
+    b = backend(kind, "world")
+    if WORLD.Get_size() == 1 and kind == "native":
+        assert getattr(b, method)(3, op=5) == getattr(WORLD, method)(3, op=5)  # as mpi4py
+    else:
+        with pytest.raises(TypeError, match="op"):
+            getattr(b, method)(3, op=5)
+    assert b.allreduce(1) == WORLD.Get_size()
