@@ -291,6 +291,17 @@ class NativeObjects:
         return self._native("exscan", algorithm, op).exscan(sendobj, op)
 
 
+def _pickled(obj: Any) -> tuple[np.ndarray, Exception | None, np.ndarray]:
+    """(``obj``'s pickle as bytes, None, its size as a 1-element int64 array), or, if it does
+    not pickle, (nothing, the error, the error's negative code in place of the size): the size
+    message every rank sends first, so the peers learn of the error instead of hanging."""
+    try:
+        data = _dumps(obj)
+    except Exception as exc:
+        return _NOTHING, exc, np.array([_code(exc)], dtype=np.int64)
+    return data, None, np.array([data.size], dtype=np.int64)
+
+
 # ---- p2p ------------------------------------------------------------------------------------
 
 
@@ -363,12 +374,7 @@ class P2PObjects:
     def _gather_obj(self, method: str, sendobj: Any, root: int, alg: tuple[str | None, ...]
                     ) -> tuple[list[Any] | None, Exception | None]:
         """Gather of the sizes, then Gatherv of the bytes: (objects at the root, error)."""
-        error: Exception | None = None
-        try:
-            data = _dumps(sendobj)
-        except Exception as exc:
-            data, error = _NOTHING, exc
-        mine = np.array([data.size if error is None else _code(error)], dtype=np.int64)
+        data, error, mine = _pickled(sendobj)
         sizes = np.zeros(self.size if self.rank == root else 0, dtype=np.int64)
         self.Gather([mine, _COUNT], [sizes, _COUNT], root, algorithm=alg[0])
         if self.rank != root:
@@ -447,12 +453,7 @@ class P2PObjects:
     def allgather(self, sendobj: Any, *, algorithm: str | None = None) -> list[Any]:
         """As ``comm.allgather(sendobj)``: every rank's object, in rank order, on every rank."""
         alg = self._forward(algorithm, "allgather", "allgatherv")
-        error: Exception | None = None
-        try:
-            data = _dumps(sendobj)
-        except Exception as exc:
-            data, error = _NOTHING, exc
-        mine = np.array([data.size if error is None else _code(error)], dtype=np.int64)
+        data, error, mine = _pickled(sendobj)
         sizes = np.empty(self.size, dtype=np.int64)
         self.Allgather([mine, _COUNT], [sizes, _COUNT], algorithm=alg[0])
         bad = {r: int(s) for r, s in enumerate(sizes) if s < 0}
