@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
+from segmented import SEGMENTED as REDUCTIONS
 
 import mpicoll
 from mpicoll.algorithms import registry
@@ -30,15 +31,8 @@ COMM = MPI.COMM_WORLD
 VAR = "MPICOLL_SEGMENT_SIZE"
 SMALL, WHOLE = 64, 1 << 30
 
-SEGMENTED = [
-    ("allreduce", "ring"), ("allreduce", "rabenseifner"), ("allreduce", "reduce_bcast"),
-    ("reduce", "binomial"), ("reduce", "rabenseifner"),
-    ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
-    ("reduce_scatter_block", "recursive_halving"), ("reduce_scatter_block", "reduce_scatterv"),
-    ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
-    ("reduce_scatter", "recursive_halving"), ("reduce_scatter", "reduce_scatterv"),
-    ("bcast", "pipeline"),
-]
+#: the segmented reductions, and the pipelined bcast
+SEGMENTED = [*REDUCTIONS, ("bcast", "pipeline")]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
+from segmented import SEGMENTED
 
 from mpicoll.algorithms import registry
 from mpicoll.algorithms.schedule import (
@@ -36,15 +37,6 @@ from mpicoll.model.alphabeta import DEFAULT, Model
 from mpicoll.tools.cases import Case
 from mpicoll.tools.simulate import make_args, simulate
 
-#: the algorithms that segment their reductions (every rank count, commutative op)
-SEGMENTED = [
-    ("allreduce", "ring"), ("allreduce", "rabenseifner"), ("allreduce", "reduce_bcast"),
-    ("reduce", "binomial"), ("reduce", "rabenseifner"),
-    ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
-    ("reduce_scatter_block", "recursive_halving"), ("reduce_scatter_block", "reduce_scatterv"),
-    ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
-    ("reduce_scatter", "recursive_halving"), ("reduce_scatter", "reduce_scatterv"),
-]
 PS = (1, 2, 3, 4, 5, 8)
 SMALL = 16  # bytes per segment: two float64 / int64
 WHOLE = 1 << 30  # one segment for every message here
