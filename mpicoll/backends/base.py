@@ -26,7 +26,7 @@ from .args import PARSERS
 from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
-from .frontdoor import FrontDoor, key_of
+from .frontdoor import FrontDoor, UncacheableError, key_of
 
 __all__ = ["Collectives", "MismatchError", "NotProvidedError"]
 
@@ -95,6 +95,7 @@ class Collectives(CheckedMode):
         #: the cache of parsed calls, with its ``hits``/``misses`` counters
         #: (:mod:`mpicoll.backends.frontdoor`)
         self.front_door = FrontDoor()
+        self._entries = self.front_door.entries  # read at every call
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
@@ -142,36 +143,51 @@ class Collectives(CheckedMode):
         dtype and flags, the same counts, datatype, op, root, in-place and ``algorithm=``)
         reuses that call's parse and runner (on p2p: its algorithm) without checking again:
         every check's answer depends only on what the key holds."""
+        # p2p: the tag first: a call refused here but accepted on other ranks still consumes
+        # it, so the ranks' tag counters stay equal (see Engine.take_tag)
+        tag = self._take_tag() if self._tagged else None
+        try:
+            key: tuple[Any, ...] | None = None
+            # the hot path: a cached call (only unchecked calls are stored, and Free empties
+            # the cache, so neither needs a test here)
+            if algorithm is None or type(algorithm) is str:
+                try:
+                    key = key_of((collective, nonblocking, algorithm), args)
+                except UncacheableError:
+                    pass
+                else:
+                    entry = self._entries.get(key)
+                    if entry is not None:
+                        self.front_door.hits += 1
+                        return entry[1](*args) if tag is None else entry[1](tag, *args)
+            return self._parse_and_run(collective, nonblocking, algorithm, args, tag, key)
+        except BaseException:
+            if tag is not None:
+                self._refuse(tag)
+            raise
+
+    def _parse_and_run(self, collective: str, nonblocking: bool, algorithm: Any,
+                       args: tuple[Any, ...], tag: int | None,
+                       key: tuple[Any, ...] | None) -> Any:
+        """A call the cache does not hold (``key``: its key, None if not cacheable): checked
+        (in checked mode: agreed on), parsed, run, and stored under ``key``."""
         if self._freed:
             raise RuntimeError(f"this {self.name} backend was freed")
-        # the tag first: a call refused here but accepted on other ranks still consumes it,
-        # so the ranks' tag counters stay equal (see Engine.take_tag)
-        tag = self._take_tag()
-        try:
-            if collective == "reduce_scatter" and args[2] is None:  # gather the counts first
-                args = (*args[:2], self._recvcounts(args[0], args[1], None, algorithm,
-                                                    nonblocking), *args[3:])
-            if self.check:
-                return self._checked_call(collective, nonblocking, algorithm, args, tag)
-            if algorithm is not None and not isinstance(algorithm, str):
-                check_algorithm_type(algorithm)
-            door = self.front_door
-            key = key_of(args)
-            if key is not None:
-                key = (collective, nonblocking, algorithm, key)
-                entry = door.entries.get(key)
-                if entry is not None:
-                    door.hits += 1
-                    return entry[1](tag, *args) if self._tagged else entry[1](*args)
-            door.misses += 1
-            run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
-                               algorithm)
-            if key is not None:
-                door.store(key, args, run)
-            return run(tag, *args) if self._tagged else run(*args)
-        except BaseException:
-            self._refuse(tag)
-            raise
+        if collective == "reduce_scatter" and args[2] is None:  # gather the counts first
+            args = (*args[:2], self._recvcounts(args[0], args[1], None, algorithm,
+                                                nonblocking), *args[3:])
+            key = None  # the gathered counts may differ at the next call
+        if self.check:
+            return self._checked_call(collective, nonblocking, algorithm, args, tag)
+        if algorithm is not None and not isinstance(algorithm, str):
+            check_algorithm_type(algorithm)
+        door = self.front_door
+        door.misses += 1
+        run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
+                           algorithm)
+        if key is not None:
+            door.store(key, args, run)
+        return run(tag, *args) if self._tagged else run(*args)
 
     #: the backend's runners take the call's tag first (p2p: ``run(tag, *args)``)
     _tagged = False

@@ -5,10 +5,12 @@ key holds everything the answer of a check or of the parse could depend on:
 
 * the collective, blocking or not, and ``algorithm=`` (the environment is read once per
   backend, so it cannot change under a cache);
-* per buffer (a ``numpy.ndarray`` of exactly that type): its identity, shape, strides, dtype and
-  writeable flag.  Its address is fixed by its identity: the entry keeps the array alive (so
-  the id is never reused), numpy's ``data`` attribute is read-only, and ``resize`` refuses an
-  array that the entry's views reference;
+* per buffer (a ``numpy.ndarray`` of exactly that type): its identity, shape, dtype and flags
+  (writeable, contiguous; the strides of a contiguous array follow from the rest).  Its
+  address is fixed by its identity and shape: the entry keeps the array alive (so the id is
+  never reused), numpy's ``data`` attribute is read-only, ``resize`` refuses an array that
+  the entry's views reference, and ``resize(refcheck=False)`` to another size changes the
+  shape;
 * the rest of each argument by value: ints (root, counts; ``bool`` kept apart from ``int``),
   the lists and tuples of a buffer spec (their type too: ``(counts, displs)`` is not
   ``[counts, displs]``), ``MPI.IN_PLACE``, ``None``; datatypes and ops by identity and handle
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "key_of"]
+__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "UncacheableError", "key_of"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -44,12 +46,11 @@ SIZE = 64
 MAX_ENTRY_BYTES = 1 << 20
 
 
-class _UncacheableError(Exception):
-    pass
+class UncacheableError(Exception):
+    """An argument the cache does not hold: the call is checked and parsed every time."""
 
 
-def _array(a: np.ndarray) -> tuple[Any, ...]:
-    return (id(a), a.shape, a.strides, a.dtype, a.flags.writeable)
+_ND = np.ndarray
 
 
 def _same(x: Any) -> Any:
@@ -69,14 +70,11 @@ def _in_place(x: Any) -> str:
 
 
 def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
-    try:
-        return (type(x), *[_PARTS[type(v)](v) for v in x])
-    except KeyError:
-        raise _UncacheableError from None
+    return (type(x), *key_of((), x))
 
 
 _PARTS: dict[type, Callable[[Any], Any]] = {
-    np.ndarray: _array, int: _same, bool: _bool, type(None): _same, str: _same,
+    int: _same, bool: _bool, type(None): _same, str: _same,
     list: _sequence, tuple: _sequence, MPI.Datatype: _handle, MPI.Op: _handle,
     type(MPI.IN_PLACE): _in_place,
 }
@@ -85,12 +83,39 @@ for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32
     _PARTS[_t] = _same
 
 
-def key_of(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The cache key of a call's arguments, or None if one of them is not cacheable."""
-    try:
-        return tuple([_PARTS[type(a)](a) for a in args])
-    except (KeyError, _UncacheableError):
-        return None
+def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
+    """The cache key of a call: ``head`` (what the backend adds: the collective, blocking or
+    not, ``algorithm=``), then each argument's part, flat.  An array's part is four items, its
+    dtype first (no other part is a dtype, so the key reads back unambiguously), then its
+    identity, shape and flags; the flags' ``num`` holds the writeable and contiguity bits, and
+    a contiguous array's strides follow from its shape and dtype, so they are not needed (a
+    strides change that breaks contiguity changes the flags).  Every other argument is one
+    item (:data:`_PARTS`).  This runs at every call: the common arguments are read inline.
+
+    Raises:
+        UncacheableError: an argument (or an item of a buffer spec) of a type the cache does
+            not hold (see the module docstring).
+    """
+    key = list(head)
+    add = key.append
+    for a in args:
+        t = type(a)
+        if t is _ND:
+            add(a.dtype)
+            add(id(a))
+            add(a.shape)
+            add(a.flags.num)
+        elif t is _OP:
+            add((id(a), a.handle))
+        else:
+            part = _PARTS.get(t)
+            if part is None:
+                raise UncacheableError(t.__name__)
+            add(part(a))
+    return tuple(key)
+
+
+_OP = MPI.Op
 
 
 class FrontDoor:

@@ -591,11 +591,18 @@ def _claim(schedules: Iterable[ScheduleRequest]) -> list[ScheduleRequest]:
 
 
 def _release(claimed: list[ScheduleRequest]) -> None:
+    """Release claims, waking the threads asleep on :data:`_released` (if any: a waiter
+    counts itself in before it looks at its condition, so a release it misses happened before
+    it looked, or it wakes within :data:`_NAP`)."""
     for r in claimed:
         r._claim.release()
-    if claimed:
+    if claimed and _WAITERS[0]:
         with _released:
             _released.notify_all()
+
+
+#: threads asleep on (or about to sleep on) :data:`_released`, counted under its lock
+_WAITERS = [0]
 
 
 def _poll_claimed(claimed: list[ScheduleRequest]) -> bool:
@@ -658,8 +665,12 @@ def _step(mine: Sequence[ScheduleRequest], plain: Sequence[MPI.Request],
     finally:
         _release(claimed)
     with _released:  # another thread holds one of ours: it moves it and wakes us
-        if not cond():
-            _released.wait(_NAP)
+        _WAITERS[0] += 1
+        try:
+            if not cond():
+                _released.wait(_NAP)
+        finally:
+            _WAITERS[0] -= 1
     return None
 
 

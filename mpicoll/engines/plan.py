@@ -42,12 +42,13 @@ from mpi4py import MPI
 from ..algorithms.datatypes import TypedView
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
+from . import mpi as _mpi
 from .call import Call
 from .mpi import (
-    _ENGINES,
     _IN_FLIGHT,
     Engine,
     ScheduleRequest,
+    _empty_status,
     _guard,
     _lock,
     _release,
@@ -249,9 +250,7 @@ class PlanRequest(ScheduleRequest):
             steps.append((_fast(local, ctx), reqs, _fast(during, ctx)))
         self._steps = steps
         self._tail = _fast(plan.tail, ctx)
-        tr = plan.traffic
-        self._traffic = (tr["messages_sent"], tr["messages_recv"], tr["bytes_sent"],
-                         tr["bytes_recv"], tr["inter_bytes_sent"], plan.rounds)
+        self._traffic = _traffic_of(plan)
         self._next = 0
         self._reqs: list[MPI.Request] = []
         #: held by the one thread that tests this plan's requests or advances it
@@ -263,47 +262,26 @@ class PlanRequest(ScheduleRequest):
     def Start(self) -> None:
         """Start the collective (every rank starts its persistent collectives in the same
         order, as MPI requires)."""
+        if _mpi._level == _MULTIPLE:  # no thread check to make
+            self._start()
+            return
         with _guard():
-            if self.freed:
-                raise RuntimeError("Start: this persistent request was freed")
-            if not self._inactive:
-                raise RuntimeError("Start: this persistent request is active (complete it "
-                                   "with Wait/Test first)")
-            self._count()
-            self.done = self._inactive = False
-            self._next = 0
-            self._advance()  # not in flight yet: nobody else sees it, no claim needed
-            if not self.done:
-                with _lock:
-                    self._engine.active.append(self)
-                    _IN_FLIGHT[0] += 1
+            self._start()
 
-    def _count(self) -> None:
-        """Add one run's messages, bytes and rounds to the engine's traffic counters."""
-        t = self._engine.traffic
-        ms, mr, bs, br, inter, rounds = self._traffic
-        t.messages_sent += ms
-        t.messages_recv += mr
-        t.bytes_sent += bs
-        t.bytes_recv += br
-        t.inter_bytes_sent += inter
-        t.rounds += rounds
-
-    def run(self) -> None:
-        """A blocking run while no p2p request is in flight anywhere: each step's local work,
-        its round started (and its overlapped work done) and waited for, then the tail (no
-        polling, no request bookkeeping)."""
-        self._count()
-        startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
-        for local, reqs, during in self._steps:
-            for fn, a, b in local:
-                fn(a, b)
-            startall(reqs)
-            for fn, a, b in during:
-                fn(a, b)
-            waitall(reqs)
-        for fn, a, b in self._tail:
-            fn(a, b)
+    def _start(self) -> None:
+        if self.freed:
+            raise RuntimeError("Start: this persistent request was freed")
+        if not self._inactive:
+            raise RuntimeError("Start: this persistent request is active (complete it "
+                               "with Wait/Test first)")
+        _add_traffic(self._engine, self._traffic)
+        self.done = self._inactive = False
+        self._next = 0
+        self._advance()  # not in flight yet: nobody else sees it, no claim needed
+        if not self.done:
+            with _lock:
+                self._engine.active.append(self)
+                _IN_FLIGHT[0] += 1
 
     def _advance(self) -> None:
         """The next step: its local work, then its round started; or the tail and done."""
@@ -312,7 +290,7 @@ class PlanRequest(ScheduleRequest):
             local, reqs, during = self._steps[i]
             for fn, a, b in local:
                 fn(a, b)
-            MPI.Prequest.Startall(reqs)
+            _STARTALL(reqs)
             for fn, a, b in during:
                 fn(a, b)
             self._reqs = reqs  # type: ignore[assignment]
@@ -327,18 +305,22 @@ class PlanRequest(ScheduleRequest):
         """Block until the run is complete (at once if inactive), progressing every other p2p
         request in flight meanwhile; True.  Alone in flight, it sleeps in ``Waitall`` on each
         round in turn (no polling)."""
-        with _guard():
-            if not self._inactive and not self.done and self._claim.acquire(blocking=False):
-                try:
-                    if _alone(self):
-                        waitall = MPI.Request.Waitall
-                        while not self.done:
-                            waitall(self._reqs)
-                            self._advance()
-                        self._engine._retire(self)
-                finally:
-                    _release([self])
-            return super().Wait(status)
+        if (_mpi._level == _MULTIPLE and not self.done and _IN_FLIGHT[0] == 1
+                and self._claim.acquire(blocking=False)):
+            # the only schedule in flight anywhere (it is counted there while it runs)
+            try:
+                waitall = _WAITALL
+                while not self.done:
+                    waitall(self._reqs)
+                    self._advance()
+                self._engine._retire(self)
+            finally:
+                _release([self])
+            self._inactive = True
+            if status is not None:
+                _empty_status(status)
+            return True
+        return super().Wait(status)
 
     def Free(self) -> None:
         """Complete an active run, then release the persistent requests and the tag."""
@@ -359,11 +341,6 @@ class PlanRequest(ScheduleRequest):
         Startall(requests)
 
 
-def _alone(r: ScheduleRequest) -> bool:
-    """``r`` is the only schedule in flight on every live engine."""
-    with _lock:
-        return all(not e.active or (len(e.active) == 1 and e.active[0] is r) for e in _ENGINES)
-
 
 def Startall(requests: Iterable[Any]) -> None:
     """Start a list of persistent requests, p2p (:class:`PlanRequest`) and MPI
@@ -378,18 +355,95 @@ def Startall(requests: Iterable[Any]) -> None:
 
 
 class BlockingRunner:
-    """What the front door caches for a blocking p2p call: ``runner()`` runs it on the engine
-    (a fresh tag per call, as every p2p call: a call refused on some ranks only then never
-    meets a later call's messages; a compiled plan would need one fixed tag for every run).
-    ``free()`` has nothing to release; it is there for the front door's eviction."""
+    """What the front door caches for a blocking p2p call: ``runner(tag)`` runs it on the
+    engine, on the call's own fresh tag (as every p2p call: a call refused on some ranks only
+    then never meets a later call's messages).
 
-    __slots__ = ("algorithm", "call", "engine")
+    The first run goes through the engine (the schedule's generator); the second compiles the
+    call's :class:`Plan` (its scratch allocated once, kept with the entry), and it and every
+    later run replay it: per round the recorded local work, ``Irecv``/``Isend`` of the recorded
+    specs on the call's tag, ``Waitall``; no generator, no context.  A run replays only while
+    no p2p schedule is in flight anywhere (else it must progress them: it goes through the
+    engine) and under ``MPI_THREAD_MULTIPLE`` (else the engine's thread checks apply).
+    ``free()`` drops the plan (the front door's eviction, a changed model)."""
+
+    __slots__ = ("_fast", "_runs", "_traffic", "algorithm", "call", "engine")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.call, self.algorithm = engine, call, algorithm
+        self._runs = 0
+        self._fast: tuple[Any, ...] | None = None
+        self._traffic: tuple[int, ...] = ()
 
     def __call__(self, tag: int | None = None, *_: Any) -> None:
-        self.engine.run(self.call, self.algorithm, tag)
+        fast = self._fast
+        engine = self.engine
+        if fast is None:
+            self._runs += 1
+            if self._runs < 2:  # a call made once costs no compilation
+                engine.run(self.call, self.algorithm, tag)
+                return
+            fast = self._fast = self._compile()
+        if _IN_FLIGHT[0] or _mpi._level != _MULTIPLE or tag is None:
+            engine.run(self.call, self.algorithm, tag)
+            return
+        if engine._refused:
+            engine._drain(tag)
+        comm, waitall = engine.comm, _WAITALL
+        steps, tail = fast
+        for local, recvs, sends, during in steps:
+            for fn, a, b in local:
+                fn(a, b)
+            reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
+            for spec, peer in sends:
+                reqs.append(comm.Isend(spec, peer, tag))
+            for fn, a, b in during:
+                fn(a, b)
+            waitall(reqs)
+        for fn, a, b in tail:
+            fn(a, b)
+        _add_traffic(engine, self._traffic)
+
+    def _compile(self) -> tuple[Any, ...]:
+        e = self.engine
+        comm = e.comm
+        plan = compile_plan(self.call, self.algorithm, comm.Get_rank(), comm.Get_size(),
+                            e.nodes, e.segment_bytes)
+        dt = plan.datatype
+        ctx = Context(comm.Get_rank(), comm.Get_size(), dt, plan.dtype)  # local work only
+        steps = tuple(
+            (_fast(local, ctx),
+             tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Recv),
+             tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Send),
+             _fast(during, ctx))
+            for local, rnd, during in plan.steps)
+        self._traffic = _traffic_of(plan)
+        return (steps, _fast(plan.tail, ctx))
 
     def free(self) -> None:
-        pass
+        """Drop the compiled plan (the next runs compile it again)."""
+        self._fast = None
+        self._runs = 0
+
+
+_WAITALL = MPI.Request.Waitall
+_STARTALL = MPI.Prequest.Startall
+_MULTIPLE = MPI.THREAD_MULTIPLE
+
+
+def _traffic_of(plan: Plan) -> tuple[int, ...]:
+    tr = plan.traffic
+    return (tr["messages_sent"], tr["messages_recv"], tr["bytes_sent"], tr["bytes_recv"],
+            tr["inter_bytes_sent"], plan.rounds)
+
+
+def _add_traffic(engine: Engine, counts: tuple[int, ...]) -> None:
+    """Add one run's messages, bytes and rounds to the engine's traffic counters."""
+    t = engine.traffic
+    ms, mr, bs, br, inter, rounds = counts
+    t.messages_sent += ms
+    t.messages_recv += mr
+    t.bytes_sent += bs
+    t.bytes_recv += br
+    t.inter_bytes_sent += inter
+    t.rounds += rounds
