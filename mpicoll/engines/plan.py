@@ -202,8 +202,8 @@ def _fast(local: Iterable[Local], ctx: Context) -> tuple[tuple[Any, Any, Any], .
         if kind == "copy":
             if ctx.derived or type(a) is TypedView:
                 out.append((ctx.copy, a, b))
-            else:
-                out.append((np.copyto, b, a))
+            else:  # b[...] = a: numpy's copy, without np.copyto's argument handling
+                out.append((b.__setitem__, Ellipsis, a))
         else:
             assert op is not None
             n = int(a.size)
@@ -361,8 +361,10 @@ class BlockingRunner:
 
     The first run goes through the engine (the schedule's generator); the second compiles the
     call's :class:`Plan` (its scratch allocated once, kept with the entry), and it and every
-    later run replay it: per round the recorded local work, ``Irecv``/``Isend`` of the recorded
-    specs on the call's tag, ``Waitall``; no generator, no context.  A run replays only while
+    later run replay it: per round the recorded local work, then the recorded messages on the
+    call's tag (``Irecv``/``Isend``/``Waitall``; a round of one message each way and no
+    overlapped work is one ``Sendrecv``, a lone send or receive one ``Send``/``Recv``); no
+    generator, no context.  A run replays only while
     no p2p schedule is in flight anywhere (else it must progress them: it goes through the
     engine) and under ``MPI_THREAD_MULTIPLE`` (else the engine's thread checks apply).
     ``free()`` drops the plan (the front door's eviction, a changed model)."""
@@ -389,17 +391,26 @@ class BlockingRunner:
             return
         if engine._refused:
             engine._drain(tag)
-        comm, waitall = engine.comm, _WAITALL
+        comm = engine.comm
         steps, tail = fast
-        for local, recvs, sends, during in steps:
+        for local, kind, msgs, during in steps:
             for fn, a, b in local:
                 fn(a, b)
-            reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
-            for spec, peer in sends:
-                reqs.append(comm.Isend(spec, peer, tag))
-            for fn, a, b in during:
-                fn(a, b)
-            waitall(reqs)
+            if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
+                sspec, dest, rspec, source = msgs
+                comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
+            elif kind is _SEND:
+                comm.Send(msgs[0], msgs[1], tag)
+            elif kind is _RECV:
+                comm.Recv(msgs[0], msgs[1], tag)
+            else:
+                recvs, sends = msgs
+                reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
+                for spec, peer in sends:
+                    reqs.append(comm.Isend(spec, peer, tag))
+                for fn, a, b in during:
+                    fn(a, b)
+                _WAITALL(reqs)
         for fn, a, b in tail:
             fn(a, b)
         _add_traffic(engine, self._traffic)
@@ -411,14 +422,22 @@ class BlockingRunner:
                             e.nodes, e.segment_bytes)
         dt = plan.datatype
         ctx = Context(comm.Get_rank(), comm.Get_size(), dt, plan.dtype)  # local work only
-        steps = tuple(
-            (_fast(local, ctx),
-             tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Recv),
-             tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Send),
-             _fast(during, ctx))
-            for local, rnd, during in plan.steps)
+        steps = []
+        for local, rnd, during in plan.steps:
+            recvs = tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Recv)
+            sends = tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Send)
+            msgs: tuple[Any, ...]
+            if during or len(recvs) + len(sends) > 2 or len(recvs) > 1 or len(sends) > 1:
+                kind, msgs = _GENERAL, (recvs, sends)
+            elif recvs and sends:  # Sendrecv: Irecv + Isend + Waitall in one call
+                kind, msgs = _SENDRECV, (*sends[0], *recvs[0])
+            elif sends:  # Send: Isend + Wait (every round is waited for before the next)
+                kind, msgs = _SEND, sends[0]
+            else:
+                kind, msgs = _RECV, recvs[0]
+            steps.append((_fast(local, ctx), kind, msgs, _fast(during, ctx)))
         self._traffic = _traffic_of(plan)
-        return (steps, _fast(plan.tail, ctx))
+        return (tuple(steps), _fast(plan.tail, ctx))
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
@@ -427,6 +446,8 @@ class BlockingRunner:
 
 
 _WAITALL = MPI.Request.Waitall
+#: how a replayed blocking round posts its messages (see BlockingRunner._compile)
+_SENDRECV, _SEND, _RECV, _GENERAL = "sendrecv", "send", "recv", "general"
 _STARTALL = MPI.Prequest.Startall
 _MULTIPLE = MPI.THREAD_MULTIPLE
 
