@@ -35,6 +35,12 @@ _MPI_METHODS = frozenset(n for cls in (MPI.Intracomm, MPI.Topocomm, MPI.Cartcomm
                          for n in dir(cls) if not n.startswith("_"))
 
 
+def _by_value(counts: Any) -> Any:
+    """Counts given as a 1-d numpy array, as a list: the front door keys a list by its values
+    (an array by its identity: a refilled one would hit a stale entry)."""
+    return counts.tolist() if type(counts) is np.ndarray and counts.ndim == 1 else counts
+
+
 class NotProvidedError(NotImplementedError, AttributeError):
     """A method of ``mpi4py.MPI.Comm`` that mpicoll does not provide (the README's "Not
     provided" list): the message says to call it on the mpi4py communicator.  Also an
@@ -404,7 +410,8 @@ class Collectives(CheckedMode):
 
         ``recvcounts=None`` gathers every rank's receive count first (an allgather, as mpi4py
         does); with ``MPI.IN_PLACE`` the counts must be given."""
-        self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, recvcounts, op)
+        self._call("reduce_scatter", False, algorithm, sendbuf, recvbuf, _by_value(recvcounts),
+                   op)
 
     def Ireduce_scatter(
         self,
@@ -416,7 +423,8 @@ class Collectives(CheckedMode):
         algorithm: str | None = None,
     ) -> Any:
         """Non-blocking :meth:`Reduce_scatter`: returns a request with ``Wait()``/``Test()``."""
-        return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf, recvcounts, op)
+        return self._call("reduce_scatter", True, algorithm, sendbuf, recvbuf,
+                          _by_value(recvcounts), op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None) -> None:
         """Every rank receives every rank's ``sendbuf`` (count each) in rank order."""

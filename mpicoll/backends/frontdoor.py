@@ -12,6 +12,7 @@ key holds everything the answer of a check or of the parse could depend on:
   the entry's views reference, and ``resize(refcheck=False)`` to another size changes the
   shape;
 * the rest of each argument by value: ints (root, counts; ``bool`` kept apart from ``int``),
+  counts and displacements given as numpy arrays (their contents),
   the lists and tuples of a buffer spec (their type too: ``(counts, displs)`` is not
   ``[counts, displs]``), ``MPI.IN_PLACE``, ``None``; datatypes and ops by identity and handle
   (a freed one has a new handle, a new one a new identity).
@@ -70,7 +71,24 @@ def _in_place(x: Any) -> str:
 
 
 def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
-    return (type(x), *key_of((), x))
+    """A buffer spec (``[buf, counts, displs, datatype]``, ``[buf, (counts, displs), dt]``):
+    its type, its first item's part (the buffer: by identity), then the others by value
+    (:func:`_value`)."""
+    if not x:
+        return (type(x),)
+    return (type(x), *key_of((), x[:1]), *[_value(v) for v in x[1:]])
+
+
+def _value(v: Any) -> Any:
+    """A spec item past the buffer by value: counts and displacements given as numpy arrays
+    by their contents (they may be refilled between two calls), nested sequences item by
+    item, anything else as :func:`key_of` keys it."""
+    t = type(v)
+    if t is _ND:
+        return ("values", v.dtype, v.shape, v.tobytes())
+    if t is list or t is tuple:
+        return (t, *[_value(w) for w in v])
+    return key_of((), (v,))[0]
 
 
 _PARTS: dict[type, Callable[[Any], Any]] = {

@@ -207,4 +207,25 @@ def test_blocking_calls_replay_a_compiled_plan(algorithm: str) -> None:
     runners_ = [run for _, run in b.front_door.entries.values()
                 if getattr(run, "algorithm", None) is not None
                 and run.algorithm.name == algorithm and run.call.count == n]
-    assert runners_ and all(r._fast is not None for r in runners_)
+    assert runners_
+    assert all(r._fast is not None for r in runners_)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_counts_arrays_are_keyed_by_their_values(kind: str) -> None:
+    """Displacements given as a numpy array and refilled between two calls (the same array
+    object, every other argument the same): the second call uses the new values."""
+    b = backend(kind)
+    counts = np.full(P, 2, dtype=np.int64)
+    displs = 2 * np.arange(P, dtype=np.int64)
+    recv = np.zeros(2 * P)
+    mine = np.full(2, RANK + 1.0)
+    for order in (np.arange(P), np.arange(P)[::-1]):
+        displs[:] = 2 * order
+        recv[:] = 0
+        b.Allgatherv(mine, [recv, (counts, displs), MPI.DOUBLE])
+        expect = np.zeros(2 * P)
+        for r in range(P):
+            expect[2 * order[r]: 2 * order[r] + 2] = r + 1.0
+        assert np.array_equal(recv, expect), (order, recv)
