@@ -137,11 +137,12 @@ test-large: $(TESTED)
 
 # ---- running it -------------------------------------------------------------------------------
 
-## bench: both backends timed on BENCH_NP ranks -> results/bench.{json,csv,png}
+## bench: both backends and plain mpi4py, blocking and persistent (*_init), timed on BENCH_NP
+## ranks -> results/bench.{json,csv,png}
 bench: $(call installed,plot)
 	@mkdir -p results
 	MPLBACKEND=Agg timeout -k 20 $(BENCH_TIMEOUT) $(MPIEXEC) -n $(BENCH_NP) \
-	    $(PY) -m mpicoll bench --json results/bench.json --csv results/bench.csv \
+	    $(PY) -m mpicoll bench --persistent --json results/bench.json --csv results/bench.csv \
 	    --plot results/bench.png $(BENCH_ARGS)
 
 ## readme: regenerate the algorithm table in docs/algorithms.md (a unit test checks it)
