@@ -153,6 +153,12 @@ class P2P(P2PObjects, Collectives):
         check_thread()
         return super()._checked_call(collective, nonblocking, algorithm, args, tag)
 
+    def _agree_object(self, method: str, error: Exception | None, algorithm: Any = None, *,
+                      root: int | None = None, op: Any = None) -> None:
+        """As :meth:`_checked_call`: a thread MPI does not allow is refused first."""
+        check_thread()
+        super()._agree_object(method, error, algorithm, root=root, op=op)
+
     def _segment_field(self) -> int:
         return self.settings.segment_bytes
 
