@@ -20,6 +20,7 @@ checked path only when the backend's ``check`` is on.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -94,6 +95,9 @@ def op_name(op: Any) -> str:
 def _callable_name(op: Any) -> str:
     qual = getattr(op, "__qualname__", None) or type(op).__qualname__
     module = getattr(op, "__module__", None) or type(op).__module__
+    if module and module.startswith("_") and \
+            getattr(sys.modules.get(module[1:]), str(qual), None) is op:
+        module = module[1:]  # operator.add, not _operator.add
     return f"{module}.{qual}" if module and module != "builtins" else str(qual)
 
 

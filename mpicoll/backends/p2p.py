@@ -155,9 +155,17 @@ class P2P(P2PObjects, Collectives):
 
     def _agree_object(self, method: str, error: Exception | None, algorithm: Any = None, *,
                       root: int | None = None, op: Any = None) -> None:
-        """As :meth:`_checked_call`: a thread MPI does not allow is refused first."""
+        """As :meth:`_checked_call`: a thread MPI does not allow is refused first.  The
+        agreement takes a tag of its own, as every buffer call does before its agreement, so
+        the ranks' tag counters stay equal when one rank's object call meets another rank's
+        buffer call (both refused)."""
         check_thread()
-        super()._agree_object(method, error, algorithm, root=root, op=op)
+        tag = self._take_tag()
+        try:
+            super()._agree_object(method, error, algorithm, root=root, op=op)
+        except BaseException:
+            self._refuse(tag)
+            raise
 
     def _segment_field(self) -> int:
         return self.settings.segment_bytes
