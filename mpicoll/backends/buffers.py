@@ -25,7 +25,7 @@ of mpi4py 4.1's ``msgbuffer.pxi``), read the way mpi4py reads it:
   a ``ValueError``); ``[MPI.BOTTOM, count, datatype]`` (and its vector forms) with a count
   above 0 takes a derived datatype of absolute addresses (``MPI.Get_address``), as MPI does:
   see :func:`_bottom` (a predefined datatype there, a buffer at address 0, is an
-  :class:`MPIValueError`; ``Alltoallw`` does not take ``MPI.BOTTOM``);
+  :class:`MPIValueError`);
 * ``None`` or ``MPI.IN_PLACE`` as a whole send argument is in place wherever mpi4py reads it so
   (see :func:`is_in_place`); where an argument is not significant (the non-root's sendbuf of
   Scatter, recvbuf of Gather and Reduce) the callers do not read it at all.
@@ -321,8 +321,8 @@ def _free_type(datatype: MPI.Datatype) -> None:
         datatype.Free()
 
 
-def _bottom(datatype: Any, count: int, displ: int, what: str) -> tuple[np.ndarray,
-                                                                       MPI.Datatype]:
+def _bottom(datatype: Any, count: int, displ: int, what: str, byte_offset: int = 0
+            ) -> tuple[np.ndarray, MPI.Datatype]:
     """``count`` elements of ``[MPI.BOTTOM, count, datatype]`` from element ``displ``, in the
     internal form: (a view, a datatype).  The datatype's typemap holds absolute addresses
     (``MPI.Get_address``); the view starts at the lowest of them (element ``displ``'s origin
@@ -331,6 +331,7 @@ def _bottom(datatype: Any, count: int, displ: int, what: str) -> tuple[np.ndarra
     bound and extent), so ``[view, count, shifted]`` is the same memory, the same type
     signature and the same extent as ``[MPI.BOTTOM, count, datatype]`` while scratch buffers
     and copies work as for any derived datatype.  The shifted type is freed with the view.
+    ``byte_offset``: bytes from ``MPI.BOTTOM`` to element 0 (``Alltoallw``'s displacements).
 
     Raises:
         MPIValueError (``MPI.ERR_BUFFER``): a predefined datatype with ``count > 0`` (a buffer
@@ -349,7 +350,7 @@ def _bottom(datatype: Any, count: int, displ: int, what: str) -> tuple[np.ndarra
         return np.empty(0, dtype), datatype
     extent = _derived_extent(datatype, what)
     true_lb = int(datatype.Get_true_extent()[0])
-    start = displ * extent + true_lb
+    start = byte_offset + displ * extent + true_lb
     if start < _LOWEST_ADDRESS:
         raise MPIValueError(
             MPI.ERR_BUFFER,
@@ -637,8 +638,8 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     else:
         raise TypeError(f"{what}: expected [buffer, (counts, displacements), datatypes] or "
                         "[buffer, counts, displacements, datatypes] (Alltoallw)")
-    arr = _as_array(obj, what, writable)
-    raw = _raw(arr)
+    bottom = _is_bottom_constant(obj)
+    raw = np.empty(0, np.uint8) if bottom else _raw(_as_array(obj, what, writable))
     counts = int_list(counts_spec, what, "counts", size)
     if displs_spec is None:
         raise TypeError(f"{what}: Alltoallw needs the displacements (in bytes)")
@@ -653,15 +654,25 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     if len(types) != size:
         raise ValueError(f"{what}: datatypes has {len(types)} entries, expected {size}")
     blocks = []
+    used = list(types)
     for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
         if not isinstance(t, MPI.Datatype) or t == MPI.DATATYPE_NULL:
             raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
+        if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom)
+            if c and d < 0:
+                raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement ({d} for "
+                                 f"block {i}): mpicoll needs displacements >= 0")
+            view, twin = _bottom(t, c, 0, f"{what}: block {i}", byte_offset=d)
+            if c:
+                used[i] = twin
+            blocks.append(TypedView.of(view, twin))
+            continue
         extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
         check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
         blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
     # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
     # two of them write one byte twice is the user's to keep, as in MPI; not checked)
-    return WBuf(raw, counts, displs, list(types), PerPeer(blocks))
+    return WBuf(raw, counts, displs, used, PerPeer(blocks))
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:

@@ -8,6 +8,7 @@ hole that must stay untouched).  The data movement collectives (Bcast at every r
 v-forms with the blocks in reverse order) run on plain mpi4py, ``mpicoll.native`` and
 ``mpicoll.p2p`` (every algorithm of the collective whose restrictions allow the call) with
 the same inputs: the bytes of every buffer must be equal afterwards, holes included.
+Alltoallw likewise, with byte displacements from MPI.BOTTOM and a datatype per peer.
 
 Reductions (Allreduce, Reduce at every root, Scan, Exscan; in place, the only form mpi4py
 accepts with MPI.BOTTOM, as it needs the same datatype on both sides) use a non-commutative
@@ -389,3 +390,40 @@ def test_errors(kind: str) -> None:
     if not np.array_equal(z, np.arange(3.0)):
         problems.append(f"Bcast afterwards gave {z}")
     _agree(problems, f"{kind}: MPI.BOTTOM errors")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("cname", COMMS)
+def test_alltoallw(cname: str) -> None:
+    """Alltoallw with MPI.BOTTOM: block j at byte displacement ``address of record j`` from
+    MPI.BOTTOM, a datatype per peer (x and y of the record, or x only), in place too."""
+    comm = comm_of(cname)
+    p, r = comm.size, comm.rank
+    problems: list[str] = []
+
+    y_at = REC.fields["y"][1]
+    full_t = MPI.Datatype.Create_struct([3, 2], [0, y_at], [MPI.DOUBLE, MPI.DOUBLE])
+    full = full_t.Create_resized(0, REC.itemsize).Commit()
+    part = MPI.DOUBLE.Create_contiguous(3).Create_resized(0, REC.itemsize).Commit()
+    full_t.Free()
+
+    def spec(arr: np.ndarray) -> Any:
+        # block j: record j of arr, at its absolute address from MPI.BOTTOM; rank pairs (i, j)
+        # with i + j even move x and y, the others x only (relative datatypes)
+        types = [full if (r + j) % 2 == 0 else part for j in range(p)]
+        displs = [MPI.Get_address(arr[j : j + 1]) for j in range(p)]
+        return [MPI.BOTTOM, ([1] * p, displs), types]
+
+    def make() -> Any:
+        s, rr = records(p, 10 + r), records(p, 90)
+        return [s, rr], lambda c: c.Alltoallw(spec(s), spec(rr))
+
+    def make_in_place() -> Any:
+        rr = records(p, 10 + r)
+        return [rr], lambda c: c.Alltoallw(MPI.IN_PLACE, spec(rr))
+
+    problems += run_everywhere(cname, "alltoallw", make)
+    problems += run_everywhere(cname, "alltoallw", make_in_place)
+    full.Free()
+    part.Free()
+    _agree(problems, f"Alltoallw with MPI.BOTTOM on {cname}")
