@@ -95,7 +95,9 @@ class P2P(P2PObjects, Collectives):
             compare (collective, root, count, dtype, op, forced algorithm, segment size, and
             the counts of the v-collectives: see :meth:`Collectives._agree`) with one small
             ``MPI_Allgather`` and all raise :class:`~mpicoll.MismatchError` if they differ,
-            instead of truncating or hanging.
+            instead of truncating or hanging; the lower-case object methods compare the
+            method, root, op (predefined by name, a Python callable by its qualified name)
+            and ``algorithm=`` (see :class:`~mpicoll.backends.objects._Front`).
 
     Raises:
         ValueError: ``$MPICOLL_SEGMENT_SIZE`` or ``$MPICOLL_RANKS_PER_NODE`` is not a positive
