@@ -21,9 +21,13 @@ non-associative or non-commutative callable gives mpi4py's result; then ``allred
 it and ``scan``/``exscan`` scatter each rank's prefix.  The gathering rank holds every rank's
 object at once (mpi4py's tree holds about lg p): mind the memory for very large objects.
 
-Errors (p2p): what mpi4py raises, before any message where every rank can know (a root that is
-not an int: ``TypeError``; outside [0, p): ``MPI.Exception`` (``MPI_ERR_ROOT``); an op that is
-not callable: ``TypeError``).  What one rank alone can know (its object does not pickle; a
+Errors (both backends): ``root`` is converted as the buffer methods convert it
+(:func:`~mpicoll.backends.args.root_of`: not a number: ``TypeError``; beyond a C int:
+``OverflowError``; outside [0, p): :class:`~mpicoll.backends.buffers.MPIValueError`, both a
+``ValueError`` and mpi4py's ``MPI.Exception`` (``MPI_ERR_ROOT``)); an op that is not callable
+is a ``TypeError``; both before any message.  Checked mode: see :class:`_Front`.
+
+Errors (p2p, unchecked): what one rank alone can know (its object does not pickle; a
 scatter/alltoall ``sendobj`` that is not a sequence of p items: ``ValueError`` /
 ``TypeError``) it raises itself after sending a negative size in the size exchange; every
 rank that would wait for those bytes then raises an exception of the same type (naming the
