@@ -41,10 +41,10 @@ from .buffers import (
 from .buffers import nbytes as _nbytes
 from .ops import check_op
 
-__all__ = ["Call", "PARSERS", "select"]
+__all__ = ["Call", "PARSERS", "root_of", "select"]
 
 
-def _root(root: Any, size: int) -> int:
+def root_of(root: Any, size: int) -> int:
     """``root`` converted as mpi4py converts it (to a C int: ints, numpy ints, and floats
     truncated like ``int()``, e.g. ``root=1.0``).
 
@@ -121,7 +121,7 @@ def barrier(size: int, rank: int) -> Call:
 
 
 def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
-    root = _root(root, size)
+    root = root_of(root, size)
     _no_in_place(buf, "buf", "Bcast")
     b = parse(buf, "buf", writable=rank != root)
     arr = b.array
@@ -130,7 +130,7 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
-    root = _root(root, size)
+    root = root_of(root, size)
     sarr: np.ndarray | None = None
     if rank == root:
         s = parse(sendbuf, "sendbuf", blocks=size)
@@ -157,7 +157,7 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
 
 
 def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
-    root = _root(root, size)
+    root = root_of(root, size)
     counts: list[int] | None = None
     displs: list[int] | None = None
     sarr: np.ndarray | None = None
@@ -185,7 +185,7 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
 
 
 def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
-    root = _root(root, size)
+    root = root_of(root, size)
     rarr: np.ndarray | None = None
     if rank == root:
         rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
@@ -212,7 +212,7 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
 
 
 def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
-    root = _root(root, size)
+    root = root_of(root, size)
     counts: list[int] | None = None
     displs: list[int] | None = None
     rarr: np.ndarray | None = None
@@ -255,7 +255,7 @@ def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
 
 def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
            root: Any = 0) -> Call:
-    root = _root(root, size)
+    root = root_of(root, size)
     rarr: np.ndarray | None = None
     if rank == root:
         rb, s, in_place = _input_output("Reduce", sendbuf, recvbuf)

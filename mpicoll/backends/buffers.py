@@ -22,7 +22,10 @@ of mpi4py 4.1's ``msgbuffer.pxi``), read the way mpi4py reads it:
   infers it;
 * ``None`` (or ``MPI.BOTTOM``) as the buffer of a list spec is the null buffer: ``[None,
   MPI.INT]``, ``[None, (0, None), MPI.INT]`` are zero-length messages (a count above 0 there is
-  a ``ValueError``); ``MPI.BOTTOM`` with a count above 0 (absolute addresses) is refused;
+  a ``ValueError``); ``[MPI.BOTTOM, count, datatype]`` (and its vector forms) with a count
+  above 0 takes a derived datatype of absolute addresses (``MPI.Get_address``), as MPI does:
+  see :func:`_bottom` (a predefined datatype there, a buffer at address 0, is an
+  :class:`MPIValueError`);
 * ``None`` or ``MPI.IN_PLACE`` as a whole send argument is in place wherever mpi4py reads it so
   (see :func:`is_in_place`); where an argument is not significant (the non-root's sendbuf of
   Scatter, recvbuf of Gather and Reduce) the callers do not read it at all.
@@ -43,6 +46,7 @@ dtypes of MPI datatypes come from :func:`mpi4py.util.dtlib.to_numpy_dtype`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -109,16 +113,25 @@ def is_in_place_constant(spec: Any) -> bool:
     return spec is MPI.IN_PLACE or isinstance(spec, MPI.InPlaceType)
 
 
+def _is_bottom_constant(spec: Any) -> bool:
+    """True if ``spec`` is ``MPI.BOTTOM`` itself (not ``None``)."""
+    return spec is MPI.BOTTOM or isinstance(spec, MPI.BottomType)
+
+
 def _is_bottom(spec: Any) -> bool:
     return spec is None or spec is MPI.BOTTOM or isinstance(spec, MPI.BottomType)
 
 
 @dataclass
 class Buf:
-    """A parsed buffer: ``array`` is a 1-D numpy view of exactly ``count`` elements."""
+    """A parsed buffer: ``array`` is a 1-D numpy view of exactly ``count`` elements.
+
+    ``bottom``: for ``[MPI.BOTTOM, count, datatype]`` (absolute addresses) the user's
+    datatype; ``datatype`` is then its shifted twin (see :func:`_bottom`)."""
 
     array: np.ndarray
     datatype: MPI.Datatype
+    bottom: MPI.Datatype | None = None
 
     @property
     def count(self) -> int:
@@ -133,6 +146,7 @@ class VBuf:
     datatype: MPI.Datatype
     counts: list[int]
     displs: list[int]
+    bottom: MPI.Datatype | None = None
 
     def block(self, i: int) -> np.ndarray:
         """Rank ``i``'s block, a view of ``counts[i]`` elements at ``displs[i]``."""
@@ -288,6 +302,71 @@ def _base(obj: Any, dt: Any, is_list: bool, what: str, writable: bool
     return _flat(arr, dtype, what), datatype, False
 
 
+#: a typemap starting below this byte from ``MPI.BOTTOM`` cannot be absolute addresses (the
+#: first page is never mapped: MPI would dereference a null pointer)
+_LOWEST_ADDRESS = 4096
+
+
+class _Shifted:
+    """The ``__array_interface__`` of a view at an absolute address; frees the shifted
+    datatype when the last view of it goes."""
+
+    def __init__(self, interface: dict[str, Any], datatype: MPI.Datatype) -> None:
+        self.__array_interface__ = interface
+        weakref.finalize(self, _free_type, datatype).atexit = False
+
+
+def _free_type(datatype: MPI.Datatype) -> None:
+    if not MPI.Is_finalized():
+        datatype.Free()
+
+
+def _bottom(datatype: Any, count: int, displ: int, what: str, byte_offset: int = 0
+            ) -> tuple[np.ndarray, MPI.Datatype]:
+    """``count`` elements of ``[MPI.BOTTOM, count, datatype]`` from element ``displ``, in the
+    internal form: (a view, a datatype).  The datatype's typemap holds absolute addresses
+    (``MPI.Get_address``); the view starts at the lowest of them (element ``displ``'s origin
+    plus the true lower bound) and the datatype returned is the user's shifted by that true
+    lower bound (``Create_struct([1], [-true_lb], [datatype])`` resized to the same lower
+    bound and extent), so ``[view, count, shifted]`` is the same memory, the same type
+    signature and the same extent as ``[MPI.BOTTOM, count, datatype]`` while scratch buffers
+    and copies work as for any derived datatype.  The shifted type is freed with the view.
+    ``byte_offset``: bytes from ``MPI.BOTTOM`` to element 0 (``Alltoallw``'s displacements).
+
+    Raises:
+        MPIValueError (``MPI.ERR_BUFFER``): a predefined datatype with ``count > 0`` (a buffer
+            at address 0: MPICH raises ``MPI_ERR_BUFFER``, Open MPI crashes), or a derived one
+            whose typemap is not absolute addresses (starts within 4 KiB of address 0)."""
+    datatype = _datatype(datatype, what)
+    if not is_derived(datatype) and count:
+        raise MPIValueError(
+            MPI.ERR_BUFFER,
+            f"{what}: MPI.BOTTOM with {count} element(s) of predefined {datatype.Get_name()} "
+            "is a buffer at address 0; MPI.BOTTOM needs a derived datatype of absolute "
+            "addresses (built with MPI.Get_address)")
+    if not count:
+        extent = max(1, int(datatype.Get_extent()[1])) if is_derived(datatype) else 1
+        dtype = np.dtype((np.void, extent)) if is_derived(datatype) else _np_dtype(datatype)
+        return np.empty(0, dtype), datatype
+    extent = _derived_extent(datatype, what)
+    true_lb = int(datatype.Get_true_extent()[0])
+    start = byte_offset + displ * extent + true_lb
+    if start < _LOWEST_ADDRESS:
+        raise MPIValueError(
+            MPI.ERR_BUFFER,
+            f"{what}: MPI.BOTTOM with datatype {datatype.Get_name() or 'derived'} whose "
+            f"typemap starts at byte {start} from address 0: not absolute addresses (build "
+            "the datatype with MPI.Get_address, or pass the buffer itself)")
+    one = MPI.Datatype.Create_struct([1], [-true_lb], [datatype])
+    try:
+        shifted = one.Create_resized(int(datatype.Get_extent()[0]) - true_lb, extent).Commit()
+    finally:
+        one.Free()
+    interface = {"version": 3, "shape": (count,), "typestr": np.dtype((np.void, extent)).str,
+                 "strides": None, "data": (start, False)}
+    return np.asarray(_Shifted(interface, shifted)), shifted
+
+
 def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> Buf:
     """Parse a single-block spec (mpi4py's ``BufSpec``/``BufSpecB``) into a :class:`Buf`.
 
@@ -304,6 +383,13 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         ValueError: a count at a displacement that ends past the buffer.
     """
     obj, cnt, dsp, dt, is_list = _unpack(spec, what, vector=False)
+    if is_list and _is_bottom_constant(obj) and dt is not None:  # absolute addresses
+        n = 0 if cnt is None else _index(cnt, what)
+        at = 0 if dsp is None else _index(dsp, what, "displacement")
+        if n < 0 or at < 0:
+            raise ValueError(f"{what}: message: negative count or displacement")
+        view, datatype = _bottom(dt, n * blocks, at, what)
+        return Buf(view, datatype, bottom=_datatype(dt, what) if view.size else None)
     if isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None and not _is_bottom(obj):
         count = None if cnt is None else _index(cnt, what)
         displ = 0 if dsp is None else _index(dsp, what, "displacement")
@@ -425,9 +511,13 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         a receive buffer (ValueError: MPI would corrupt memory).
     """
     obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
+    bottom = is_list and _is_bottom_constant(obj) and dt is not None  # absolute addresses
     derived = isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None \
         and not _is_bottom(obj)
-    if derived:
+    if bottom:  # the buffer has no length: counts default to 0, as in mpi4py
+        datatype, null = _datatype(dt, what), False
+        flat = np.empty(0, np.uint8)
+    elif derived:
         datatype, null = dt, False
         extent = _derived_extent(datatype, what)
         raw = _raw(_as_array(obj, what, writable))
@@ -469,7 +559,16 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
             raise ValueError(f"{what}: displacements: expecting {size} items, got {len(vals)} "
                              "(expected one per rank)")
         displs = [_index(v, what, "displacements") for v in vals]
-    if derived:  # blocks are checked against the typemap's bytes; the view spans them all
+    given = None
+    if bottom:  # one view from address 0 that spans every block (see _bottom)
+        if any(d < 0 for c, d in zip(counts, displs, strict=True) if c):
+            raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement: mpicoll "
+                             "needs the blocks at displacements >= 0 from MPI.BOTTOM")
+        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
+        flat, datatype = _bottom(datatype, end, 0, what)
+        given = _datatype(dt, what) if end else None
+        derived = True
+    elif derived:  # blocks are checked against the typemap's bytes; the view spans them all
         for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
             check_span(datatype, d * extent, c, raw.size, what,
                        f" (extent {extent}) of block {i} at displacement {d}")
@@ -495,7 +594,7 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                     f"{start}, inside block {i}, which ends at {end}); MPI forbids receiving "
                     "into one location twice"
                 )
-    return VBuf(flat, datatype, counts, displs)
+    return VBuf(flat, datatype, counts, displs, bottom=given)
 
 
 @dataclass
@@ -539,8 +638,8 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     else:
         raise TypeError(f"{what}: expected [buffer, (counts, displacements), datatypes] or "
                         "[buffer, counts, displacements, datatypes] (Alltoallw)")
-    arr = _as_array(obj, what, writable)
-    raw = _raw(arr)
+    bottom = _is_bottom_constant(obj)
+    raw = np.empty(0, np.uint8) if bottom else _raw(_as_array(obj, what, writable))
     counts = int_list(counts_spec, what, "counts", size)
     if displs_spec is None:
         raise TypeError(f"{what}: Alltoallw needs the displacements (in bytes)")
@@ -555,15 +654,25 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     if len(types) != size:
         raise ValueError(f"{what}: datatypes has {len(types)} entries, expected {size}")
     blocks = []
+    used = list(types)
     for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
         if not isinstance(t, MPI.Datatype) or t == MPI.DATATYPE_NULL:
             raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
+        if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom)
+            if c and d < 0:
+                raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement ({d} for "
+                                 f"block {i}): mpicoll needs displacements >= 0")
+            view, twin = _bottom(t, c, 0, f"{what}: block {i}", byte_offset=d)
+            if c:
+                used[i] = twin
+            blocks.append(TypedView.of(view, twin))
+            continue
         extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
         check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
         blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
     # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
     # two of them write one byte twice is the user's to keep, as in MPI; not checked)
-    return WBuf(raw, counts, displs, list(types), PerPeer(blocks))
+    return WBuf(raw, counts, displs, used, PerPeer(blocks))
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:
@@ -576,7 +685,14 @@ def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = Fals
     With a derived datatype both sides must pass a derived datatype: the same, or one with
     the same layout (:func:`~mpicoll.algorithms.datatypes.same_layout`: two vectors built
     alike): the p2p schedules move whole elements between the two buffers with one datatype.
-    (MPI also allows two layouts with the same type signature; mpicoll does not yet.)"""
+    (MPI also allows two layouts with the same type signature; mpicoll does not yet.)
+    ``[MPI.BOTTOM, count, datatype]`` compares the user's datatype (``bottom``)."""
+    if reduction and (a.bottom is not None or b.bottom is not None):
+        given_a = a.datatype if a.bottom is None else a.bottom
+        given_b = b.datatype if b.bottom is None else b.bottom
+        if given_a != given_b:
+            raise ValueError(f"{what}: mismatch in send and receive MPI datatypes (with "
+                             "MPI.BOTTOM pass MPI.IN_PLACE, or the same datatype)")
     if is_derived(a.datatype) or is_derived(b.datatype):
         both = is_derived(a.datatype) and is_derived(b.datatype)
         if not (both and same_layout(a.datatype, b.datatype)):

@@ -20,6 +20,7 @@ checked path only when the backend's ``check`` is on.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -33,7 +34,10 @@ from .args import PARSERS, Call
 from .buffers import ARG_ERRORS, Buf, is_in_place, parse
 from .env import RANKS_PER_NODE_VAR, SEGMENT_VAR, Settings, algorithm_var
 
-__all__ = ["CheckedMode", "MismatchError", "agree_on_construction", "check_algorithm_type"]
+__all__ = [
+    "CheckedMode", "MismatchError", "agree_on_construction", "check_algorithm_type", "op_code",
+    "op_name",
+]
 
 
 class MismatchError(ValueError):
@@ -74,13 +78,44 @@ _ROOTED_V = {"scatterv": ("sendcounts", "recvbuf"), "gatherv": ("recvcounts", "s
 _GATHER_COUNTS = 1
 
 
-def _op_code(op: MPI.Op | None) -> int:
+#: op codes beyond the predefined ops' indices
+_USER_OP, _NOT_CALLABLE, _CALLABLE = 100, 101, 1000
+
+
+def op_name(op: Any) -> str:
+    """An op as checked mode names it: ``MPI.SUM`` (predefined), ``a user op`` (any other
+    ``MPI.Op``: handles cannot be compared across processes), a Python callable by its module
+    and qualified name (``operator.add``, ``mymodule.<lambda>``)."""
+    code = op_code(op)
+    if code < _CALLABLE:
+        return _value_name(_OP, code)
+    return _callable_name(op)
+
+
+def _callable_name(op: Any) -> str:
+    qual = getattr(op, "__qualname__", None) or type(op).__qualname__
+    module = getattr(op, "__module__", None) or type(op).__module__
+    if module and module.startswith("_") and \
+            getattr(sys.modules.get(module[1:]), str(qual), None) is op:
+        module = module[1:]  # operator.add, not _operator.add
+    return f"{module}.{qual}" if module and module != "builtins" else str(qual)
+
+
+def op_code(op: Any) -> int:
+    """The number checked mode exchanges for an op: -1 none, the index of a predefined op,
+    ``_USER_OP`` for any other ``MPI.Op``, ``_NOT_CALLABLE``, or for a Python callable
+    ``_CALLABLE`` + the CRC-32 of its :func:`op_name` (two callables of the same module and
+    qualified name compare equal)."""
     if op is None:
         return -1
-    for i, name in enumerate(_PREDEFINED_OPS):
-        if op == getattr(MPI, name):
-            return i
-    return 100  # any user op: handles cannot be compared across processes
+    if isinstance(op, MPI.Op):
+        for i, name in enumerate(_PREDEFINED_OPS):
+            if op == getattr(MPI, name):
+                return i
+        return _USER_OP
+    if not callable(op):
+        return _NOT_CALLABLE
+    return _CALLABLE + zlib.crc32(_callable_name(op).encode())
 
 
 def _mix(keys: np.ndarray) -> np.ndarray:
@@ -127,27 +162,39 @@ _DTYPE_NAMES: dict[int, str] = {np.dtype(t).num: np.dtype(t).name
                                 for t in set(np.sctypeDict.values())}
 
 
-def _value_name(field: int, v: int) -> str:
-    """A value of the checked-mode table as the user wrote it (not its code)."""
+#: the collective field of a lower-case object method (``bcast``): NAMES' index + this
+_OBJECT = len(NAMES)
+
+
+def _value_name(field: int, v: int, names: dict[int, str] | None = None) -> str:
+    """A value of the checked-mode table as the user wrote it (not its code); ``names``: the
+    text of codes that only their rank can name (the ops that are Python callables)."""
+    if names and v in names:
+        return names[v]
     if field == _COLL:
-        return NAMES[v]
+        return NAMES[v] if v < _OBJECT else f"{NAMES[v - _OBJECT]} (object method)"
     if field == _DTYPE:
         return _DTYPE_NAMES.get(v, f"numpy type {v}")
     if field == _OP:
-        if v == 100:
+        if v >= _CALLABLE:
+            return "a Python callable"
+        if v == _USER_OP:
             return "a user op"
+        if v == _NOT_CALLABLE:
+            return "an op that is not callable"
         return "no op" if v < 0 else f"MPI.{_PREDEFINED_OPS[v]}"
     return str(v)
 
 
-def _by_value(field: int, col: np.ndarray) -> str:
+def _by_value(field: int, col: np.ndarray, names: dict[int, str] | None = None) -> str:
     """``float64 on rank 0, float32 on ranks 1-2`` (``MPI.MAX vs MPI.SUM`` added for two)."""
     groups: dict[int, list[int]] = {}
     for r, v in enumerate(col):
         groups.setdefault(int(v), []).append(r)
-    text = ", ".join(f"{_value_name(field, v)} on {_span(rs)}" for v, rs in groups.items())
+    text = ", ".join(f"{_value_name(field, v, names)} on {_span(rs)}"
+                     for v, rs in groups.items())
     if len(groups) == 2:
-        a, b = (_value_name(field, v) for v in groups)
+        a, b = (_value_name(field, v, names) for v in groups)
         text += f" ({a} vs {b})"
     return text
 
@@ -414,7 +461,7 @@ class CheckedMode:
             sig[_ITEMSIZE] = call.dtype.itemsize
             sig[_TSIZE] = call.datatype.Get_size()
             sig[_TSIG] = _signature_hash(call.datatype)
-            sig[_OP] = _op_code(call.op)
+            sig[_OP] = op_code(call.op)
             if collective in ("alltoallv", "alltoallw"):  # alltoallw: in bytes
                 assert call.counts is not None
                 assert call.send_counts is not None
@@ -427,23 +474,63 @@ class CheckedMode:
                     sig[_COUNTS] = _list_hash(call.counts)
                 if call.own_count is not None:
                     sig[_PEER] = call.own_count
+        return self._exchange(collective, sig, call, error, gathering is not None,
+                              str(forced), None if call is None else call.op)
+
+    def _agree_object(self, method: str, error: Exception | None, algorithm: Any = None, *,
+                      root: int | None = None, op: Any = None) -> None:
+        """Checked mode of a lower-case object method (``bcast``, ``allreduce``, ...), before
+        any of its messages: the ranks compare the method (an object method never matches a
+        buffer one), ``root``, ``op`` (predefined ops by name, any other ``MPI.Op`` as "a user
+        op", a Python callable by its module and qualified name: see :func:`op_name`) and
+        ``algorithm=``, and learn whether any rank's arguments were refused (``error``: this
+        rank's; it covers a root that is not a rank, an op that is not callable and a
+        scatter/alltoall ``sendobj`` that is not a sequence of p items).  Same agreement and
+        errors as :meth:`_agree`: every rank raises :class:`MismatchError` naming the values
+        (``op MPI.SUM on rank 0, MPI.MAX on rank 1 (MPI.SUM vs MPI.MAX)``), a refused rank
+        returns here and re-raises its own error."""
+        sig = np.full(len(_FIELDS), -1, dtype=np.int64)
+        sig[_COLL] = _OBJECT + NAMES.index(method)
+        forced = "auto" if algorithm is None else str(algorithm)
+        sig[_FORCED] = zlib.crc32(forced.encode())
+        sig[_NB] = 0
+        sig[_SEGMENT] = self._segment_field()
+        sig[_STAGE] = 0
+        sig[_ERROR] = 0 if error is None else 1
+        if error is None:
+            sig[_ROOT] = -1 if root is None else root
+            sig[_OP] = op_code(op)
+        self._exchange(method, sig, None, error, False, forced, op)
+
+    def _exchange(self, collective: str, sig: np.ndarray, call: Call | None,
+                  error: Exception | None, gathering: bool, forced: str, op: Any) -> np.ndarray:
+        """Allgather this rank's signature ``sig``, then :meth:`_compare` every rank's.  On
+        the error paths only, a second allgather tells every rank why (a refused rank's
+        error text), or the names of ops that differ and only their ranks can name (Python
+        callables).  Returns the table (one row per rank)."""
         table = np.empty((self.size, len(_FIELDS)), dtype=np.int64)
         Waitall([self._check_comm.Iallgather(sig, table)])
         reasons: list[str | None] = []
+        names: dict[int, str] = {}
+        ops = table[:, _OP]
         if table[:, _ERROR].any():  # every rank learns why (only on this error path)
             mine = None if error is None else f"{type(error).__name__}: {error}"
             reasons = self._check_comm.allgather(mine)
-        self._compare(collective, table, call, error, gathering is not None, str(forced),
-                      reasons)
+        elif (ops != ops[0]).any() and (ops >= _CALLABLE).any():
+            names = dict(zip((int(v) for v in ops),
+                             self._check_comm.allgather(op_name(op)), strict=True))
+        self._compare(collective, table, call, error, gathering, forced, reasons, names)
         return table
 
     def _compare(self, collective: str, table: np.ndarray, call: Call | None,
                  error: Exception | None, gathering: bool, forced: str = "auto",
-                 reasons: Sequence[str | None] = ()) -> None:
+                 reasons: Sequence[str | None] = (), names: dict[int, str] | None = None
+                 ) -> None:
         """Raise :class:`MismatchError` if the rows of ``table`` disagree (see :meth:`_agree`),
         naming the values and the ranks (``dtype float64 on rank 0, float32 on ranks 1-2``);
         return quietly on a rank whose own arguments were refused (it re-raises its error), the
-        others naming it with its reason (``reasons``: every rank's error text, or None)."""
+        others naming it with its reason (``reasons``: every rank's error text, or None);
+        ``names``: op code -> name, for the ops only their ranks can name."""
         bad = np.flatnonzero(table[:, _ERROR])
         if bad.size:
             if error is not None:
@@ -458,7 +545,7 @@ class CheckedMode:
             if (col != col[0]).any():
                 what = "recvcounts given (a list, or None)" if f == _STAGE else _FIELDS[f]
                 raise MismatchError(
-                    f"{collective}: ranks disagree on {what}: {_by_value(f, col)}")
+                    f"{collective}: ranks disagree on {what}: {_by_value(f, col, names)}")
 
         same(_COLL)
         nb = table[:, _NB]

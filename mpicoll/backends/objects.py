@@ -21,9 +21,13 @@ non-associative or non-commutative callable gives mpi4py's result; then ``allred
 it and ``scan``/``exscan`` scatter each rank's prefix.  The gathering rank holds every rank's
 object at once (mpi4py's tree holds about lg p): mind the memory for very large objects.
 
-Errors (p2p): what mpi4py raises, before any message where every rank can know (a root that is
-not an int: ``TypeError``; outside [0, p): ``MPI.Exception`` (``MPI_ERR_ROOT``); an op that is
-not callable: ``TypeError``).  What one rank alone can know (its object does not pickle; a
+Errors (both backends): ``root`` is converted as the buffer methods convert it
+(:func:`~mpicoll.backends.args.root_of`: not a number: ``TypeError``; beyond a C int:
+``OverflowError``; outside [0, p): :class:`~mpicoll.backends.buffers.MPIValueError`, both a
+``ValueError`` and mpi4py's ``MPI.Exception`` (``MPI_ERR_ROOT``)); an op that is not callable
+is a ``TypeError``; both before any message.  Checked mode: see :class:`_Front`.
+
+Errors (p2p, unchecked): what one rank alone can know (its object does not pickle; a
 scatter/alltoall ``sendobj`` that is not a sequence of p items: ``ValueError`` /
 ``TypeError``) it raises itself after sending a negative size in the size exchange; every
 rank that would wait for those bytes then raises an exception of the same type (naming the
@@ -37,7 +41,6 @@ own object methods: they trust every peer; never use them with untrusted ranks.
 
 from __future__ import annotations
 
-import operator
 import pickle
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -47,6 +50,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
+from .args import root_of
 from .checked import check_algorithm_type
 
 __all__ = ["NativeObjects", "P2PObjects"]
@@ -126,27 +130,6 @@ def _vspec(data: np.ndarray, counts: Sequence[int] | np.ndarray) -> list[Any]:
     return [data, ([int(c) for c in counts], displs), _BYTE]
 
 
-def _root(root: Any, size: int) -> int:
-    """``root`` converted as mpi4py converts it (to a C int, truncating like ``int()``).
-
-    Raises:
-        TypeError: not a number (``"an integer is required"``, as mpi4py).
-        OverflowError: beyond a C int.
-        MPI.Exception: outside [0, p) (``MPI_ERR_ROOT``, what MPI raises through mpi4py).
-    """
-    try:
-        value = operator.index(root)
-    except TypeError:
-        if not hasattr(type(root), "__int__") or isinstance(root, (str, bytes)):
-            raise TypeError("an integer is required") from None
-        value = int(root)
-    if not -(2**31) <= value < 2**31:
-        raise OverflowError("value too large to convert to int")
-    if not 0 <= value < size:
-        raise MPI.Exception(MPI.ERR_ROOT)
-    return value
-
-
 def _check_op(op: Any) -> Callable[[Any, Any], Any]:
     if not callable(op):
         raise TypeError(f"op: expected an MPI.Op or a callable f(a, b), got {op!r}")
@@ -215,80 +198,172 @@ def _prefix(items: list[Any], op: Callable[[Any, Any], Any], exclusive: bool) ->
     return result
 
 
+# ---- the front of every method: the arguments checked, then (checked mode) agreed ------------
+
+#: "no such argument" (barrier, allgather, ... take no root; bcast, gather, ... no op)
+_UNSET: Any = object()
+
+
+class _Front:
+    """The argument checks both backends' object methods share, and their checked mode.
+
+    Every method first checks what every rank can check (``algorithm=``, ``root`` as the
+    buffer methods convert it, :func:`~mpicoll.backends.args.root_of`; a reduction's ``op``)
+    and the sequence a scatter root / every alltoall rank sends (mpi4py's rule: None or p
+    items).  In checked mode (``check=True`` / ``$MPICOLL_CHECK``) the ranks then agree on the
+    call before any message (:meth:`~mpicoll.backends.checked.CheckedMode._agree_object`:
+    method, root, op, ``algorithm=``; every rank raises if one rank's arguments were
+    refused), so a call refused anywhere is refused everywhere and leaves no message behind.
+    """
+
+    if TYPE_CHECKING:  # provided by Collectives
+        rank: int
+        size: int
+        check: bool
+
+        def _agree_object(self, method: str, error: Exception | None, algorithm: Any = None,
+                          *, root: int | None = None, op: Any = None) -> None: ...
+
+    #: unchecked mode: whether a bad sendobj sequence is reported to the peers through the
+    #: size exchange (p2p) instead of being left to mpi4py (native)
+    _local_errors = False
+
+    def _algorithms(self, algorithm: Any, collectives: tuple[str, ...]) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _check_callable(self, op: Any) -> Callable[[Any, Any], Any]:
+        return _check_op(op)
+
+    def _front(self, method: str, algorithm: Any, collectives: tuple[str, ...] = (), *,
+               root: Any = _UNSET, op: Any = _UNSET, sendobj: Any = _UNSET,
+               at_root: bool = False
+               ) -> tuple[tuple[Any, ...], int, Any, list[Any] | None, Exception | None]:
+        """(the ``algorithm=`` of each buffer collective used, the root (0 if none), the op,
+        ``sendobj`` as a list of p items (None where not converted), the error of that
+        conversion).  ``sendobj`` is converted at the root only if ``at_root``, else at every
+        rank; in unchecked mode only where :attr:`_local_errors` (its error is then returned,
+        for the size exchange to report; any other error is raised here).  In checked mode
+        every rank agrees first and raises together."""
+        error: Exception | None = None
+        alg: tuple[Any, ...] = ()
+        value, fn = 0, None
+        try:
+            alg = self._algorithms(algorithm, collectives)
+            if root is not _UNSET:
+                value = root_of(root, self.size)
+            if op is not _UNSET:
+                fn = self._check_callable(op)
+        except Exception as exc:
+            error = exc
+        items, local = None, None
+        if (error is None and sendobj is not _UNSET and (self.check or self._local_errors)
+                and (not at_root or self.rank == value)):
+            try:
+                items = _items(sendobj, self.size)
+            except Exception as exc:
+                local = exc
+        if self.check:
+            self._agree_object(method, error or local, algorithm,
+                               root=None if root is _UNSET else value,
+                               op=None if op is _UNSET else op)
+            if local is not None:
+                raise local
+        if error is not None:
+            raise error
+        return alg, value, fn, items, local
+
+
 # ---- native ---------------------------------------------------------------------------------
 
 
-class NativeObjects:
+class NativeObjects(_Front):
     """The object collectives of the native backend: mpi4py's own, on the user's communicator.
 
-    ``algorithm=`` is accepted as on the buffer methods (None or ``"native"`` only).  What
-    mpi4py raises is raised unchanged (and where mpi4py hangs, as with a bad ``sendobj`` at
-    the root of ``scatter``, this hangs too: use the p2p backend or check first).
+    ``algorithm=`` is accepted as on the buffer methods (None or ``"native"`` only); ``root``
+    is converted as the buffer methods convert it (:func:`~mpicoll.backends.args.root_of`);
+    any other error is what mpi4py raises.  Where plain mpi4py would hang, as with a bad
+    ``sendobj`` at the root of ``scatter``, this hangs too unless checked mode is on (then
+    every rank raises before any message; see :class:`_Front`).
     """
 
     if TYPE_CHECKING:  # provided by Collectives
         comm: MPI.Comm
 
-    def _native(self, collective: str, algorithm: Any, op: Any = None) -> MPI.Intracomm:
-        """The communicator to delegate to, after the checks mpi4py lacks where it would hang:
-        a reduction's op that is not callable raises TypeError on every rank that has one
-        (plain mpi4py raises at the rank that applies it and leaves the others waiting; at
-        P = 1 it applies nothing and returns, and so does this)."""
+    def _algorithms(self, algorithm: Any, collectives: tuple[str, ...]) -> tuple[Any, ...]:
         check_algorithm_type(algorithm)
-        if op is not None and self.comm.Get_size() > 1:
-            _check_op(op)
         if algorithm not in (None, "native"):
             raise ValueError(
                 f"algorithm: the native backend runs MPI's own algorithm; got {algorithm!r} "
                 "(use mpicoll.p2p to choose one)"
             )
+        return ()
+
+    def _check_callable(self, op: Any) -> Any:
+        """A reduction's op that is not callable raises TypeError on every rank that has one
+        (plain mpi4py raises at the rank that applies it and leaves the others waiting; at
+        P = 1 it applies nothing and returns, and so does this)."""
+        return _check_op(op) if self.comm.Get_size() > 1 else op
+
+    @property
+    def _mpi(self) -> MPI.Intracomm:
         return cast(MPI.Intracomm, self.comm)
 
     def barrier(self, *, algorithm: str | None = None) -> None:
         """``comm.barrier()``: synchronise all ranks."""
-        self._native("barrier", algorithm).barrier()
+        self._front("barrier", algorithm)
+        self._mpi.barrier()
 
     def bcast(self, obj: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
         """``comm.bcast(obj, root)``: the root's ``obj`` (a copy) on every rank."""
-        return self._native("bcast", algorithm).bcast(obj, root)
+        _, r, *_ = self._front("bcast", algorithm, root=root)
+        return self._mpi.bcast(obj, r)
 
     def gather(self, sendobj: Any, root: int = 0, *,
                algorithm: str | None = None) -> list[Any] | None:
         """``comm.gather(sendobj, root)``: the list of every rank's object at the root."""
-        return self._native("gather", algorithm).gather(sendobj, root)
+        _, r, *_ = self._front("gather", algorithm, root=root)
+        return self._mpi.gather(sendobj, r)
 
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0, *,
                 algorithm: str | None = None) -> Any:
         """``comm.scatter(sendobj, root)``: item i of the root's sequence on rank i."""
-        return self._native("scatter", algorithm).scatter(sendobj, root)
+        _, r, _, items, _ = self._front("scatter", algorithm, root=root, sendobj=sendobj,
+                                        at_root=True)
+        return self._mpi.scatter(sendobj if items is None else items, r)
 
     def allgather(self, sendobj: Any, *, algorithm: str | None = None) -> list[Any]:
         """``comm.allgather(sendobj)``: the list of every rank's object on every rank."""
-        return self._native("allgather", algorithm).allgather(sendobj)
+        self._front("allgather", algorithm)
+        return self._mpi.allgather(sendobj)
 
     def alltoall(self, sendobj: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:
         """``comm.alltoall(sendobj)``: item j of rank i's sequence is item i on rank j."""
-        return self._native("alltoall", algorithm).alltoall(sendobj)
+        _, _, _, items, _ = self._front("alltoall", algorithm, sendobj=sendobj)
+        return self._mpi.alltoall(sendobj if items is None else items)
 
     def reduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM,
                root: int = 0, *, algorithm: str | None = None) -> Any | None:
         """``comm.reduce(sendobj, op, root)``: the reduction at the root, None elsewhere."""
-        return self._native("reduce", algorithm, op).reduce(sendobj, op, root)
+        _, r, *_ = self._front("reduce", algorithm, root=root, op=op)
+        return self._mpi.reduce(sendobj, op, r)
 
     def allreduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                   algorithm: str | None = None) -> Any:
         """``comm.allreduce(sendobj, op)``: the reduction on every rank."""
-        return self._native("allreduce", algorithm, op).allreduce(sendobj, op)
+        self._front("allreduce", algorithm, op=op)
+        return self._mpi.allreduce(sendobj, op)
 
     def scan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
              algorithm: str | None = None) -> Any:
         """``comm.scan(sendobj, op)``: rank r gets x0 op ... op xr."""
-        return self._native("scan", algorithm, op).scan(sendobj, op)
+        self._front("scan", algorithm, op=op)
+        return self._mpi.scan(sendobj, op)
 
     def exscan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                algorithm: str | None = None) -> Any:
         """``comm.exscan(sendobj, op)``: rank r gets x0 op ... op x(r-1); None on rank 0."""
-        return self._native("exscan", algorithm, op).exscan(sendobj, op)
+        self._front("exscan", algorithm, op=op)
+        return self._mpi.exscan(sendobj, op)
 
 
 def _pickled(obj: Any) -> tuple[np.ndarray, Exception | None, np.ndarray]:
@@ -305,7 +380,7 @@ def _pickled(obj: Any) -> tuple[np.ndarray, Exception | None, np.ndarray]:
 # ---- p2p ------------------------------------------------------------------------------------
 
 
-class P2PObjects:
+class P2PObjects(_Front):
     """The object collectives of the p2p backend, built on its own buffer collectives.
 
     Every method takes ``algorithm=``: the name is forwarded to each buffer collective the
@@ -332,10 +407,16 @@ class P2PObjects:
         _freed: bool
         name: str
 
-    def _forward(self, algorithm: Any, *collectives: str) -> tuple[str | None, ...]:
-        """The ``algorithm=`` of each buffer collective used (see the class docstring)."""
-        if self._freed:
+    _local_errors = True
+
+    def _front(self, method: str, algorithm: Any, collectives: tuple[str, ...] = (),
+               **kw: Any) -> Any:
+        if self._freed:  # before checked mode's agreement on the freed communicator
             raise RuntimeError(f"this {self.name} backend was freed")
+        return super()._front(method, algorithm, collectives, **kw)
+
+    def _algorithms(self, algorithm: Any, collectives: tuple[str, ...]) -> tuple[str | None, ...]:
+        """The ``algorithm=`` of each buffer collective used (see the class docstring)."""
         check_algorithm_type(algorithm)
         if algorithm is None or algorithm == "auto":
             picked: tuple[str | None, ...] = (algorithm,) * len(collectives)
@@ -388,17 +469,16 @@ class P2PObjects:
             error = _remote(method, bad)
         return (None if bad else _split(buf, counts)), error
 
-    def _scatter_obj(self, method: str, sendobj: Any, root: int, alg: tuple[str | None, ...],
-                     error: Exception | None = None, items_ready: bool = False) -> Any:
-        """Scatter of the sizes, then Scatterv of the bytes.  At the root ``sendobj`` is a
-        sequence of p objects (``items_ready``: already a list), or ``error`` is flagged."""
+    def _scatter_obj(self, method: str, items: list[Any] | None, root: int,
+                     alg: tuple[str | None, ...], error: Exception | None = None) -> Any:
+        """Scatter of the sizes, then Scatterv of the bytes.  At the root ``items`` is the
+        list of p objects, or ``error`` is flagged."""
         data, counts = _NOTHING, [0] * self.size
         sizes = np.zeros(self.size if self.rank == root else 0, dtype=np.int64)
         if self.rank == root:
             if error is None:
                 try:
-                    items = sendobj if items_ready else _items(sendobj, self.size)
-                    data, counts = _join(items)
+                    data, counts = _join(items if items is not None else [None] * self.size)
                     sizes[:] = counts
                 except Exception as exc:
                     error = exc
@@ -417,6 +497,7 @@ class P2PObjects:
 
     def barrier(self, *, algorithm: str | None = None) -> None:
         """As ``comm.barrier()``: synchronise all ranks (the p2p Barrier)."""
+        self._front("barrier", algorithm, ("barrier",))
         self.Barrier(algorithm=algorithm)
 
     def bcast(self, obj: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
@@ -424,17 +505,15 @@ class P2PObjects:
         gets a copy too).  ``obj`` is read at the root only.
 
         Raises: see the module docstring (the root's pickling error on every rank)."""
-        root = _root(root, self.size)
-        alg = self._forward(algorithm, "bcast")
-        return self._bcast_obj("bcast", obj, root, alg)
+        alg, r, *_ = self._front("bcast", algorithm, ("bcast",), root=root)
+        return self._bcast_obj("bcast", obj, r, alg)
 
     def gather(self, sendobj: Any, root: int = 0, *,
                algorithm: str | None = None) -> list[Any] | None:
         """As ``comm.gather(sendobj, root)``: at the root, the list of every rank's object in
         rank order; None at the other ranks."""
-        root = _root(root, self.size)
-        alg = self._forward(algorithm, "gather", "gatherv")
-        items, error = self._gather_obj("gather", sendobj, root, alg)
+        alg, r, *_ = self._front("gather", algorithm, ("gather", "gatherv"), root=root)
+        items, error = self._gather_obj("gather", sendobj, r, alg)
         if error is not None:
             raise error
         return items
@@ -446,13 +525,13 @@ class P2PObjects:
 
         Raises (on every rank): ValueError if the root's ``sendobj`` does not hold p items,
         TypeError if it is not iterable."""
-        root = _root(root, self.size)
-        alg = self._forward(algorithm, "scatter", "scatterv")
-        return self._scatter_obj("scatter", sendobj, root, alg)
+        alg, r, _, items, error = self._front("scatter", algorithm, ("scatter", "scatterv"),
+                                              root=root, sendobj=sendobj, at_root=True)
+        return self._scatter_obj("scatter", items, r, alg, error)
 
     def allgather(self, sendobj: Any, *, algorithm: str | None = None) -> list[Any]:
         """As ``comm.allgather(sendobj)``: every rank's object, in rank order, on every rank."""
-        alg = self._forward(algorithm, "allgather", "allgatherv")
+        alg, *_ = self._front("allgather", algorithm, ("allgather", "allgatherv"))
         data, error, mine = _pickled(sendobj)
         sizes = np.empty(self.size, dtype=np.int64)
         self.Allgather([mine, _COUNT], [sizes, _COUNT], algorithm=alg[0])
@@ -469,15 +548,18 @@ class P2PObjects:
 
         Raises (on every rank): ValueError / TypeError when a rank's ``sendobj`` is not a
         sequence of p items (that rank raises mpi4py's error, the others name it)."""
-        alg = self._forward(algorithm, "alltoall", "alltoallv")
-        error: Exception | None = None
+        alg, _, _, items, error = self._front("alltoall", algorithm, ("alltoall", "alltoallv"),
+                                              sendobj=sendobj)
         send_sizes = np.empty(self.size, dtype=np.int64)
-        try:
-            data, counts = _join(_items(sendobj, self.size))
-            send_sizes[:] = counts
-        except Exception as exc:
-            data, counts, error = _NOTHING, [0] * self.size, exc
-            send_sizes[:] = _code(exc)
+        data, counts = _NOTHING, [0] * self.size
+        if error is None:
+            try:
+                data, counts = _join(items if items is not None else [None] * self.size)
+                send_sizes[:] = counts
+            except Exception as exc:
+                data, counts, error = _NOTHING, [0] * self.size, exc
+        if error is not None:
+            send_sizes[:] = _code(error)
         sizes = np.empty(self.size, dtype=np.int64)
         self.Alltoall([send_sizes, _COUNT], [sizes, _COUNT], algorithm=alg[0])
         bad = {r: int(s) for r, s in enumerate(sizes) if s < 0}
@@ -493,10 +575,9 @@ class P2PObjects:
         with ``op`` (an ``MPI.Op``, called as ``op(a, b)``, or any callable) in mpi4py's
         grouping (see the module docstring); None at the other ranks.  The objects are
         gathered at the root (Gather + Gatherv; ``algorithm=`` is forwarded to them)."""
-        root = _root(root, self.size)
-        fn = _check_op(op)
-        alg = self._forward(algorithm, "gather", "gatherv")
-        items, error = self._gather_obj("reduce", sendobj, root, alg)
+        alg, r, fn, *_ = self._front("reduce", algorithm, ("gather", "gatherv"), root=root,
+                                     op=op)
+        items, error = self._gather_obj("reduce", sendobj, r, alg)
         if error is not None:
             raise error
         return None if items is None else _fold(items, fn)
@@ -506,8 +587,8 @@ class P2PObjects:
         """As ``comm.allreduce(sendobj, op)``: the reduction of :meth:`reduce` on every rank
         (gathered and reduced at rank 0, then broadcast; ``algorithm=`` is forwarded to the
         Gather, Gatherv and Bcast)."""
-        fn = _check_op(op)
-        alg = self._forward(algorithm, "gather", "gatherv", "bcast")
+        alg, _, fn, *_ = self._front("allreduce", algorithm, ("gather", "gatherv", "bcast"),
+                                     op=op)
         items, error = self._gather_obj("allreduce", sendobj, 0, alg[:2])
         result = None
         if items is not None:
@@ -525,8 +606,8 @@ class P2PObjects:
 
     def _scan(self, method: str, sendobj: Any, op: Any, algorithm: Any,
               exclusive: bool) -> Any:
-        fn = _check_op(op)
-        alg = self._forward(algorithm, "gather", "gatherv", "scatter", "scatterv")
+        alg, _, fn, *_ = self._front(method, algorithm,
+                                     ("gather", "gatherv", "scatter", "scatterv"), op=op)
         items, error = self._gather_obj(method, sendobj, 0, alg[:2])
         results = None
         if items is not None:
@@ -536,7 +617,7 @@ class P2PObjects:
                 error = exc
         mine = error if self.rank == 0 else None
         try:
-            return self._scatter_obj(method, results, 0, alg[2:], mine, items_ready=True)
+            return self._scatter_obj(method, results, 0, alg[2:], mine)
         except Exception:
             if error is not None:
                 raise error from None

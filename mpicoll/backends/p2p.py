@@ -95,7 +95,9 @@ class P2P(P2PObjects, Collectives):
             compare (collective, root, count, dtype, op, forced algorithm, segment size, and
             the counts of the v-collectives: see :meth:`Collectives._agree`) with one small
             ``MPI_Allgather`` and all raise :class:`~mpicoll.MismatchError` if they differ,
-            instead of truncating or hanging.
+            instead of truncating or hanging; the lower-case object methods compare the
+            method, root, op (predefined by name, a Python callable by its qualified name)
+            and ``algorithm=`` (see :class:`~mpicoll.backends.objects._Front`).
 
     Raises:
         ValueError: ``$MPICOLL_SEGMENT_SIZE`` or ``$MPICOLL_RANKS_PER_NODE`` is not a positive
@@ -152,6 +154,20 @@ class P2P(P2PObjects, Collectives):
         first (the unchecked path meets the same check on entering the engine)."""
         check_thread()
         return super()._checked_call(collective, nonblocking, algorithm, args, tag)
+
+    def _agree_object(self, method: str, error: Exception | None, algorithm: Any = None, *,
+                      root: int | None = None, op: Any = None) -> None:
+        """As :meth:`_checked_call`: a thread MPI does not allow is refused first.  The
+        agreement takes a tag of its own, as every buffer call does before its agreement, so
+        the ranks' tag counters stay equal when one rank's object call meets another rank's
+        buffer call (both refused)."""
+        check_thread()
+        tag = self._take_tag()
+        try:
+            super()._agree_object(method, error, algorithm, root=root, op=op)
+        except BaseException:
+            self._refuse(tag)
+            raise
 
     def _segment_field(self) -> int:
         return self.settings.segment_bytes

@@ -23,7 +23,8 @@ datatype, Reduce_scatter in place without counts).
 Where mpicoll deliberately differs (not tested here): it refuses send and receive element types
 that differ in the non-reduction collectives, counts that do not fill the receive blocks, and
 specs pointing past a buffer, all of which plain mpi4py hands to MPI unchecked (MPI then
-truncates, errs or goes out of bounds); ``MPI.BOTTOM`` with absolute addresses is not covered.
+truncates, errs or goes out of bounds); ``MPI.BOTTOM`` with absolute addresses is covered by
+``tests/mpi/test_bottom.py``.
 MPICH and Open MPI (checked at P = 3) agree on every case here but one: the MPI-level refusals
 (root, op; negative counts on MPICH) are ``MPI.Exception``, which mpicoll's ``MPIValueError`` /
 ``MPITypeError`` are too; Open MPI does not check negative v-counts (plain mpi4py then writes

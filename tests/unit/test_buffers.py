@@ -165,3 +165,81 @@ def test_none_is_in_place(coll: str) -> None:
     """None as the send buffer is in place wherever mpi4py reads it so."""
     call = PARSERS[coll](1, 0, None, np.zeros(4))
     assert call.in_place
+
+
+# ---- MPI.BOTTOM with absolute addresses --------------------------------------------------
+
+
+def _absolute(a: np.ndarray, b: np.ndarray) -> MPI.Datatype:
+    """A struct of ``a`` and ``b`` (float64 arrays) at their absolute addresses."""
+    return MPI.Datatype.Create_struct([a.size, b.size], [MPI.Get_address(a), MPI.Get_address(b)],
+                                      [D, D]).Commit()
+
+
+def test_bottom_is_the_users_memory_with_a_shifted_twin_datatype() -> None:
+    """[MPI.BOTTOM, n, dt]: a view at the typemap's lowest address, with a datatype of the same
+    size, extent and type signature whose true lower bound is 0 (what the p2p schedules and
+    scratch buffers need); Bcast on COMM_SELF of both forms touches the same bytes."""
+    a, b = np.arange(3.0), np.arange(2.0) + 10
+    dt = _absolute(a, b)
+    try:
+        buf = buffers.parse([MPI.BOTTOM, 1, dt], "buf", writable=True)
+        view, twin = buf.array, buf.datatype
+        assert buf.bottom is dt
+        assert view.size == 1
+        assert view.__array_interface__["data"][0] == dt.Get_true_extent()[0]
+        assert twin.Get_size() == dt.Get_size() == 40
+        assert twin.Get_extent()[1] == dt.Get_extent()[1]
+        assert twin.Get_true_extent() == (0, dt.Get_true_extent()[1])
+        packed = np.empty(40, np.uint8)  # the twin at the view reads the user's doubles
+        twin.Pack(view, packed, 0, SELF)
+        assert np.array_equal(packed.view(np.float64), [0, 1, 2, 10, 11])
+        # two elements and a displacement: element k at BOTTOM + k * extent
+        two = buffers.parse([MPI.BOTTOM, 2, 1, dt], "buf")
+        ext = dt.Get_extent()[1]
+        assert two.array.__array_interface__["data"][0] == dt.Get_true_extent()[0] + ext
+        assert two.count == 2
+        # block collectives: count per block x blocks
+        assert buffers.parse([MPI.BOTTOM, 1, dt], "recvbuf", blocks=3).count == 3
+        # zero elements: a null buffer, no twin
+        zero = buffers.parse([MPI.BOTTOM, 0, dt], "buf")
+        assert zero.count == 0
+        assert zero.bottom is None
+        assert buffers.parse([MPI.BOTTOM, dt], "buf").count == 0  # count inferred: 0
+        v = buffers.parse_v([MPI.BOTTOM, ([1, 1], [1, 0]), dt], "recvbuf", 2)
+        assert v.counts == [1, 1]
+        assert v.displs == [1, 0]
+        assert v.array.size == 2
+    finally:
+        dt.Free()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: [MPI.BOTTOM, 1, MPI.DOUBLE],  # a buffer at address 0
+    lambda: [MPI.BOTTOM, 1, "d"],
+    lambda: [MPI.BOTTOM, 2, MPI.DOUBLE.Create_contiguous(2).Commit()],  # relative offsets
+], ids=["predefined", "typecode", "relative"])
+def test_bottom_without_absolute_addresses_is_mpi_err_buffer(make: Any) -> None:
+    spec = make()
+    try:
+        with pytest.raises(buffers.MPIValueError) as info:
+            buffers.parse(spec, "buf")
+        assert info.value.Get_error_class() == MPI.ERR_BUFFER
+        assert isinstance(info.value, MPI.Exception)
+    finally:
+        if isinstance(spec[2], MPI.Datatype) and not spec[2].is_predefined:
+            spec[2].Free()
+
+
+def test_bottom_reductions_need_one_datatype_as_in_mpi4py() -> None:
+    a, b = np.arange(3.0), np.arange(2.0)
+    c, d = np.zeros(3), np.zeros(2)
+    s, r = _absolute(a, b), _absolute(c, d)
+    try:
+        with pytest.raises(ValueError, match="mismatch"):
+            PARSERS["allreduce"](1, 0, [MPI.BOTTOM, 1, s], [MPI.BOTTOM, 1, r], MPI.SUM)
+        with pytest.raises(ValueError, match="mismatch"):
+            SELF.Allreduce([MPI.BOTTOM, 1, s], [MPI.BOTTOM, 1, r], op=MPI.SUM)  # mpi4py too
+    finally:
+        s.Free()
+        r.Free()
