@@ -8,12 +8,15 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   :class:`TwoLevel` model); it starts when both ends have posted it and both ports are free:
   a rank sends one message at a time and receives one at a time, but may do both at once
   (single-port, full-duplex, as the Thakur-Rabenseifner-Gropp costs assume);
-* a local reduction of n bytes adds ``n gamma``; local copies are free;
+* a local reduction of n bytes adds ``n gamma``, a local copy of n bytes ``n delta`` (the
+  model's copy term: 0 unless calibrated, as in the textbook costs; the copy of the send
+  buffer into the receive buffer that a call's arguments ask for is charged too);
 * local work carried by a round (an :class:`~mpicoll.algorithms.schedule.Overlap`) runs while
   the round's messages are in flight: the rank's clock at the end of such a round is
-  ``max(end of its messages, post time + k o_msg + the work's gamma charges)``;
+  ``max(end of its messages, post time + k o_msg + the work's gamma and delta charges)``;
 * software overhead (LogP's *o*, :class:`~mpicoll.model.Model`'s ``o_call`` and ``o_msg``):
-  every rank's clock starts at ``o_call`` (the call's front door), and a rank that posts a
+  every rank's clock starts at ``o_call`` (the call's front door) plus the copies its
+  arguments ask for, and a rank that posts a
   round of k messages (sends and receives) is busy for ``k o_msg`` first: its messages are
   posted, and may start, at its clock plus ``k o_msg``;
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
@@ -146,6 +149,7 @@ class SimContext(Context):
         sim.unit = self.unit if self.derived else None  # what run() counts per element
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        self.sim.clock[self.rank] += self.nbytes(src) * self.sim.delta
         if self.sim.data and src.size:
             if self.sim.inflight:
                 self.sim.check_inflight(src, dst)
@@ -196,6 +200,8 @@ class Simulator:
         self.gamma = local.gamma
         self.o_call = local.o_call  # seconds at the start of the call, every rank
         self.o_msg = local.o_msg  # seconds per message a rank posts, before it starts
+        self.delta = local.delta  # seconds per byte copied locally
+        #: per-rank clocks; before :meth:`run`, what the calls' argument copies charged
         self.clock = [0.0] * p
         #: data mode, while an overlapped round's work runs: that round's buffers
         self.inflight: tuple[np.ndarray, ...] = ()
@@ -229,13 +235,16 @@ class Simulator:
         return lambda s, d, n: a + n * b
 
     def run(self, gens: Sequence[Schedule]) -> dict[str, np.ndarray]:
-        """Drive one schedule per rank to completion; returns per-rank clocks and counts."""
+        """Drive one schedule per rank to completion; returns per-rank clocks and counts.
+
+        Each rank's clock starts at ``o_call`` plus what its context charged before (the
+        copies of the call's arguments: ``prepare``)."""
         p = self.p
         cost = self._cost_fn()
         two = isinstance(self.model, TwoLevel)  # one network port per node
         nd = self.nodes if self.nodes is not None else range(p)
         counted = self.nodes is not None  # inter-node bytes are counted when nodes are known
-        clock = self.clock = [self.o_call] * p
+        clock = self.clock = [c + self.o_call for c in self.clock]
         o_msg = self.o_msg
         send_free = [0.0] * p
         recv_free = [0.0] * p
@@ -445,14 +454,17 @@ class _VectorContext(Context):
     """The context of all p ranks at once: ``rank`` is ``numpy.arange(p)``."""
 
     def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, gamma: float,
-                 nodes: tuple[int, ...] | None, segment_bytes: int) -> None:
+                 nodes: tuple[int, ...] | None, segment_bytes: int, delta: float = 0.0) -> None:
         super().__init__(np.arange(p), p, datatype, dtype, nodes,  # type: ignore[arg-type]
                          segment_bytes)
         self.clock = np.zeros(p)
         self.gamma = gamma
+        self.delta = delta
 
     def copy(self, src: Any, dst: Any) -> None:
-        pass  # local copies are free (cost-only)
+        if self.delta:  # cost-only: a copy is only its charge
+            n = src.lengths() if isinstance(src, _Extents) else np.size(src)
+            self.clock += n * self.unit * self.delta
 
     def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
         if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
@@ -504,8 +516,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
         nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
     else:
         costs = ((m.alpha, m.beta),)
-    ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes, sim.segment_bytes)
-    ctx.clock[:] = sim.o_call  # as Simulator.run: o_call first, 2 o_msg to post each round
+    ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes, sim.segment_bytes,
+                         sim.delta)
     post = 2 * sim.o_msg
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
     if nd is not None:
@@ -515,7 +527,9 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
     i64 = np.int64
     msent, bsent, mrecv, brecv, inter = (np.zeros(p, i64) for _ in range(5))
-    gen = schedule(ctx, *(_vectorised(a, p) for a in prepare(ctx)))
+    args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
+    ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
+    gen = schedule(ctx, *(_vectorised(a, p) for a in args))
     try:
         while True:
             np.maximum(ctx.clock, rend, out=ctx.clock)

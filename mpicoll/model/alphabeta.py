@@ -5,7 +5,9 @@ calibration ``auto`` may use.
 reduced (Hockney's model as extended by Thakur, Rabenseifner & Gropp, IJHPCA 2005); ``o_call``
 and ``o_msg`` are the software overhead a hand-rolled collective pays on top of them, per call
 and per message posted (LogP's *o*: Culler et al., "LogP: towards a realistic model of parallel
-computation", PPoPP 1993).  Both default to 0, which is the plain alpha-beta-gamma model.
+computation", PPoPP 1993); ``delta`` is seconds per byte copied locally (the copies of a
+schedule and of its send buffer into the receive buffer, which the textbook costs leave out).
+All three default to 0, which is the plain alpha-beta-gamma model.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ class Model:
 
     Attributes:
         alpha: seconds per message: the latency of one message between two ranks.  Measured
-            by ``calibrate`` as the intercept of the ping-pong one-way time (RTT/2) fitted as
-            ``alpha + n beta``.
+            by ``calibrate`` as the intercept of the time of an exchange (each of two ranks
+            sends n bytes to the other and receives n: one round of the model, whose ranks
+            send and receive at once) fitted as ``alpha + n beta``.
         beta: seconds per byte sent (1 / bandwidth), the slope of that same fit.
         gamma: seconds per byte reduced, the slope of ``MPI.SUM.Reduce_local`` time on float64
-            vectors against their size.
+            vectors against their size (both ranks reducing at once, as in a collective).
         o_call: seconds per collective call: the Python front door of the p2p backend (argument
             checking, algorithm choice, the engine's set-up of the call), paid by every rank
             once, at the start of the call, before it posts anything.  Measured as the time of
@@ -44,6 +47,8 @@ class Model:
             ``Isend`` and one ``Irecv`` per rank; the slope of the engine's time against the
             number of rounds) and the same round posted directly (``Irecv`` + ``Isend`` +
             ``Waitall``).
+        delta: seconds per byte copied locally (``numpy.copyto``, a memcpy): the slope of the
+            copy time of float64 vectors against their size (both ranks copying at once).
     """
 
     alpha: float = 2e-6
@@ -51,6 +56,7 @@ class Model:
     gamma: float = 2.5e-10
     o_call: float = 0.0
     o_msg: float = 0.0
+    delta: float = 0.0
 
     def __post_init__(self) -> None:
         for name, v in asdict(self).items():
@@ -60,11 +66,11 @@ class Model:
                                  f"got {v!r}")
 
     def as_dict(self) -> dict[str, float]:
-        """``{"alpha": ..., "beta": ..., "gamma": ...}`` plus ``o_call`` and ``o_msg`` where
-        they are not 0 (so the outputs of a model without overhead terms are what they were
-        before those terms existed); :func:`save` writes all five."""
+        """``{"alpha": ..., "beta": ..., "gamma": ...}`` plus ``o_call``, ``o_msg`` and
+        ``delta`` where they are not 0 (so the outputs of a model without those terms are what
+        they were before the terms existed); :func:`save` writes all six."""
         d = asdict(self)
-        return {k: v for k, v in d.items() if v or not k.startswith("o_")}
+        return {k: v for k, v in d.items() if v or k not in _OPTIONAL}
 
 
 #: Round numbers for a shared-memory node, used when nothing was calibrated (no overhead).
@@ -74,7 +80,7 @@ _ENV = "MPICOLL_MODEL"
 #: the parameters a model file must hold, and those it may (absent: 0, as in files written
 #: before the overhead terms existed)
 _REQUIRED = ("alpha", "beta", "gamma")
-_OPTIONAL = ("o_call", "o_msg")
+_OPTIONAL = ("o_call", "o_msg", "delta")
 
 
 def default_path() -> Path:
@@ -88,7 +94,7 @@ def default_path() -> Path:
 def load(path: str | os.PathLike[str] | None = None) -> Model | None:
     """The calibrated model saved at ``path`` (default :func:`default_path`), or None if there
     is no such file or it is not a model file (a parameter missing, not a number, negative or
-    not finite).  ``o_call`` and ``o_msg`` are 0 where the file has none."""
+    not finite).  ``o_call``, ``o_msg`` and ``delta`` are 0 where the file has none."""
     p = Path(path) if path is not None else default_path()
     try:
         d = json.loads(p.read_text())
@@ -100,7 +106,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Model | None:
 
 
 def save(m: Model, path: str | os.PathLike[str] | None = None, **extra: object) -> Path:
-    """Write ``m`` (all five parameters, seconds) and any extra fields (e.g. the fit quality)
+    """Write ``m`` (all six parameters, seconds) and any extra fields (e.g. the fit quality)
     as JSON; returns the path."""
     p = Path(path) if path is not None else default_path()
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """``mpicoll.model.calibrate`` and ``mpicoll calibrate`` on every rank of the job.
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_calibrate.py`` (P = 1..5).
-Calibration needs two ranks (a ping-pong between ranks 0 and 1): at P = 1 only the usage error
+Calibration needs two ranks (an exchange between ranks 0 and 1): at P = 1 only the usage error
 is checked.  Fitted values are never compared with a machine's expected speed: only that they
 are positive (or 0), finite, the same on every rank, saved and loadable.
 """
@@ -24,11 +24,11 @@ from mpicoll.tools.calibrate import overhead_probe
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
-# small and quick: a few ping-pongs per size up to 1 MiB (enough bytes for a positive slope)
+# small and quick: a few exchanges per size up to 1 MiB (enough bytes for a positive slope)
 QUICK = ["--max-bytes", "1M", "-i", "10", "-x", "2"]
 
 needs_two = pytest.mark.skipif(SIZE < 2, reason="calibrate needs at least 2 ranks")
-TERMS = ("alpha", "beta", "gamma", "o_call", "o_msg")
+TERMS = ("alpha", "beta", "gamma", "o_call", "o_msg", "delta")
 
 
 @pytest.mark.mpi
@@ -41,7 +41,8 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
     values = [getattr(m, k) for k in TERMS]
     assert min(values) >= 0
     assert all(math.isfinite(x) for x in values)
-    assert all(t > 0 for t in details["pingpong_one_way_s"])
+    assert all(t > 0 for t in details["exchange_s"])
+    assert all(t > 0 for t in details["reduce_s"] + details["copy_s"])
     assert WORLD.allgather(m) == [m] * SIZE
     assert WORLD.allgather(details) == [details] * SIZE
     for fit in calibrate.FITS:  # every fitted term has its quality
@@ -59,11 +60,12 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
         assert details["fit_warnings"][-1] == calibrate.ADVICE
     over = details["overhead"]
     assert over["engine_rounds"] == list(calibrate.ENGINE_ROUNDS)
-    assert over["batches"] == 10
+    assert over["samples"] == 10 * calibrate.OVERHEAD_REPS
     assert min(over["engine_s"] + [over["raw_round_s"], over["call_s"]]) > 0
-    assert details["pingpong_bytes"][0] == 0
-    assert details["pingpong_bytes"][-1] == 1 << 20
-    assert len(details["pingpong_one_way_s"]) == len(details["pingpong_bytes"])
+    assert details["exchange_bytes"][0] == 0
+    assert details["exchange_bytes"][-1] == 1 << 20
+    assert len(details["exchange_s"]) == len(details["exchange_bytes"])
+    assert details["copy_bytes"] == details["reduce_bytes"] == calibrate._local_sizes(1 << 20)
 
 
 @pytest.mark.mpi
@@ -73,7 +75,7 @@ def test_calibrate_without_a_probe_fits_no_overhead() -> None:
     assert (m.o_call, m.o_msg) == (0.0, 0.0)
     assert "o_call_fit" not in details
     assert "overhead" not in details
-    assert sorted(details["unclamped"]) == ["alpha", "beta", "gamma"]
+    assert sorted(details["unclamped"]) == ["alpha", "beta", "delta", "gamma"]
 
 
 @pytest.mark.mpi
@@ -102,7 +104,8 @@ def test_calibrate_command_saves_a_loadable_model(
         assert err.splitlines() == doc["fit_warnings"]
         for w in doc["fit_warnings"]:
             assert w not in out
-        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "o_call =", "o_msg  =", "R^2 =",
+        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "delta =", "o_call =", "o_msg  =",
+                     "R^2 =",
                      "max relative residual", f"saved to {path}"):
             assert word in out, word
         # the printed values are the saved ones
