@@ -249,8 +249,11 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
 
 
 def _predicted(plan: Plan, case: Case, rec: dict[str, Any],
-               cache: dict[tuple[str, int], float | None]) -> None:
-    """Fill ``predicted_us`` and ``measured_over_predicted`` of a timed p2p record."""
+               cache: dict[tuple[str, int], float | None],
+               nodes: Sequence[int] | None = None) -> None:
+    """Fill ``predicted_us`` and ``measured_over_predicted`` of a timed p2p record (simulated
+    on ``nodes``, the p2p backend's node of each rank: a node-aware algorithm's prediction
+    is that of what it ran)."""
     if plan.model is None or rec["backend"] != "p2p" or rec["status"] != "ok":
         return
     t = rec.get("pure_us") if plan.nonblocking else rec.get("time_us")
@@ -259,7 +262,7 @@ def _predicted(plan: Plan, case: Case, rec: dict[str, Any],
     alg = rec["auto_choice"] or rec["algorithm"]
     key = (alg, case.count)
     if key not in cache:
-        cache[key] = predict_us(case, alg, plan.model)
+        cache[key] = predict_us(case, alg, plan.model, nodes)
     pred = cache[key]
     rec["predicted_us"] = pred
     if pred:
@@ -378,7 +381,7 @@ def _bench_collective(
                 # ---- timing ------------------------------------------------------------------
                 rec.update(measure(comm, fn, plan.settings))
                 _bandwidths(rec)
-                _predicted(plan, case, rec, predictions)
+                _predicted(plan, case, rec, predictions, getattr(p2p, "nodes", None))
             finally:
                 WATCHDOG.disarm()
                 if impl.persistent:
