@@ -5,8 +5,10 @@ round by round; their messages are matched in memory per (source, destination) p
 order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock:
 
 * a message of n bytes takes ``alpha + n beta`` (or the intra-/inter-node pair of a
-  :class:`TwoLevel` model); it starts when both ends have posted it and both ports are free:
-  a rank sends one message at a time and receives one at a time, but may do both at once
+  :class:`TwoLevel` model; above a model's ``eager_limit``, ``alpha_rndv + n beta_rndv``:
+  :meth:`~mpicoll.model.Model.message`); it starts when both ends have posted it and both
+  ports are free: a rank sends one message at a time and receives one at a time, but may do
+  both at once
   (single-port, full-duplex, as the Thakur-Rabenseifner-Gropp costs assume);
 * a local reduction of n bytes adds ``n gamma``, a local copy of n bytes ``n delta`` (the
   model's copy term: 0 unless calibrated, as in the textbook costs; the copy of the send
@@ -229,8 +231,13 @@ class Simulator:
         if isinstance(m, TwoLevel):
             nd = self.nodes
             assert nd is not None
+            if m.intra.eager_limit or m.inter.eager_limit:
+                intra, inter = m.intra.message, m.inter.message
+                return lambda s, d, n: intra(n) if nd[s] == nd[d] else inter(n)
             a0, b0, a1, b1 = m.intra.alpha, m.intra.beta, m.inter.alpha, m.inter.beta
             return lambda s, d, n: (a0 + n * b0) if nd[s] == nd[d] else (a1 + n * b1)
+        if m.eager_limit:
+            return lambda s, d, n: m.message(n)
         a, b = m.alpha, m.beta
         return lambda s, d, n: a + n * b
 
@@ -493,6 +500,13 @@ def _vectorised(arg: Any, p: int) -> Any:
     return arg
 
 
+def _message(m: Model, n: np.ndarray) -> np.ndarray:
+    """:meth:`Model.message` of each of the sizes ``n`` (bytes), the same arithmetic."""
+    if m.eager_limit:
+        return np.where(n > m.eager_limit, m.alpha_rndv + n * m.beta_rndv, m.alpha + n * m.beta)
+    return m.alpha + n * m.beta
+
+
 def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
                dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]]
                ) -> dict[str, np.ndarray]:
@@ -510,12 +524,12 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
         raise NotVectorizableError("data mode runs per rank")
     p = sim.p
     m = sim.model
-    costs: tuple[tuple[float, float], ...]
+    levels: tuple[Model, ...]
     if isinstance(m, TwoLevel):
-        costs = ((m.intra.alpha, m.intra.beta), (m.inter.alpha, m.inter.beta))
+        levels = (m.intra, m.inter)
         nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
     else:
-        costs = ((m.alpha, m.beta),)
+        levels = (m,)
     ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes, sim.segment_bytes,
                          sim.delta)
     post = 2 * sim.o_msg
@@ -564,9 +578,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             ctx.clock += post
             t = ctx.clock
             start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
-            if len(costs) == 1:
-                (alpha, beta), = costs
-                cost = alpha + n * beta  # indexed by receiver, as cost(s, d, n)
+            if len(levels) == 1:
+                cost = _message(levels[0], n)  # indexed by receiver, as cost(s, d, n)
             else:
                 assert nd is not None
                 crossing = nd[src] != nd
@@ -578,8 +591,7 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                             f"two ranks of a node {role} across nodes (the shared port is "
                             "served in order by the per-rank engine)")
                     user[nodes] = users
-                (a0, b0), (a1, b1) = costs
-                cost = np.where(crossing, a1 + n * b1, a0 + n * b0)
+                cost = np.where(crossing, _message(levels[1], n), _message(levels[0], n))
             end = start + cost
             send_free[src] = end
             recv_free[:] = end

@@ -49,6 +49,12 @@ class Model:
             ``Waitall``).
         delta: seconds per byte copied locally (``numpy.copyto``, a memcpy): the slope of the
             copy time of float64 vectors against their size (both ranks copying at once).
+        eager_limit, alpha_rndv, beta_rndv: a message of more than ``eager_limit`` bytes
+            costs ``alpha_rndv + n beta_rndv`` instead (bytes, seconds, seconds per byte):
+            MPI libraries switch protocol there (eager to rendezvous: MPICH's shared-memory
+            eager limit, Open MPI's ``btl_*_eager_limit``), and the time jumps.  0: one line
+            for every size.  ``calibrate`` fits the exchange times as two lines where that
+            fits them much better than one (it puts the limit between two measured sizes).
     """
 
     alpha: float = 2e-6
@@ -57,18 +63,35 @@ class Model:
     o_call: float = 0.0
     o_msg: float = 0.0
     delta: float = 0.0
+    eager_limit: float = 0.0
+    alpha_rndv: float = 0.0
+    beta_rndv: float = 0.0
 
     def __post_init__(self) -> None:
         for name, v in asdict(self).items():
             if not (isinstance(v, numbers.Real) and not isinstance(v, bool)
                     and math.isfinite(v) and float(v) >= 0):
-                raise ValueError(f"Model.{name}: expected a finite number >= 0 (seconds), "
+                raise ValueError(f"Model.{name}: expected a finite number >= 0 (seconds; "
+                                 "eager_limit: bytes), "
                                  f"got {v!r}")
 
+    def line(self, nbytes: float) -> tuple[float, float]:
+        """``(alpha, beta)`` of a message of ``nbytes`` bytes: ``(alpha_rndv, beta_rndv)``
+        above ``eager_limit`` (where it is not 0), else ``(alpha, beta)``."""
+        if self.eager_limit and nbytes > self.eager_limit:
+            return self.alpha_rndv, self.beta_rndv
+        return self.alpha, self.beta
+
+    def message(self, nbytes: float) -> float:
+        """Seconds for one message of ``nbytes`` bytes (see :meth:`line`)."""
+        a, b = self.line(nbytes)
+        return a + nbytes * b
+
     def as_dict(self) -> dict[str, float]:
-        """``{"alpha": ..., "beta": ..., "gamma": ...}`` plus ``o_call``, ``o_msg`` and
-        ``delta`` where they are not 0 (so the outputs of a model without those terms are what
-        they were before the terms existed); :func:`save` writes all six."""
+        """``{"alpha": ..., "beta": ..., "gamma": ...}`` plus the optional terms (``o_call``,
+        ``o_msg``, ``delta``, ``eager_limit``, ``alpha_rndv``, ``beta_rndv``) where they are
+        not 0 (so the outputs of a model without those terms are what they were before the
+        terms existed); :func:`save` writes them all."""
         d = asdict(self)
         return {k: v for k, v in d.items() if v or k not in _OPTIONAL}
 
@@ -80,7 +103,7 @@ _ENV = "MPICOLL_MODEL"
 #: the parameters a model file must hold, and those it may (absent: 0, as in files written
 #: before the overhead terms existed)
 _REQUIRED = ("alpha", "beta", "gamma")
-_OPTIONAL = ("o_call", "o_msg", "delta")
+_OPTIONAL = ("o_call", "o_msg", "delta", "eager_limit", "alpha_rndv", "beta_rndv")
 
 
 def default_path() -> Path:
@@ -94,7 +117,8 @@ def default_path() -> Path:
 def load(path: str | os.PathLike[str] | None = None) -> Model | None:
     """The calibrated model saved at ``path`` (default :func:`default_path`), or None if there
     is no such file or it is not a model file (a parameter missing, not a number, negative or
-    not finite).  ``o_call``, ``o_msg`` and ``delta`` are 0 where the file has none."""
+    not finite).  The optional terms (``o_call``, ``o_msg``, ``delta``, ``eager_limit``, ...) are 0
+    where the file has none."""
     p = Path(path) if path is not None else default_path()
     try:
         d = json.loads(p.read_text())
@@ -106,7 +130,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Model | None:
 
 
 def save(m: Model, path: str | os.PathLike[str] | None = None, **extra: object) -> Path:
-    """Write ``m`` (all six parameters, seconds) and any extra fields (e.g. the fit quality)
+    """Write ``m`` (all its parameters) and any extra fields (e.g. the fit quality)
     as JSON; returns the path."""
     p = Path(path) if path is not None else default_path()
     p.parent.mkdir(parents=True, exist_ok=True)

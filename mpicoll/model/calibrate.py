@@ -8,7 +8,9 @@ on a loaded machine it counts every preemption, which the median of single calls
 * alpha, beta: an exchange between ranks 0 and 1 (each sends n bytes to the other and
   receives n: ``Irecv`` + ``Isend`` + ``Waitall``, one round of the model, whose ranks send and
   receive at once) over a range of message sizes, fitted as ``alpha + n beta`` by least squares
-  (``numpy.polyfit``), reported with R^2 and the largest relative residual.
+  (``numpy.polyfit``), reported with R^2 and the largest relative residual; as two lines
+  (:func:`fit_piecewise`: ``alpha + n beta`` up to ``eager_limit``, ``alpha_rndv + n
+  beta_rndv`` above) where the library's protocol switch makes a step one line cannot fit.
 * gamma: ``MPI.SUM.Reduce_local`` on float64 vectors, ranks 0 and 1 at once, fitted the same
   way (slope); delta: ``numpy.copyto`` of float64 vectors, the same way.
 * o_msg, o_call (LogP's software overhead, given an :class:`OverheadProbe`: it needs the p2p
@@ -49,7 +51,7 @@ from .alphabeta import Model
 
 __all__ = [
     "ADVICE", "ENGINE_ROUNDS", "FITS", "MAX_REL_RESIDUAL", "MIN_R2", "Fit", "OverheadProbe",
-    "calibrate", "fit_line", "fit_quality", "fit_warnings",
+    "Piecewise", "calibrate", "fit_line", "fit_piecewise", "fit_quality", "fit_warnings",
 ]
 
 #: a fit is poor below this R^2 (where R^2 applies: a line over a range of sizes or rounds)
@@ -63,7 +65,8 @@ OVERHEAD_REPS = 20
 
 #: The fits :func:`calibrate` records in its details, and what each one fits.
 FITS = {
-    "alpha_beta_fit": "alpha + n beta (exchange time against message size)",
+    "alpha_beta_fit": "alpha + n beta (exchange time against message size; two lines where "
+                      "the MPI library switches protocol)",
     "gamma_fit": "n gamma (Reduce_local time against bytes reduced)",
     "delta_fit": "n delta (copy time against bytes copied)",
     "o_msg_fit": "o_msg (p2p engine time against rounds per call)",
@@ -103,11 +106,80 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> Fit:
     return Fit(float(a), float(b), 1.0 - ss_res / ss_tot, rel)
 
 
-def fit_quality(fit: Fit | None = None, *, samples: Sequence[float] | None = None
-                ) -> dict[str, float | None]:
+@dataclass
+class Piecewise:
+    """Two lines, ``small`` up to ``limit`` (bytes, included) and ``large`` above it, and how
+    well they fit the points together (``r2``, ``max_rel_residual``: as :class:`Fit`)."""
+
+    small: Fit
+    large: Fit
+    limit: float
+    r2: float
+    max_rel_residual: float
+
+
+#: a protocol switch is fitted where two lines leave at most this share of one line's
+#: squared relative residuals (a clear step, not noise)
+PIECEWISE_GAIN = 0.25
+#: ... each line through at least this many sizes
+PIECEWISE_MIN_POINTS = 3
+
+
+def _quality(x: np.ndarray, y: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
+    ss_res = float(((y - pred) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
+    rel = float(np.max(np.abs(y - pred) / np.maximum(np.abs(y), 1e-300)))
+    return 1.0 - ss_res / ss_tot, rel
+
+
+def _flat_or_line(x: np.ndarray, y: np.ndarray) -> Fit:
+    """:func:`fit_line`, or where its slope comes out negative (a flat stretch and noise) the
+    constant that fits best (slope 0)."""
+    f = fit_line(x, y)
+    if f.slope >= 0:
+        return f
+    w = 1.0 / np.maximum(np.abs(y), 1e-300) ** 2
+    a = float((w * y).sum() / w.sum())
+    r2, rel = _quality(x, y, np.full_like(y, a))
+    return Fit(a, 0.0, r2, rel)
+
+
+def fit_piecewise(x: np.ndarray, y: np.ndarray) -> Piecewise | None:
+    """Two lines fitted to ``y`` against sorted sizes ``x`` (the eager and rendezvous
+    protocols of an MPI library: the time jumps between two sizes), or None where one line
+    (:func:`fit_line`) fits nearly as well.
+
+    Every split between two sizes with :data:`PIECEWISE_MIN_POINTS` on each side is tried;
+    the one with the smallest sum of squared relative residuals wins if that sum is at most
+    :data:`PIECEWISE_GAIN` times one line's.  The lower line's slope is at least 0 (see
+    ``_flat_or_line``); ``limit`` is the largest size of the lower part.
+    """
+    one = fit_line(x, y)
+
+    def score(pred: np.ndarray) -> float:
+        return float((((y - pred) / np.maximum(np.abs(y), 1e-300)) ** 2).sum())
+
+    best: tuple[float, Fit, Fit, int] | None = None
+    for k in range(PIECEWISE_MIN_POINTS, len(x) - PIECEWISE_MIN_POINTS + 1):
+        lo, hi = _flat_or_line(x[:k], y[:k]), fit_line(x[k:], y[k:])
+        pred = np.concatenate([lo.intercept + lo.slope * x[:k], hi.intercept + hi.slope * x[k:]])
+        sc = score(pred)
+        if best is None or sc < best[0]:
+            best = (sc, lo, hi, k)
+    if best is None or best[0] > PIECEWISE_GAIN * score(one.intercept + one.slope * x):
+        return None
+    _, lo, hi, k = best
+    pred = np.concatenate([lo.intercept + lo.slope * x[:k], hi.intercept + hi.slope * x[k:]])
+    r2, rel = _quality(x, y, pred)
+    return Piecewise(lo, hi, float(x[k - 1]), r2, rel)
+
+
+def fit_quality(fit: Fit | Piecewise | None = None, *,
+                samples: Sequence[float] | None = None) -> dict[str, float | None]:
     """The quality record of one fitted term: ``{"r2": R^2 or None, "max_rel_residual": r}``.
 
-    ``fit``: a line (:func:`fit_line`): its R^2 and largest relative residual.  ``samples``:
+    ``fit``: a line (:func:`fit_line`) or two (:func:`fit_piecewise`): R^2 and the largest
+    relative residual.  ``samples``:
     repeated measurements of one quantity estimated by their median: R^2 does not apply
     (None), the residual is the largest ``|sample - median| / median`` over the middle 90 %
     of the samples (single calls: the slowest few are preemptions, which the median ignores
@@ -289,9 +361,9 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
     line = fit_line(ks, engine)
     o_msg = (line.slope - raw) / 2  # a round posts one send and one receive
     call = float(np.median(times["call"]))
-    rest = (partial.alpha + probe_bytes * partial.beta + probe_reduce_bytes * partial.gamma
+    rest = (partial.message(probe_bytes) + probe_reduce_bytes * partial.gamma
             + probe_copy_bytes * partial.delta + 2 * _clamp(o_msg))
-    predicted_raw = partial.alpha + probe_bytes * partial.beta
+    predicted_raw = partial.message(probe_bytes)
     details = {
         "overhead": {
             "probe_bytes": probe_bytes, "probe_reduce_bytes": probe_reduce_bytes,
@@ -366,10 +438,13 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
     details: dict[str, Any] = {}
     model = Model()
     if comm.Get_rank() == 0:
-        net = fit_line(np.array(sizes, float), np.array(pts))
+        xs, ys = np.array(sizes, float), np.array(pts)
+        two = fit_piecewise(xs, ys)
+        net: Fit | Piecewise = fit_line(xs, ys) if two is None else two
+        small = net if isinstance(net, Fit) else net.small
         red = fit_line(np.array(local, float), np.array(gy))
         cop = fit_line(np.array(local, float), np.array(cy))
-        fitted = {"alpha": net.intercept, "beta": net.slope, "gamma": red.slope,
+        fitted = {"alpha": small.intercept, "beta": small.slope, "gamma": red.slope,
                   "delta": cop.slope}
         details = {
             "exchange_bytes": sizes, "exchange_s": pts,
@@ -377,12 +452,18 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
             "alpha_beta_fit": fit_quality(net), "gamma_fit": fit_quality(red),
             "delta_fit": fit_quality(cop),
         }
-        model = Model(**{k: _clamp(v) for k, v in fitted.items()})
+        # above the eager limit: the second line (its intercept may be below 0 where the
+        # line is steep: 0 then, the times above the limit barely change)
+        rndv = {} if two is None else {"eager_limit": two.limit,
+                                       "alpha_rndv": _clamp(two.large.intercept),
+                                       "beta_rndv": _clamp(two.large.slope)}
+        details["rendezvous"] = rndv or None
+        model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **rndv)
         if times:
             o_call, o_msg, more = _fit_overhead(times, model, *probe_sizes)
             fitted.update(o_call=o_call, o_msg=o_msg)
             details.update(more)
-            model = Model(**{k: _clamp(v) for k, v in fitted.items()})
+            model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **rndv)
         details["unclamped"] = fitted
         details["fit_warnings"] = fit_warnings(details)
     model = comm.bcast(model, root=0)

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
               "beta (least squares); gamma: MPI.SUM Reduce_local on float64, delta: a copy of "
               "float64; each time as bench takes it: barrier, one call, max over ranks 0 and 1, "
               "median\n")
-    fitted = m.alpha + np.array(sizes, float) * m.beta
+    fitted = [m.message(n) for n in sizes]
     rows = []
     for n, t, f in zip(sizes, times, fitted, strict=True):
         res = 100.0 * (t - f) / t if t > 0 else 0.0
@@ -139,6 +139,11 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     gw = f"{1 / m.gamma / 1e9:.3g} GB/s" if m.gamma > 0 else "inf GB/s"
     out.write(f"alpha = {m.alpha * 1e6:.4g} us per message\n")
     out.write(f"beta  = {m.beta * 1e9:.4g} ns/B  ({bw})\n")
+    if m.eager_limit:
+        bwr = f"{1 / m.beta_rndv / 1e9:.3g} GB/s" if m.beta_rndv > 0 else "inf GB/s"
+        out.write(f"above {human_size(int(m.eager_limit))}B (the eager limit): alpha_rndv = "
+                  f"{m.alpha_rndv * 1e6:.4g} us, beta_rndv = {m.beta_rndv * 1e9:.4g} ns/B "
+                  f"({bwr})\n")
     out.write(f"gamma = {m.gamma * 1e9:.4g} ns/B  ({gw} reduced)\n")
     dw = f"{1 / m.delta / 1e9:.3g} GB/s" if m.delta > 0 else "inf GB/s"
     out.write(f"delta = {m.delta * 1e9:.4g} ns/B  ({dw} copied)\n")

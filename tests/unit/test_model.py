@@ -253,3 +253,68 @@ def test_a_poor_copy_fit_warns() -> None:
 ])
 def test_the_local_fits_reach_the_largest_size(max_bytes: int, want: list[int]) -> None:
     assert calibrate._local_sizes(max_bytes) == want
+
+
+# ---- the protocol switch (eager_limit): two lines
+
+
+def test_a_message_above_the_eager_limit_takes_the_second_line() -> None:
+    m = Model(A, B, G, eager_limit=4096, alpha_rndv=4 * A, beta_rndv=2 * B)
+    assert m.line(4096) == (A, B)
+    assert m.line(4097) == (4 * A, 2 * B)
+    assert m.message(8192) == 4 * A + 8192 * 2 * B
+    assert Model(A, B, G).message(1 << 30) == A + (1 << 30) * B  # no limit: one line
+    # p = 2 recursive doubling: one exchange of the whole vector
+    small = simulate("allreduce", 2, 512, algorithm="recursive_doubling", model=m)
+    assert small.time == A + 4096 * B + 4096 * G
+    big = simulate("allreduce", 2, 1024, algorithm="recursive_doubling", model=m)
+    assert big.time == 4 * A + 8192 * 2 * B + 8192 * G
+
+
+@pytest.mark.parametrize("count", [4 * 512, 4 * 513])  # blocks of 4096 B, and just above
+def test_both_engines_switch_protocol_alike(count: int) -> None:
+    m = Model(A, B, G, o_msg=O_MSG, delta=D, eager_limit=4096, alpha_rndv=4 * A,
+              beta_rndv=2 * B)
+    vec = simulate("allreduce", 4, count, algorithm="ring", model=m, data=False, engine="vector")
+    rank = simulate("allreduce", 4, count, algorithm="ring", model=m, data=False, engine="rank")
+    assert vec.clocks.tolist() == rank.clocks.tolist()
+    per_block = A + 4096 * B if count == 4 * 512 else 4 * A + 4104 * 2 * B
+    assert vec.time > 6 * per_block  # 2 (p-1) rounds of one block each
+
+
+def _step(x: np.ndarray) -> np.ndarray:
+    """An exchange that jumps from 3 us to 6 us + n / (5 GB/s) above 4 KiB."""
+    return np.where(x <= 4096, 3e-6 + x * 1e-11, 6e-6 + x * 2e-10)
+
+
+def test_a_step_is_fitted_as_two_lines() -> None:
+    x = np.array([0] + [1 << k for k in range(25)], float)
+    rng = np.random.default_rng(2)
+    y = _step(x) * (1 + rng.uniform(-0.03, 0.03, x.size))
+    two = calibrate.fit_piecewise(x, y)
+    assert two is not None
+    assert calibrate.fit_line(x, y).max_rel_residual > 3 * two.max_rel_residual  # one line
+    assert two.limit == 4096
+    assert two.small.intercept == pytest.approx(3e-6, rel=0.05)
+    assert two.large.slope == pytest.approx(2e-10, rel=0.05)
+    assert two.max_rel_residual < 0.1
+    assert calibrate.fit_quality(two) == {"r2": two.r2, "max_rel_residual": two.max_rel_residual}
+
+
+def test_a_line_is_not_split() -> None:
+    x = np.array([0] + [1 << k for k in range(25)], float)
+    rng = np.random.default_rng(3)
+    assert calibrate.fit_piecewise(x, (3e-6 + x * 2e-10) * (1 + rng.uniform(-0.05, 0.05, x.size))
+                                   ) is None
+
+
+def test_a_flat_stretch_has_slope_zero_not_below() -> None:
+    """Below the limit the times are flat with noise: the lower line is a constant then,
+    never a negative beta (which the model would set to 0 with a warning)."""
+    x = np.array([0] + [1 << k for k in range(25)], float)
+    y = _step(x)
+    y[:13] = 3e-6 * (1 + 0.02 * np.cos(np.arange(13)))  # falls a little from 0 B to 4 KiB
+    y[12] = 2.9e-6
+    two = calibrate.fit_piecewise(x, y)
+    assert two is not None
+    assert two.small.slope >= 0
