@@ -77,7 +77,8 @@ def validate(doc: Any, schema: dict[str, Any] | None = None) -> list[str]:
 
 def describe_model(m: Model) -> str:
     """``alpha = 2 us, beta = 0.1 ns/B (10 GB/s), gamma = 0.25 ns/B``, then the overhead and
-    copy terms where they are not 0 (``, o_call = 5 us, o_msg = 0.5 us, delta = 0.1 ns/B``)."""
+    copy terms where they are not 0 (``, o_call = 5 us, o_msg = 0.5 us, delta = 0.1 ns/B``),
+    and the second line above an eager limit (``; above 16KB alpha = 5 us, beta = 0.2 ns/B``)."""
     gbps = f"{1.0 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
     out = (f"alpha = {m.alpha * 1e6:.3g} us, beta = {m.beta * 1e9:.3g} ns/B ({gbps}), "
            f"gamma = {m.gamma * 1e9:.3g} ns/B")
@@ -85,6 +86,9 @@ def describe_model(m: Model) -> str:
         out += f", o_call = {m.o_call * 1e6:.3g} us, o_msg = {m.o_msg * 1e6:.3g} us"
     if m.delta:
         out += f", delta = {m.delta * 1e9:.3g} ns/B"
+    if m.eager_limit:
+        out += (f"; above {human_size(int(m.eager_limit))}B alpha = {m.alpha_rndv * 1e6:.3g} us, "
+                f"beta = {m.beta_rndv * 1e9:.3g} ns/B")
     return out
 
 
