@@ -16,7 +16,7 @@ import json
 import math
 import numbers
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 __all__ = ["Model", "current", "load", "save", "DEFAULT"]
@@ -47,6 +47,11 @@ class Model:
             ``Isend`` and one ``Irecv`` per rank; the slope of the engine's time against the
             number of rounds) and the same round posted directly (``Irecv`` + ``Isend`` +
             ``Waitall``).
+        o_start: what ``o_call`` is to a blocking call, for ``Start()`` + ``Wait()`` of a
+            persistent p2p collective (``Allreduce_init``, ...): no front door, the compiled
+            plan started.  Measured as the time of the persistent form of ``o_call``'s call
+            minus the same rest.  bench's predicted time of its ``X:init`` columns uses it in
+            the place of ``o_call``.
         delta: seconds per byte copied locally (``numpy.copyto``, a memcpy): the slope of the
             copy time of float64 vectors against their size (both ranks copying at once).
         eager_limit, alpha_rndv, beta_rndv: a message of more than ``eager_limit`` bytes
@@ -63,6 +68,7 @@ class Model:
     o_call: float = 0.0
     o_msg: float = 0.0
     delta: float = 0.0
+    o_start: float = 0.0
     eager_limit: float = 0.0
     alpha_rndv: float = 0.0
     beta_rndv: float = 0.0
@@ -87,6 +93,11 @@ class Model:
         a, b = self.line(nbytes)
         return a + nbytes * b
 
+    def persistent(self) -> Model:
+        """This model for a persistent collective's ``Start`` + ``Wait``: ``o_start`` in the
+        place of ``o_call``."""
+        return replace(self, o_call=self.o_start)
+
     def as_dict(self) -> dict[str, float]:
         """``{"alpha": ..., "beta": ..., "gamma": ...}`` plus the optional terms (``o_call``,
         ``o_msg``, ``delta``, ``eager_limit``, ``alpha_rndv``, ``beta_rndv``) where they are
@@ -103,7 +114,7 @@ _ENV = "MPICOLL_MODEL"
 #: the parameters a model file must hold, and those it may (absent: 0, as in files written
 #: before the overhead terms existed)
 _REQUIRED = ("alpha", "beta", "gamma")
-_OPTIONAL = ("o_call", "o_msg", "delta", "eager_limit", "alpha_rndv", "beta_rndv")
+_OPTIONAL = ("o_call", "o_msg", "delta", "o_start", "eager_limit", "alpha_rndv", "beta_rndv")
 
 
 def default_path() -> Path:

@@ -20,7 +20,9 @@ on a loaded machine it counts every preemption, which the median of single calls
   p2p collective call (:data:`OVERHEAD_REPS` samples of each per ``iters``).  The engine's
   time is fitted as ``c + k r``; ``o_msg = (r - raw round) / 2`` (a round posts two
   messages); ``o_call = call - (alpha + n beta + n_r gamma + n_c delta + 2 o_msg)``, the call
-  minus what the rest of the model predicts for it.  The raw round is also compared with the
+  minus what the rest of the model predicts for it; ``o_start`` the same of the call's
+  persistent form (``Start`` + ``Wait``, where the probe has one).  The raw round is also
+  compared with the
   exchange's ``alpha + n beta`` (``round_fit``): the same message, timed apart.
 
 Every fit has a quality (:func:`fit_quality`): R^2 where the term is a line's slope or
@@ -71,6 +73,7 @@ FITS = {
     "delta_fit": "n delta (copy time against bytes copied)",
     "o_msg_fit": "o_msg (p2p engine time against rounds per call)",
     "o_call_fit": "o_call (a one-round p2p call, samples about their median)",
+    "o_start_fit": "o_start (Start + Wait of its persistent form, samples about their median)",
     "round_fit": "the raw round of the o_msg measurement against alpha + n beta (the two "
                  "are measured apart: they disagree on a loaded machine)",
 }
@@ -252,6 +255,8 @@ class OverheadProbe:
         close: frees what the probe holds (its communicators), or None.
         call_copy_bytes: bytes the call copies locally on the slower rank (its send buffer
             into its receive buffer, its schedule's copies).
+        start: ``Start()`` + ``Wait()`` of the persistent form of ``call`` (made once, on the
+            same buffers), or None: fits ``o_start``.
     """
 
     call: Callable[[], object]
@@ -260,6 +265,7 @@ class OverheadProbe:
     rounds: Callable[[int], Callable[[], object]]
     close: Callable[[], object] | None = None
     call_copy_bytes: int = 0
+    start: Callable[[], object] | None = None
 
 
 def _samples(comm: MPI.Comm, fn: Callable[[], object] | None, n: int, warmup: int
@@ -322,7 +328,8 @@ def _time_overhead(pair: MPI.Comm, probe: OverheadProbe, iters: int, warmup: int
                    reps: int) -> dict[str, list[float]]:
     """Times (seconds, one call each, max over the two ranks of ``pair``: :func:`_samples`)
     of a raw round (``"raw"``), of the engine running k rounds (``"k"`` for k in
-    :data:`ENGINE_ROUNDS`) and of the probe's call (``"call"``), ``iters * reps`` of each;
+    :data:`ENGINE_ROUNDS`), of the probe's call (``"call"``) and of its persistent form
+    (``"start"``, if the probe has one), ``iters * reps`` of each;
     the kinds interleave, so drift hits all."""
     peer = 1 - pair.Get_rank()
     n = probe.call_bytes
@@ -333,6 +340,8 @@ def _time_overhead(pair: MPI.Comm, probe: OverheadProbe, iters: int, warmup: int
         MPI.Request.Waitall([pair.Irecv(rbuf, peer, 11), pair.Isend(sbuf, peer, 11)])
 
     kinds: dict[str, Callable[[], object]] = {"raw": raw, "call": probe.call}
+    if probe.start is not None:
+        kinds["start"] = probe.start
     kinds.update({str(k): probe.rounds(k) for k in ENGINE_ROUNDS})
     times: dict[str, list[float]] = {k: [] for k in kinds}
     chunk = max(1, reps)
@@ -354,7 +363,8 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
                   ) -> tuple[float, float, dict[str, Any]]:
     """``(o_call, o_msg, details)`` from :func:`_time_overhead`'s samples and the fitted
     alpha, beta, gamma, delta; negative values are returned as they came (the caller
-    clamps)."""
+    clamps).  With ``"start"`` samples, ``details["overhead"]["o_start"]`` is ``o_start``
+    (the persistent form's time less the same rest), unclamped too."""
     raw = float(np.median(times["raw"]))
     ks = np.array(ENGINE_ROUNDS, float)
     engine = np.array([float(np.median(times[str(k)])) for k in ENGINE_ROUNDS])
@@ -378,6 +388,10 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
         "round_fit": {"r2": None,
                       "max_rel_residual": abs(raw - predicted_raw) / raw if raw > 0 else math.inf},
     }
+    if "start" in times:
+        start = float(np.median(times["start"]))
+        details["overhead"].update(start_s=start, o_start=start - rest)
+        details["o_start_fit"] = fit_quality(samples=times["start"])
     return call - rest, o_msg, details
 
 
@@ -462,6 +476,8 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
         if times:
             o_call, o_msg, more = _fit_overhead(times, model, *probe_sizes)
             fitted.update(o_call=o_call, o_msg=o_msg)
+            if "o_start" in more["overhead"]:
+                fitted["o_start"] = more["overhead"]["o_start"]
             details.update(more)
             model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **rndv)
         details["unclamped"] = fitted

@@ -249,7 +249,7 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
 
 
 def _predicted(plan: Plan, case: Case, rec: dict[str, Any],
-               cache: dict[tuple[str, int], float | None],
+               cache: dict[tuple[str, int, bool], float | None],
                nodes: Sequence[int] | None = None) -> None:
     """Fill ``predicted_us`` and ``measured_over_predicted`` of a timed p2p record (simulated
     on ``nodes``, the p2p backend's node of each rank: a node-aware algorithm's prediction
@@ -260,9 +260,11 @@ def _predicted(plan: Plan, case: Case, rec: dict[str, Any],
     if not t:
         return
     alg = rec["auto_choice"] or rec["algorithm"]
-    key = (alg, case.count)
+    persistent = bool(rec.get("persistent"))  # Start + Wait: o_start, not o_call
+    key = (alg, case.count, persistent)
     if key not in cache:
-        cache[key] = predict_us(case, alg, plan.model, nodes)
+        m = plan.model.persistent() if persistent else plan.model
+        cache[key] = predict_us(case, alg, m, nodes)
     pred = cache[key]
     rec["predicted_us"] = pred
     if pred:
@@ -327,7 +329,7 @@ def _bench_collective(
             counts.append(c)
     records: list[dict[str, Any]] = []
     measure = measure_nonblocking if plan.nonblocking else measure_blocking
-    predictions: dict[tuple[str, int], float | None] = {}
+    predictions: dict[tuple[str, int, bool], float | None] = {}
     for count in counts:
         case = Case(coll, count, plan.dtype, plan.op, plan.root, plan.in_place, p, rank).build()
         row: list[dict[str, Any]] = []

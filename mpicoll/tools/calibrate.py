@@ -58,14 +58,22 @@ def overhead_probe(comm: MPI.Comm) -> _calibrate.OverheadProbe:
         runner = BlockingRunner(engine, call, alg)
         return lambda: runner(engine.take_tag())
 
+    persistent = hand.Allreduce_init(x, y, op=MPI.SUM, algorithm="recursive_doubling")
+
+    def start() -> None:
+        persistent.Start()
+        persistent.Wait()
+
     def close() -> None:
+        persistent.Free()
         hand.Free()
         dup.Free()
 
     return _calibrate.OverheadProbe(
         call=lambda: hand.Allreduce(x, y, op=MPI.SUM, algorithm="recursive_doubling"),
         call_bytes=8, call_reduce_bytes=8, rounds=rounds, close=close,
-        call_copy_bytes=16)  # rank 0: x into y, then its result (in scratch) into y
+        call_copy_bytes=16,  # rank 0: x into y, then its result (in scratch) into y
+        start=start)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -150,13 +158,15 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     if "overhead" in details:
         out.write(f"o_call = {m.o_call * 1e6:.4g} us per p2p collective call\n")
         out.write(f"o_msg  = {m.o_msg * 1e6:.4g} us per message the p2p engine posts\n")
+        out.write(f"o_start = {m.o_start * 1e6:.4g} us per Start + Wait of a persistent p2p "
+                  "collective\n")
     out.write(f"fit alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
               f"{100 * ab['max_rel_residual']:.1f}% ({len(sizes)} sizes)\n")
     out.write(f"fit n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
               f"{100 * gf['max_rel_residual']:.1f}% ({len(details['reduce_bytes'])} sizes)\n")
     out.write(f"fit n delta:        R^2 = {df['r2']:.5f}, max relative residual "
               f"{100 * df['max_rel_residual']:.1f}% ({len(details['copy_bytes'])} sizes)\n")
-    for key in ("o_msg_fit", "o_call_fit", "round_fit"):
+    for key in ("o_msg_fit", "o_call_fit", "o_start_fit", "round_fit"):
         if key in details:
             q = details[key]
             r2 = "" if q["r2"] is None else f"R^2 = {q['r2']:.5f}, "

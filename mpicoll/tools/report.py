@@ -84,6 +84,8 @@ def describe_model(m: Model) -> str:
            f"gamma = {m.gamma * 1e9:.3g} ns/B")
     if m.o_call or m.o_msg:
         out += f", o_call = {m.o_call * 1e6:.3g} us, o_msg = {m.o_msg * 1e6:.3g} us"
+    if m.o_start:
+        out += f", o_start = {m.o_start * 1e6:.3g} us"
     if m.delta:
         out += f", delta = {m.delta * 1e9:.3g} ns/B"
     if m.eager_limit:

@@ -67,6 +67,14 @@ def test_model_refuses_a_term_that_is_not_a_time(kw: dict) -> None:
         Model(**kw)
 
 
+def test_the_persistent_model_pays_o_start_for_o_call() -> None:
+    m = Model(A, B, G, o_call=O_CALL, o_msg=O_MSG, o_start=O_CALL / 8)
+    assert m.persistent() == Model(A, B, G, o_call=O_CALL / 8, o_msg=O_MSG, o_start=O_CALL / 8)
+    blocking = simulate("allreduce", 2, 1, algorithm="recursive_doubling", model=m)
+    started = simulate("allreduce", 2, 1, algorithm="recursive_doubling", model=m.persistent())
+    assert blocking.time - started.time == O_CALL - O_CALL / 8
+
+
 def test_as_dict_shows_the_overhead_terms_only_when_set() -> None:
     assert Model(1e-6, 1e-9, 1e-10).as_dict() == {"alpha": 1e-6, "beta": 1e-9, "gamma": 1e-10}
     assert Model(1e-6, 1e-9, 1e-10, o_msg=2e-7).as_dict() == {
@@ -167,7 +175,13 @@ def test_overhead_formulas_on_synthetic_times() -> None:
     assert details["round_fit"]["max_rel_residual"] == pytest.approx(raw_vs_model)
     assert details["overhead"]["engine_call_setup_s"] == pytest.approx(6 * us, rel=1e-9)
     assert details["overhead"]["samples"] == 5
+    assert "o_start_fit" not in details  # no persistent form timed
     assert calibrate.fit_warnings(details) == []
+    # the persistent form, 9 us: o_start = 9 us - the same rest
+    start = calibrate._fit_overhead({**times, "start": [9 * us] * 5}, partial, 8, 8, 16)[2]
+    assert start["overhead"]["o_start"] == pytest.approx(
+        9 * us - (2 * us + 8e-9 + 8e-10 + 16e-10 + 2 * us), rel=1e-9)
+    assert start["o_start_fit"] == {"r2": None, "max_rel_residual": 0.0}
     # a raw round 50x the ping-pong's alpha (every wait preempted on a loaded machine) warns,
     # even though the engine's line fits well
     times["raw"] = [100 * us] * 5
