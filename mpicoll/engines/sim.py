@@ -5,14 +5,16 @@ round by round; their messages are matched in memory per (source, destination) p
 order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock:
 
 * a message of n bytes takes ``alpha + n beta`` (or the intra-/inter-node pair of a
-  :class:`TwoLevel` model; above a model's ``eager_limit``, ``alpha_rndv + n beta_rndv``:
+  :class:`TwoLevel` model; a model's measured ``message_curve`` at n where it has one:
   :meth:`~mpicoll.model.Model.message`); it starts when both ends have posted it and both
   ports are free: a rank sends one message at a time and receives one at a time, but may do
   both at once
   (single-port, full-duplex, as the Thakur-Rabenseifner-Gropp costs assume);
 * a local reduction of n bytes adds ``n gamma``, a local copy of n bytes ``n delta`` (the
   model's copy term: 0 unless calibrated, as in the textbook costs; the copy of the send
-  buffer into the receive buffer that a call's arguments ask for is charged too);
+  buffer into the receive buffer that a call's arguments ask for is charged too), or the
+  model's measured curves at n (:meth:`~mpicoll.model.Model.reduce_time`,
+  :meth:`~mpicoll.model.Model.copy_time`);
 * local work carried by a round (an :class:`~mpicoll.algorithms.schedule.Overlap`) runs while
   the round's messages are in flight: the rank's clock at the end of such a round is
   ``max(end of its messages, post time + k o_msg + the work's gamma and delta charges)``;
@@ -151,14 +153,14 @@ class SimContext(Context):
         sim.unit = self.unit if self.derived else None  # what run() counts per element
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        self.sim.clock[self.rank] += self.nbytes(src) * self.sim.delta
+        self.sim.clock[self.rank] += self.sim.local.copy_time(self.nbytes(src))
         if self.sim.data and src.size:
             if self.sim.inflight:
                 self.sim.check_inflight(src, dst)
             np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        self.sim.clock[self.rank] += self.nbytes(inbuf) * self.sim.gamma
+        self.sim.clock[self.rank] += self.sim.local.reduce_time(self.nbytes(inbuf))
         if self.sim.data and inbuf.size:
             if self.sim.inflight:
                 self.sim.check_inflight(inbuf, inoutbuf)
@@ -203,6 +205,8 @@ class Simulator:
         self.o_call = local.o_call  # seconds at the start of the call, every rank
         self.o_msg = local.o_msg  # seconds per message a rank posts, before it starts
         self.delta = local.delta  # seconds per byte copied locally
+        #: the rank's model: its reduce_time and copy_time charge local work
+        self.local = local
         #: per-rank clocks; before :meth:`run`, what the calls' argument copies charged
         self.clock = [0.0] * p
         #: data mode, while an overlapped round's work runs: that round's buffers
@@ -231,12 +235,12 @@ class Simulator:
         if isinstance(m, TwoLevel):
             nd = self.nodes
             assert nd is not None
-            if m.intra.eager_limit or m.inter.eager_limit:
+            if m.intra.message_curve or m.inter.message_curve:
                 intra, inter = m.intra.message, m.inter.message
                 return lambda s, d, n: intra(n) if nd[s] == nd[d] else inter(n)
             a0, b0, a1, b1 = m.intra.alpha, m.intra.beta, m.inter.alpha, m.inter.beta
             return lambda s, d, n: (a0 + n * b0) if nd[s] == nd[d] else (a1 + n * b1)
-        if m.eager_limit:
+        if m.message_curve:
             return lambda s, d, n: m.message(n)
         a, b = m.alpha, m.beta
         return lambda s, d, n: a + n * b
@@ -460,23 +464,23 @@ class _Extents:
 class _VectorContext(Context):
     """The context of all p ranks at once: ``rank`` is ``numpy.arange(p)``."""
 
-    def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, gamma: float,
-                 nodes: tuple[int, ...] | None, segment_bytes: int, delta: float = 0.0) -> None:
+    def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, local: Model,
+                 nodes: tuple[int, ...] | None, segment_bytes: int) -> None:
         super().__init__(np.arange(p), p, datatype, dtype, nodes,  # type: ignore[arg-type]
                          segment_bytes)
         self.clock = np.zeros(p)
-        self.gamma = gamma
-        self.delta = delta
+        self.local = local
+        self.copies = bool(local.delta or local.copy_curve)
 
     def copy(self, src: Any, dst: Any) -> None:
-        if self.delta:  # cost-only: a copy is only its charge
+        if self.copies:  # cost-only: a copy is only its charge
             n = src.lengths() if isinstance(src, _Extents) else np.size(src)
-            self.clock += n * self.unit * self.delta
+            self.clock += self.local.copy_time(n * self.unit)
 
     def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
         if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
             raise NotVectorizableError("reduction of a buffer that is not per-rank")
-        self.clock += inbuf.size * self.unit * self.gamma
+        self.clock += self.local.reduce_time(inbuf.size * self.unit)
 
     def scratch(self, count: Any) -> Any:
         return _Extents.whole(count, self.dtype, self.size)
@@ -502,9 +506,7 @@ def _vectorised(arg: Any, p: int) -> Any:
 
 def _message(m: Model, n: np.ndarray) -> np.ndarray:
     """:meth:`Model.message` of each of the sizes ``n`` (bytes), the same arithmetic."""
-    if m.eager_limit:
-        return np.where(n > m.eager_limit, m.alpha_rndv + n * m.beta_rndv, m.alpha + n * m.beta)
-    return m.alpha + n * m.beta
+    return np.asarray(m.message(n))
 
 
 def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
@@ -530,8 +532,7 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
         nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
     else:
         levels = (m,)
-    ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes, sim.segment_bytes,
-                         sim.delta)
+    ctx = _VectorContext(p, datatype, dtype, sim.local, sim.nodes, sim.segment_bytes)
     post = 2 * sim.o_msg
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
     if nd is not None:

@@ -8,11 +8,14 @@ on a loaded machine it counts every preemption, which the median of single calls
 * alpha, beta: an exchange between ranks 0 and 1 (each sends n bytes to the other and
   receives n: ``Irecv`` + ``Isend`` + ``Waitall``, one round of the model, whose ranks send and
   receive at once) over a range of message sizes, fitted as ``alpha + n beta`` by least squares
-  (``numpy.polyfit``), reported with R^2 and the largest relative residual; as two lines
-  (:func:`fit_piecewise`: ``alpha + n beta`` up to ``eager_limit``, ``alpha_rndv + n
-  beta_rndv`` above) where the library's protocol switch makes a step one line cannot fit.
-* gamma: ``MPI.SUM.Reduce_local`` on float64 vectors, ranks 0 and 1 at once, fitted the same
-  way (slope); delta: ``numpy.copyto`` of float64 vectors, the same way.
+  (``numpy.polyfit``; the registry's formulas and ``auto`` take the line).
+* gamma: ``MPI.SUM.Reduce_local`` on float64 vectors of 8 B up to ``max_bytes``, ranks 0 and 1
+  at once, fitted the same way (slope); delta: ``numpy.copyto`` of float64 vectors, the same.
+* the measured times themselves are kept as the model's curves (``message_curve``,
+  ``reduce_curve``, ``copy_curve``), from which the simulator, and so bench's predicted
+  column, takes each message's, reduction's and copy's time: a line cannot follow the MPI
+  library's protocol switch (a step), the caches (a steeper slope past them) or a memcpy
+  that is slower at some sizes than at larger ones (as glibc's is on some virtual CPUs).
 * o_msg, o_call (LogP's software overhead, given an :class:`OverheadProbe`: it needs the p2p
   backend, which lives above this module): between ranks 0 and 1, interleaved, a raw round
   (``Irecv`` + ``Isend`` + ``Waitall``), the p2p engine running schedules of k = 1, 2, 4, 8
@@ -25,8 +28,9 @@ on a loaded machine it counts every preemption, which the median of single calls
   compared with the
   exchange's ``alpha + n beta`` (``round_fit``): the same message, timed apart.
 
-Every fit has a quality (:func:`fit_quality`): R^2 where the term is a line's slope or
-intercept, and the largest relative residual.  :func:`fit_warnings` turns a poor one (R^2 below
+Every fit has a quality (:func:`fit_quality`, :func:`curve_quality`): R^2 where the term is a
+line's slope or intercept, and the largest relative residual (for a curve: the largest spread
+of the samples at one size).  :func:`fit_warnings` turns a poor one (R^2 below
 :data:`MIN_R2`, a residual above :data:`MAX_REL_RESIDUAL`, a term that came out negative and
 was set to 0) into warnings that say how to get a better fit.
 
@@ -53,7 +57,7 @@ from .alphabeta import Model
 
 __all__ = [
     "ADVICE", "ENGINE_ROUNDS", "FITS", "MAX_REL_RESIDUAL", "MIN_R2", "Fit", "OverheadProbe",
-    "Piecewise", "calibrate", "fit_line", "fit_piecewise", "fit_quality", "fit_warnings",
+    "calibrate", "curve_quality", "fit_line", "fit_quality", "fit_warnings",
 ]
 
 #: a fit is poor below this R^2 (where R^2 applies: a line over a range of sizes or rounds)
@@ -67,10 +71,9 @@ OVERHEAD_REPS = 20
 
 #: The fits :func:`calibrate` records in its details, and what each one fits.
 FITS = {
-    "alpha_beta_fit": "alpha + n beta (exchange time against message size; two lines where "
-                      "the MPI library switches protocol)",
-    "gamma_fit": "n gamma (Reduce_local time against bytes reduced)",
-    "delta_fit": "n delta (copy time against bytes copied)",
+    "alpha_beta_fit": "the exchange times (message_curve; the samples' spread at one size)",
+    "gamma_fit": "the Reduce_local times (reduce_curve; the samples' spread at one size)",
+    "delta_fit": "the copy times (copy_curve; the samples' spread at one size)",
     "o_msg_fit": "o_msg (p2p engine time against rounds per call)",
     "o_call_fit": "o_call (a one-round p2p call, samples about their median)",
     "o_start_fit": "o_start (Start + Wait of its persistent form, samples about their median)",
@@ -109,80 +112,11 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> Fit:
     return Fit(float(a), float(b), 1.0 - ss_res / ss_tot, rel)
 
 
-@dataclass
-class Piecewise:
-    """Two lines, ``small`` up to ``limit`` (bytes, included) and ``large`` above it, and how
-    well they fit the points together (``r2``, ``max_rel_residual``: as :class:`Fit`)."""
-
-    small: Fit
-    large: Fit
-    limit: float
-    r2: float
-    max_rel_residual: float
-
-
-#: a protocol switch is fitted where two lines leave at most this share of one line's
-#: squared relative residuals (a clear step, not noise)
-PIECEWISE_GAIN = 0.25
-#: ... each line through at least this many sizes
-PIECEWISE_MIN_POINTS = 3
-
-
-def _quality(x: np.ndarray, y: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
-    ss_res = float(((y - pred) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum()) or 1.0
-    rel = float(np.max(np.abs(y - pred) / np.maximum(np.abs(y), 1e-300)))
-    return 1.0 - ss_res / ss_tot, rel
-
-
-def _flat_or_line(x: np.ndarray, y: np.ndarray) -> Fit:
-    """:func:`fit_line`, or where its slope comes out negative (a flat stretch and noise) the
-    constant that fits best (slope 0)."""
-    f = fit_line(x, y)
-    if f.slope >= 0:
-        return f
-    w = 1.0 / np.maximum(np.abs(y), 1e-300) ** 2
-    a = float((w * y).sum() / w.sum())
-    r2, rel = _quality(x, y, np.full_like(y, a))
-    return Fit(a, 0.0, r2, rel)
-
-
-def fit_piecewise(x: np.ndarray, y: np.ndarray) -> Piecewise | None:
-    """Two lines fitted to ``y`` against sorted sizes ``x`` (the eager and rendezvous
-    protocols of an MPI library: the time jumps between two sizes), or None where one line
-    (:func:`fit_line`) fits nearly as well.
-
-    Every split between two sizes with :data:`PIECEWISE_MIN_POINTS` on each side is tried;
-    the one with the smallest sum of squared relative residuals wins if that sum is at most
-    :data:`PIECEWISE_GAIN` times one line's.  The lower line's slope is at least 0 (see
-    ``_flat_or_line``); ``limit`` is the largest size of the lower part.
-    """
-    one = fit_line(x, y)
-
-    def score(pred: np.ndarray) -> float:
-        return float((((y - pred) / np.maximum(np.abs(y), 1e-300)) ** 2).sum())
-
-    best: tuple[float, Fit, Fit, int] | None = None
-    for k in range(PIECEWISE_MIN_POINTS, len(x) - PIECEWISE_MIN_POINTS + 1):
-        lo, hi = _flat_or_line(x[:k], y[:k]), fit_line(x[k:], y[k:])
-        pred = np.concatenate([lo.intercept + lo.slope * x[:k], hi.intercept + hi.slope * x[k:]])
-        sc = score(pred)
-        if best is None or sc < best[0]:
-            best = (sc, lo, hi, k)
-    if best is None or best[0] > PIECEWISE_GAIN * score(one.intercept + one.slope * x):
-        return None
-    _, lo, hi, k = best
-    pred = np.concatenate([lo.intercept + lo.slope * x[:k], hi.intercept + hi.slope * x[k:]])
-    r2, rel = _quality(x, y, pred)
-    return Piecewise(lo, hi, float(x[k - 1]), r2, rel)
-
-
-def fit_quality(fit: Fit | Piecewise | None = None, *,
+def fit_quality(fit: Fit | None = None, *,
                 samples: Sequence[float] | None = None) -> dict[str, float | None]:
     """The quality record of one fitted term: ``{"r2": R^2 or None, "max_rel_residual": r}``.
 
-    ``fit``: a line (:func:`fit_line`) or two (:func:`fit_piecewise`): R^2 and the largest
-    relative residual.  ``samples``:
+    ``fit``: a line (:func:`fit_line`): R^2 and the largest relative residual.  ``samples``:
     repeated measurements of one quantity estimated by their median: R^2 does not apply
     (None), the residual is the largest ``|sample - median| / median`` over the middle 90 %
     of the samples (single calls: the slowest few are preemptions, which the median ignores
@@ -288,16 +222,28 @@ def _samples(comm: MPI.Comm, fn: Callable[[], object] | None, n: int, warmup: in
 
 
 def _timed(comm: MPI.Comm, make: Callable[[int], Callable[[], object]], sizes: Sequence[int],
-           iters: int, warmup: int) -> list[float]:
+           iters: int, warmup: int) -> tuple[list[float], list[float]]:
     """The median time (seconds) at each of ``sizes`` (bytes) of the call ``make(n)`` that
     ranks 0 and 1 make at once (the others wait), timed by :func:`_samples`: ``iters``
-    samples up to 64 KiB, fewer above (at least 5)."""
-    out = []
+    samples up to 64 KiB, fewer above (at least 9); and the spread of the samples at each
+    size (their interquartile range over their median)."""
+    med, spread = [], []
     for n in sizes:
         fn = make(n) if comm.Get_rank() < 2 else None
-        k = max(5, iters // (1 + n // 65536))
-        out.append(float(np.median(_samples(comm, fn, k, warmup))))
-    return out
+        k = max(9, iters // (1 + n // 65536))
+        t = _samples(comm, fn, k, warmup)
+        m = float(np.median(t))
+        q1, q3 = np.quantile(t, [0.25, 0.75])
+        med.append(m)
+        spread.append(float(q3 - q1) / m if m > 0 else 0.0)
+    return med, spread
+
+
+def curve_quality(spread: Sequence[float]) -> dict[str, float | None]:
+    """The quality record of a measured curve (:attr:`~mpicoll.model.Model.message_curve`,
+    ...): no R^2 (None); ``max_rel_residual`` is the largest spread of the samples at one
+    size (interquartile range over median): how far a repeated measurement may move it."""
+    return {"r2": None, "max_rel_residual": float(max(spread)) if spread else 0.0}
 
 
 def _exchange(comm: MPI.Comm) -> Callable[[int], Callable[[], object]]:
@@ -327,7 +273,8 @@ def _copy(n: int) -> Callable[[], object]:
 def _time_overhead(pair: MPI.Comm, probe: OverheadProbe, iters: int, warmup: int,
                    reps: int) -> dict[str, list[float]]:
     """Times (seconds, one call each, max over the two ranks of ``pair``: :func:`_samples`)
-    of a raw round (``"raw"``), of the engine running k rounds (``"k"`` for k in
+    of a raw round (``"raw"``), of k raw rounds back to back (``"rawk"`` for k in
+    :data:`ENGINE_ROUNDS` above 1), of the engine running k rounds (``"k"`` for k in
     :data:`ENGINE_ROUNDS`), of the probe's call (``"call"``) and of its persistent form
     (``"start"``, if the probe has one), ``iters * reps`` of each;
     the kinds interleave, so drift hits all."""
@@ -339,7 +286,14 @@ def _time_overhead(pair: MPI.Comm, probe: OverheadProbe, iters: int, warmup: int
     def raw() -> None:
         MPI.Request.Waitall([pair.Irecv(rbuf, peer, 11), pair.Isend(sbuf, peer, 11)])
 
+    def chain(k: int) -> Callable[[], None]:
+        def f() -> None:
+            for _ in range(k):
+                raw()
+        return f
+
     kinds: dict[str, Callable[[], object]] = {"raw": raw, "call": probe.call}
+    kinds.update({f"raw{k}": chain(k) for k in ENGINE_ROUNDS[1:]})
     if probe.start is not None:
         kinds["start"] = probe.start
     kinds.update({str(k): probe.rounds(k) for k in ENGINE_ROUNDS})
@@ -358,6 +312,19 @@ def _clamp(v: float) -> float:
     return v if math.isfinite(v) and v > 0 else 0.0
 
 
+def skew_of(times: Mapping[str, Sequence[float]]) -> float:
+    """The part of a barrier-separated call's time that it pays once, however many rounds it
+    has (the ranks leave the barrier apart; the last one's lag counts once): the intercept of
+    the raw rounds' time against their number (``"raw"``, ``"raw2"``, ...: k rounds back to
+    back), at least 0 and at most the single round's time; 0 without the chains."""
+    if not all(f"raw{k}" in times for k in ENGINE_ROUNDS[1:]):
+        return 0.0
+    ys = [float(np.median(times["raw"]))]
+    ys += [float(np.median(times[f"raw{k}"])) for k in ENGINE_ROUNDS[1:]]
+    c = fit_line(np.array(ENGINE_ROUNDS, float), np.array(ys)).intercept
+    return min(max(c, 0.0), ys[0])
+
+
 def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_bytes: int,
                   probe_reduce_bytes: int, probe_copy_bytes: int = 0
                   ) -> tuple[float, float, dict[str, Any]]:
@@ -369,16 +336,19 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
     ks = np.array(ENGINE_ROUNDS, float)
     engine = np.array([float(np.median(times[str(k)])) for k in ENGINE_ROUNDS])
     line = fit_line(ks, engine)
-    o_msg = (line.slope - raw) / 2  # a round posts one send and one receive
+    skew, round_s = skew_of(times), raw
+    if skew:  # the raw rounds' own line: skew + k round_s
+        round_s = raw - skew
+    o_msg = (line.slope - round_s) / 2  # a round posts one send and one receive
     call = float(np.median(times["call"]))
     rest = (partial.message(probe_bytes) + probe_reduce_bytes * partial.gamma
             + probe_copy_bytes * partial.delta + 2 * _clamp(o_msg))
-    predicted_raw = partial.message(probe_bytes)
+    predicted_raw = partial.message(probe_bytes) + skew
     details = {
         "overhead": {
             "probe_bytes": probe_bytes, "probe_reduce_bytes": probe_reduce_bytes,
             "probe_copy_bytes": probe_copy_bytes,
-            "samples": len(times["raw"]), "raw_round_s": raw,
+            "samples": len(times["raw"]), "raw_round_s": raw, "skew_s": skew,
             "engine_rounds": list(ENGINE_ROUNDS), "engine_s": engine.tolist(),
             "engine_round_s": line.slope, "engine_call_setup_s": line.intercept,
             "call_s": call,
@@ -396,12 +366,9 @@ def _fit_overhead(times: Mapping[str, Sequence[float]], partial: Model, probe_by
 
 
 def _local_sizes(max_bytes: int) -> list[int]:
-    """Vector sizes (bytes) of the gamma and delta fits: 4 KiB, 32 KiB, ... up to
-    ``max_bytes`` (at least the first three, so there is a line to fit)."""
-    out = [1 << 12, 1 << 15, 1 << 18]
-    while out[-1] * 8 <= max_bytes:
-        out.append(out[-1] * 8)
-    return out
+    """Vector sizes (bytes) of the reduction and copy curves: 8 B (one float64), 16 B, ...
+    up to ``max_bytes`` (at least up to 4 KiB, so there is a line to fit)."""
+    return [1 << k for k in range(3, max(12, max_bytes.bit_length() - 1) + 1)]
 
 
 def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: int = 50,
@@ -432,10 +399,10 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
         raise ValueError("calibrate needs at least 2 ranks (an exchange between ranks 0 and 1)")
     sizes = [0] + [1 << k for k in range(max_bytes.bit_length())]
     sizes = [s for s in sizes if s <= max_bytes]
-    pts = _timed(comm, _exchange(comm), sizes, iters, warmup)
+    pts, ps = _timed(comm, _exchange(comm), sizes, iters, warmup)
     local = _local_sizes(max_bytes)
-    gy = _timed(comm, _reduction, local, iters, warmup)
-    cy = _timed(comm, _copy, local, iters, warmup)
+    gy, gs = _timed(comm, _reduction, local, iters, warmup)
+    cy, cs = _timed(comm, _copy, local, iters, warmup)
     times: dict[str, list[float]] = {}
     probe_sizes = (0, 0, 0)
     if probe is not None:
@@ -452,34 +419,36 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
     details: dict[str, Any] = {}
     model = Model()
     if comm.Get_rank() == 0:
-        xs, ys = np.array(sizes, float), np.array(pts)
-        two = fit_piecewise(xs, ys)
-        net: Fit | Piecewise = fit_line(xs, ys) if two is None else two
-        small = net if isinstance(net, Fit) else net.small
+        # a message in a chain of rounds costs the exchange less the skew a barrier-separated
+        # call pays once: that goes to o_call (what the probe's call costs beyond the rest)
+        skew = skew_of(times) if times else 0.0
+        pts = [max(t - skew, 0.0) for t in pts]
+        net = fit_line(np.array(sizes, float), np.array(pts))
         red = fit_line(np.array(local, float), np.array(gy))
         cop = fit_line(np.array(local, float), np.array(cy))
-        fitted = {"alpha": small.intercept, "beta": small.slope, "gamma": red.slope,
-                  "delta": cop.slope}
+        fitted: dict[str, float] = {"alpha": net.intercept, "beta": net.slope,
+                                    "gamma": red.slope, "delta": cop.slope}
+        # the simulator takes the measured times themselves; the lines are for the formulas
+        curves: dict[str, Any] = {
+            "message_curve": tuple(zip(map(float, sizes), pts, strict=True)),
+            "reduce_curve": tuple(zip(map(float, local), gy, strict=True)),
+            "copy_curve": tuple(zip(map(float, local), cy, strict=True))}
         details = {
-            "exchange_bytes": sizes, "exchange_s": pts,
+            "exchange_bytes": sizes, "exchange_s": pts, "skew_s": skew,
             "reduce_bytes": local, "reduce_s": gy, "copy_bytes": local, "copy_s": cy,
-            "alpha_beta_fit": fit_quality(net), "gamma_fit": fit_quality(red),
-            "delta_fit": fit_quality(cop),
+            "alpha_beta_fit": curve_quality(ps), "gamma_fit": curve_quality(gs),
+            "delta_fit": curve_quality(cs),
+            "lines": {"alpha_beta": fit_quality(net), "gamma": fit_quality(red),
+                      "delta": fit_quality(cop)},
         }
-        # above the eager limit: the second line (its intercept may be below 0 where the
-        # line is steep: 0 then, the times above the limit barely change)
-        rndv = {} if two is None else {"eager_limit": two.limit,
-                                       "alpha_rndv": _clamp(two.large.intercept),
-                                       "beta_rndv": _clamp(two.large.slope)}
-        details["rendezvous"] = rndv or None
-        model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **rndv)
+        model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **curves)  # type: ignore[arg-type]
         if times:
             o_call, o_msg, more = _fit_overhead(times, model, *probe_sizes)
             fitted.update(o_call=o_call, o_msg=o_msg)
             if "o_start" in more["overhead"]:
                 fitted["o_start"] = more["overhead"]["o_start"]
             details.update(more)
-            model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **rndv)
+            model = Model(**{k: _clamp(v) for k, v in fitted.items()}, **curves)  # type: ignore[arg-type]
         details["unclamped"] = fitted
         details["fit_warnings"] = fit_warnings(details)
     model = comm.bcast(model, root=0)

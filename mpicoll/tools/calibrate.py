@@ -128,45 +128,46 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
         return 0
     sizes = details["exchange_bytes"]
     times = details["exchange_s"]
-    ab, gf, df = details["alpha_beta_fit"], details["gamma_fit"], details["delta_fit"]
+    lines = details["lines"]
+    ab, gf, df = lines["alpha_beta"], lines["gamma"], lines["delta"]
     hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
     out.write(f"# mpicoll calibrate  {prov['date']}\n# {prov['mpi_library']}; P={prov['P']} on "
               f"{hosts}\n# exchange between ranks 0 and 1 (each sends n bytes to the other), "
               f"{human_size(sizes[0])} to {human_size(sizes[-1])} bytes, fitted as alpha + n "
               "beta (least squares); gamma: MPI.SUM Reduce_local on float64, delta: a copy of "
               "float64; each time as bench takes it: barrier, one call, max over ranks 0 and 1, "
-              "median\n")
-    fitted = [m.message(n) for n in sizes]
+              "median; the exchange less the barrier's skew (a call pays it once: o_call has it), "
+              f"{details['skew_s'] * 1e6:.3g} us\n")
+    fitted = [m.alpha + n * m.beta for n in sizes]
     rows = []
     for n, t, f in zip(sizes, times, fitted, strict=True):
         res = 100.0 * (t - f) / t if t > 0 else 0.0
         rows.append([str(n), f"{t * 1e6:.3f}", f"{f * 1e6:.3f}", f"{res:+.1f}"])
-    out.write("\n".join(table(["size", "exchange", "model", "residual"],
+    out.write("\n".join(table(["size", "exchange", "line", "residual"],
                                ["(B)", "(us)", "(us)", "(%)"], rows, [])) + "\n\n")
     bw = f"{1 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
     gw = f"{1 / m.gamma / 1e9:.3g} GB/s" if m.gamma > 0 else "inf GB/s"
     out.write(f"alpha = {m.alpha * 1e6:.4g} us per message\n")
     out.write(f"beta  = {m.beta * 1e9:.4g} ns/B  ({bw})\n")
-    if m.eager_limit:
-        bwr = f"{1 / m.beta_rndv / 1e9:.3g} GB/s" if m.beta_rndv > 0 else "inf GB/s"
-        out.write(f"above {human_size(int(m.eager_limit))}B (the eager limit): alpha_rndv = "
-                  f"{m.alpha_rndv * 1e6:.4g} us, beta_rndv = {m.beta_rndv * 1e9:.4g} ns/B "
-                  f"({bwr})\n")
     out.write(f"gamma = {m.gamma * 1e9:.4g} ns/B  ({gw} reduced)\n")
     dw = f"{1 / m.delta / 1e9:.3g} GB/s" if m.delta > 0 else "inf GB/s"
     out.write(f"delta = {m.delta * 1e9:.4g} ns/B  ({dw} copied)\n")
+    out.write(f"(the lines are the registry's formulas'; the simulator and bench's meas/pred "
+              f"take the measured times: {len(m.message_curve)} exchange, "
+              f"{len(m.reduce_curve)} reduction and {len(m.copy_curve)} copy sizes)\n")
     if "overhead" in details:
         out.write(f"o_call = {m.o_call * 1e6:.4g} us per p2p collective call\n")
         out.write(f"o_msg  = {m.o_msg * 1e6:.4g} us per message the p2p engine posts\n")
         out.write(f"o_start = {m.o_start * 1e6:.4g} us per Start + Wait of a persistent p2p "
                   "collective\n")
-    out.write(f"fit alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
+    out.write(f"line alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
               f"{100 * ab['max_rel_residual']:.1f}% ({len(sizes)} sizes)\n")
-    out.write(f"fit n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
+    out.write(f"line n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
               f"{100 * gf['max_rel_residual']:.1f}% ({len(details['reduce_bytes'])} sizes)\n")
-    out.write(f"fit n delta:        R^2 = {df['r2']:.5f}, max relative residual "
+    out.write(f"line n delta:        R^2 = {df['r2']:.5f}, max relative residual "
               f"{100 * df['max_rel_residual']:.1f}% ({len(details['copy_bytes'])} sizes)\n")
-    for key in ("o_msg_fit", "o_call_fit", "o_start_fit", "round_fit"):
+    for key in ("alpha_beta_fit", "gamma_fit", "delta_fit", "o_msg_fit", "o_call_fit",
+                "o_start_fit", "round_fit"):
         if key in details:
             q = details[key]
             r2 = "" if q["r2"] is None else f"R^2 = {q['r2']:.5f}, "

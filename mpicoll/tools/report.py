@@ -78,7 +78,7 @@ def validate(doc: Any, schema: dict[str, Any] | None = None) -> list[str]:
 def describe_model(m: Model) -> str:
     """``alpha = 2 us, beta = 0.1 ns/B (10 GB/s), gamma = 0.25 ns/B``, then the overhead and
     copy terms where they are not 0 (``, o_call = 5 us, o_msg = 0.5 us, delta = 0.1 ns/B``),
-    and the second line above an eager limit (``; above 16KB alpha = 5 us, beta = 0.2 ns/B``)."""
+    and whether the model has measured curves."""
     gbps = f"{1.0 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
     out = (f"alpha = {m.alpha * 1e6:.3g} us, beta = {m.beta * 1e9:.3g} ns/B ({gbps}), "
            f"gamma = {m.gamma * 1e9:.3g} ns/B")
@@ -88,9 +88,8 @@ def describe_model(m: Model) -> str:
         out += f", o_start = {m.o_start * 1e6:.3g} us"
     if m.delta:
         out += f", delta = {m.delta * 1e9:.3g} ns/B"
-    if m.eager_limit:
-        out += (f"; above {human_size(int(m.eager_limit))}B alpha = {m.alpha_rndv * 1e6:.3g} us, "
-                f"beta = {m.beta_rndv * 1e9:.3g} ns/B")
+    if m.message_curve or m.reduce_curve or m.copy_curve:
+        out += "; measured times at each size (calibrate's curves)"
     return out
 
 

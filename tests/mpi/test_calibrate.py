@@ -41,14 +41,23 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
     values = [getattr(m, k) for k in TERMS]
     assert min(values) >= 0
     assert all(math.isfinite(x) for x in values)
-    assert all(t > 0 for t in details["exchange_s"])
+    # the exchange less the barrier's skew (paid once per call, in o_call)
+    assert all(t >= 0 for t in details["exchange_s"])
+    assert details["exchange_s"][-1] > 0
+    assert 0 <= details["skew_s"] <= details["overhead"]["raw_round_s"]
+    assert [list(pt) for pt in m.message_curve] == [
+        [float(n), t] for n, t in zip(details["exchange_bytes"], details["exchange_s"],
+                                      strict=True)]
+    assert len(m.reduce_curve) == len(m.copy_curve) == len(details["reduce_bytes"])
+    for line in ("alpha_beta", "gamma", "delta"):  # the formulas' lines, with their R^2
+        assert details["lines"][line]["r2"] <= 1.0
     assert all(t > 0 for t in details["reduce_s"] + details["copy_s"])
     assert WORLD.allgather(m) == [m] * SIZE
     assert WORLD.allgather(details) == [details] * SIZE
     for fit in calibrate.FITS:  # every fitted term has its quality
         r2 = details[fit]["r2"]
-        # R^2 where the term is a line's (a constant estimated by a median has none)
-        assert r2 is None if fit in ("o_call_fit", "o_start_fit", "round_fit") else r2 <= 1.0
+        # R^2 where the term is a line's (a median or a measured curve has none)
+        assert r2 is None if fit != "o_msg_fit" else r2 <= 1.0
         assert details[fit]["max_rel_residual"] >= 0.0
     # the model is the fitted values, negative ones set to 0
     assert sorted(details["unclamped"]) == sorted(TERMS)
@@ -72,7 +81,8 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
 @needs_two
 def test_calibrate_without_a_probe_fits_no_overhead() -> None:
     m, details = calibrate.calibrate(WORLD, max_bytes=1 << 10, iters=5, warmup=1)
-    assert (m.o_call, m.o_msg) == (0.0, 0.0)
+    assert (m.o_call, m.o_msg, m.o_start) == (0.0, 0.0, 0.0)
+    assert details["skew_s"] == 0.0
     assert "o_call_fit" not in details
     assert "overhead" not in details
     assert sorted(details["unclamped"]) == ["alpha", "beta", "delta", "gamma"]

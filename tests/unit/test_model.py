@@ -215,7 +215,7 @@ def test_a_poor_fit_warns_and_says_how_to_do_better() -> None:
     assert details["alpha_beta_fit"]["max_rel_residual"] > calibrate.MAX_REL_RESIDUAL
     out = calibrate.fit_warnings(details)
     assert len(out) == 2
-    assert out[0].startswith("calibrate: warning: poor fit of alpha + n beta")
+    assert out[0].startswith("calibrate: warning: poor fit of the exchange times")
     assert "max relative residual" in out[0]
     assert out[-1] == calibrate.ADVICE
     for how in ("-i 200", "quieter machine", "--bind-to core", "-bind-to core",
@@ -254,81 +254,92 @@ def test_a_few_preempted_calls_do_not_make_a_median_poor() -> None:
 def test_a_poor_copy_fit_warns() -> None:
     q = {"r2": 0.26, "max_rel_residual": 0.76}
     out = calibrate.fit_warnings({"delta_fit": q})
-    assert out[0].startswith("calibrate: warning: poor fit of n delta")
+    assert out[0].startswith("calibrate: warning: poor fit of the copy times")
     assert "R^2 = 0.260 < 0.95" in out[0]
     assert "max relative residual 76% > 50%" in out[0]
     assert out[-1] == calibrate.ADVICE
 
 
-@pytest.mark.parametrize(("max_bytes", "want"), [
-    (1 << 10, [1 << 12, 1 << 15, 1 << 18]),
-    (1 << 22, [1 << 12, 1 << 15, 1 << 18, 1 << 21]),
-    (1 << 24, [1 << 12, 1 << 15, 1 << 18, 1 << 21, 1 << 24]),
-])
-def test_the_local_fits_reach_the_largest_size(max_bytes: int, want: list[int]) -> None:
-    assert calibrate._local_sizes(max_bytes) == want
+@pytest.mark.parametrize(("max_bytes", "top"), [(1 << 10, 1 << 12), (1 << 22, 1 << 22),
+                                                (1 << 24, 1 << 24)])
+def test_the_local_curves_reach_the_largest_size(max_bytes: int, top: int) -> None:
+    sizes = calibrate._local_sizes(max_bytes)
+    assert sizes[0] == 8
+    assert sizes[-1] == top
+    assert sizes == [8 << k for k in range(len(sizes))]
 
 
-# ---- the protocol switch (eager_limit): two lines
+# ---- the measured curves
 
 
-def test_a_message_above_the_eager_limit_takes_the_second_line() -> None:
-    m = Model(A, B, G, eager_limit=4096, alpha_rndv=4 * A, beta_rndv=2 * B)
-    assert m.line(4096) == (A, B)
-    assert m.line(4097) == (4 * A, 2 * B)
-    assert m.message(8192) == 4 * A + 8192 * 2 * B
-    assert Model(A, B, G).message(1 << 30) == A + (1 << 30) * B  # no limit: one line
-    # p = 2 recursive doubling: one exchange of the whole vector
-    small = simulate("allreduce", 2, 512, algorithm="recursive_doubling", model=m)
-    assert small.time == A + 4096 * B + 4096 * G
-    big = simulate("allreduce", 2, 1024, algorithm="recursive_doubling", model=m)
-    assert big.time == 4 * A + 8192 * 2 * B + 8192 * G
+CURVE = ((0.0, 4 * A), (4096.0, 4 * A + 4096 * B), (8192.0, 16 * A), (16384.0, 20 * A))
 
 
-@pytest.mark.parametrize("count", [4 * 512, 4 * 513])  # blocks of 4096 B, and just above
-def test_both_engines_switch_protocol_alike(count: int) -> None:
-    m = Model(A, B, G, o_msg=O_MSG, delta=D, eager_limit=4096, alpha_rndv=4 * A,
-              beta_rndv=2 * B)
+def test_a_curve_is_read_between_and_beyond_its_sizes() -> None:
+    m = Model(A, B, G, message_curve=CURVE, reduce_curve=((8.0, G), (16.0, 3 * G)))
+    assert m.message(0) == 4 * A
+    assert m.message(4096) == 4 * A + 4096 * B
+    assert m.message(6144) == pytest.approx((4 * A + 4096 * B + 16 * A) / 2)
+    assert m.message(32768) == pytest.approx(28 * A)  # the last segment's slope beyond
+    assert m.reduce_time(0) == 0.0  # nothing reduced: nothing paid
+    assert m.reduce_time(4) == G  # below the first size: its time
+    assert m.reduce_time(12) == pytest.approx(2 * G)
+    assert m.copy_time(100) == 100 * m.delta  # no curve: the line
+    sizes = np.array([0, 4, 12, 24])
+    assert m.reduce_time(sizes).tolist() == [m.reduce_time(int(n)) for n in sizes]
+    # the formulas' line at a size: the segment around it
+    slope = (12 * A - 4096 * B) / 4096  # from 4 KiB to 8 KiB; its intercept is below 0: 0
+    assert m.line(6000) == pytest.approx((0.0, slope))
+    assert m.line(10000) == pytest.approx((12 * A, 4 * A / 8192))
+    assert Model(A, B, G).line(1 << 20) == (A, B)
+
+
+@pytest.mark.parametrize("bad", [((0, 1e-6), (0, 2e-6)), ((8, -1.0),), ((8, math.nan),), "x"])
+def test_a_curve_must_be_sizes_and_times(bad: object) -> None:
+    with pytest.raises(ValueError, match="message_curve"):
+        Model(message_curve=bad)  # type: ignore[arg-type]
+
+
+def test_a_model_with_curves_round_trips_through_its_file(tmp_path: Path) -> None:
+    m = Model(A, B, G, o_call=O_CALL, message_curve=CURVE, copy_curve=((8.0, D), (64.0, 8 * D)))
+    path = model.save(m, tmp_path / "m.json")
+    assert model.load(path) == m
+    assert m.as_dict()["message_curve"] == [list(pt) for pt in CURVE]
+    assert "reduce_curve" not in m.as_dict()
+
+
+@pytest.mark.parametrize("count", [4 * 512, 4 * 513, 4 * 4096])
+def test_both_engines_read_the_curves_alike(count: int) -> None:
+    m = Model(A, B, G, o_msg=O_MSG, delta=D, message_curve=CURVE,
+              reduce_curve=((8.0, G), (65536.0, 65536 * G * 2)),
+              copy_curve=((8.0, D), (65536.0, 65536 * D * 3)))
     vec = simulate("allreduce", 4, count, algorithm="ring", model=m, data=False, engine="vector")
     rank = simulate("allreduce", 4, count, algorithm="ring", model=m, data=False, engine="rank")
     assert vec.clocks.tolist() == rank.clocks.tolist()
-    per_block = A + 4096 * B if count == 4 * 512 else 4 * A + 4104 * 2 * B
-    assert vec.time > 6 * per_block  # 2 (p-1) rounds of one block each
+    rd = simulate("allreduce", 2, count, algorithm="recursive_doubling", model=m)
+    n = count * 8
+    assert rd.time == pytest.approx(2 * O_MSG + m.message(n) + m.reduce_time(n)
+                                    + 2 * m.copy_time(n))
 
 
-def _step(x: np.ndarray) -> np.ndarray:
-    """An exchange that jumps from 3 us to 6 us + n / (5 GB/s) above 4 KiB."""
-    return np.where(x <= 4096, 3e-6 + x * 1e-11, 6e-6 + x * 2e-10)
+def test_the_skew_of_a_barrier_is_paid_once() -> None:
+    """k raw rounds back to back take 2 us + k 3 us: the skew is 2 us, a round 3 us; the
+    engine's 6 us + 5 us per round then gives o_msg = (5 - 3) / 2 us."""
+    us = 1e-6
+    times = {"raw": [5 * us] * 5, "call": [50 * us] * 5}
+    times.update({f"raw{k}": [(2 + 3 * k) * us] * 5 for k in calibrate.ENGINE_ROUNDS[1:]})
+    times.update({str(k): [(6 + 5 * k) * us] * 5 for k in calibrate.ENGINE_ROUNDS})
+    assert calibrate.skew_of(times) == pytest.approx(2 * us)
+    o_call, o_msg, details = calibrate._fit_overhead(times, Model(3 * us, 0.0, 0.0), 8, 8)
+    assert o_msg == pytest.approx(1 * us)
+    assert o_call == pytest.approx(50 * us - (3 * us + 2 * us))  # the skew stays in o_call
+    assert details["overhead"]["skew_s"] == pytest.approx(2 * us)
+    assert details["round_fit"]["max_rel_residual"] == pytest.approx(0.0, abs=1e-9)
+    assert calibrate.skew_of({"raw": [5 * us]}) == 0.0  # no chains: no skew
 
 
-def test_a_step_is_fitted_as_two_lines() -> None:
-    x = np.array([0] + [1 << k for k in range(25)], float)
-    rng = np.random.default_rng(2)
-    y = _step(x) * (1 + rng.uniform(-0.03, 0.03, x.size))
-    two = calibrate.fit_piecewise(x, y)
-    assert two is not None
-    assert calibrate.fit_line(x, y).max_rel_residual > 3 * two.max_rel_residual  # one line
-    assert two.limit == 4096
-    assert two.small.intercept == pytest.approx(3e-6, rel=0.05)
-    assert two.large.slope == pytest.approx(2e-10, rel=0.05)
-    assert two.max_rel_residual < 0.1
-    assert calibrate.fit_quality(two) == {"r2": two.r2, "max_rel_residual": two.max_rel_residual}
-
-
-def test_a_line_is_not_split() -> None:
-    x = np.array([0] + [1 << k for k in range(25)], float)
-    rng = np.random.default_rng(3)
-    assert calibrate.fit_piecewise(x, (3e-6 + x * 2e-10) * (1 + rng.uniform(-0.05, 0.05, x.size))
-                                   ) is None
-
-
-def test_a_flat_stretch_has_slope_zero_not_below() -> None:
-    """Below the limit the times are flat with noise: the lower line is a constant then,
-    never a negative beta (which the model would set to 0 with a warning)."""
-    x = np.array([0] + [1 << k for k in range(25)], float)
-    y = _step(x)
-    y[:13] = 3e-6 * (1 + 0.02 * np.cos(np.arange(13)))  # falls a little from 0 B to 4 KiB
-    y[12] = 2.9e-6
-    two = calibrate.fit_piecewise(x, y)
-    assert two is not None
-    assert two.small.slope >= 0
+def test_a_noisy_curve_warns() -> None:
+    assert calibrate.curve_quality([0.02, 0.05, 0.01]) == {"r2": None, "max_rel_residual": 0.05}
+    out = calibrate.fit_warnings({"delta_fit": calibrate.curve_quality([0.02, 0.8])})
+    assert out[0].startswith("calibrate: warning: poor fit of the copy times")
+    assert out[-1] == calibrate.ADVICE
