@@ -118,9 +118,10 @@ def fit_quality(fit: Fit | None = None, *,
 
     ``fit``: a line (:func:`fit_line`): R^2 and the largest relative residual.  ``samples``:
     repeated measurements of one quantity estimated by their median: R^2 does not apply
-    (None), the residual is the largest ``|sample - median| / median`` over the middle 90 %
-    of the samples (single calls: the slowest few are preemptions, which the median ignores
-    too; a spread that matters moves more than a twentieth of them).
+    (None), the residual is the largest ``|sample - median| / median``; from 20 samples on
+    (single calls timed as bench times them), their interquartile range over their median,
+    as for a curve (:func:`curve_quality`): the slowest calls are preemptions, which the
+    median ignores too; a spread that matters moves the middle half of them.
     """
     if fit is not None:
         return {"r2": fit.r2, "max_rel_residual": fit.max_rel_residual}
@@ -129,8 +130,10 @@ def fit_quality(fit: Fit | None = None, *,
     s = np.asarray(samples, float)
     med = float(np.median(s))
     if s.size >= 20:
-        s = s[(s >= np.quantile(s, 0.05)) & (s <= np.quantile(s, 0.95))]
-    rel = float(np.max(np.abs(s - med)) / med) if med > 0 else math.inf
+        q1, q3 = np.quantile(s, [0.25, 0.75])
+        rel = float(q3 - q1) / med if med > 0 else math.inf
+    else:
+        rel = float(np.max(np.abs(s - med)) / med) if med > 0 else math.inf
     return {"r2": None, "max_rel_residual": rel}
 
 
