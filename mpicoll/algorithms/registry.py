@@ -413,8 +413,9 @@ def choose(
     from ..model import alphabeta as model
 
     m = model.current()
-    if m is not None:
-        return min(ok, key=lambda a: a.cost(p, float(nbytes), m.alpha, m.beta, m.gamma))
+    if m is not None:  # the formulas take one line: the one of a message of nbytes
+        alpha, beta = m.line(nbytes)
+        return min(ok, key=lambda a: a.cost(p, float(nbytes), alpha, beta, m.gamma))
     rule = _AUTO.get(collective)
     if rule is not None:
         name = rule(p, nbytes, commutative)

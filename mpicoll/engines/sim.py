@@ -5,15 +5,22 @@ round by round; their messages are matched in memory per (source, destination) p
 order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock:
 
 * a message of n bytes takes ``alpha + n beta`` (or the intra-/inter-node pair of a
-  :class:`TwoLevel` model); it starts when both ends have posted it and both ports are free:
-  a rank sends one message at a time and receives one at a time, but may do both at once
+  :class:`TwoLevel` model; a model's measured ``message_curve`` at n where it has one:
+  :meth:`~mpicoll.model.Model.message`); it starts when both ends have posted it and both
+  ports are free: a rank sends one message at a time and receives one at a time, but may do
+  both at once
   (single-port, full-duplex, as the Thakur-Rabenseifner-Gropp costs assume);
-* a local reduction of n bytes adds ``n gamma``; local copies are free;
+* a local reduction of n bytes adds ``n gamma``, a local copy of n bytes ``n delta`` (the
+  model's copy term: 0 unless calibrated, as in the textbook costs; the copy of the send
+  buffer into the receive buffer that a call's arguments ask for is charged too), or the
+  model's measured curves at n (:meth:`~mpicoll.model.Model.reduce_time`,
+  :meth:`~mpicoll.model.Model.copy_time`);
 * local work carried by a round (an :class:`~mpicoll.algorithms.schedule.Overlap`) runs while
   the round's messages are in flight: the rank's clock at the end of such a round is
-  ``max(end of its messages, post time + k o_msg + the work's gamma charges)``;
+  ``max(end of its messages, post time + k o_msg + the work's gamma and delta charges)``;
 * software overhead (LogP's *o*, :class:`~mpicoll.model.Model`'s ``o_call`` and ``o_msg``):
-  every rank's clock starts at ``o_call`` (the call's front door), and a rank that posts a
+  every rank's clock starts at ``o_call`` (the call's front door) plus the copies its
+  arguments ask for, and a rank that posts a
   round of k messages (sends and receives) is busy for ``k o_msg`` first: its messages are
   posted, and may start, at its clock plus ``k o_msg``;
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
@@ -146,13 +153,14 @@ class SimContext(Context):
         sim.unit = self.unit if self.derived else None  # what run() counts per element
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        self.sim.clock[self.rank] += self.sim.local.copy_time(self.nbytes(src))
         if self.sim.data and src.size:
             if self.sim.inflight:
                 self.sim.check_inflight(src, dst)
             np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        self.sim.clock[self.rank] += self.nbytes(inbuf) * self.sim.gamma
+        self.sim.clock[self.rank] += self.sim.local.reduce_time(self.nbytes(inbuf))
         if self.sim.data and inbuf.size:
             if self.sim.inflight:
                 self.sim.check_inflight(inbuf, inoutbuf)
@@ -196,6 +204,10 @@ class Simulator:
         self.gamma = local.gamma
         self.o_call = local.o_call  # seconds at the start of the call, every rank
         self.o_msg = local.o_msg  # seconds per message a rank posts, before it starts
+        self.delta = local.delta  # seconds per byte copied locally
+        #: the rank's model: its reduce_time and copy_time charge local work
+        self.local = local
+        #: per-rank clocks; before :meth:`run`, what the calls' argument copies charged
         self.clock = [0.0] * p
         #: data mode, while an overlapped round's work runs: that round's buffers
         self.inflight: tuple[np.ndarray, ...] = ()
@@ -223,19 +235,27 @@ class Simulator:
         if isinstance(m, TwoLevel):
             nd = self.nodes
             assert nd is not None
+            if m.intra.message_curve or m.inter.message_curve:
+                intra, inter = m.intra.message, m.inter.message
+                return lambda s, d, n: intra(n) if nd[s] == nd[d] else inter(n)
             a0, b0, a1, b1 = m.intra.alpha, m.intra.beta, m.inter.alpha, m.inter.beta
             return lambda s, d, n: (a0 + n * b0) if nd[s] == nd[d] else (a1 + n * b1)
+        if m.message_curve:
+            return lambda s, d, n: m.message(n)
         a, b = m.alpha, m.beta
         return lambda s, d, n: a + n * b
 
     def run(self, gens: Sequence[Schedule]) -> dict[str, np.ndarray]:
-        """Drive one schedule per rank to completion; returns per-rank clocks and counts."""
+        """Drive one schedule per rank to completion; returns per-rank clocks and counts.
+
+        Each rank's clock starts at ``o_call`` plus what its context charged before (the
+        copies of the call's arguments: ``prepare``)."""
         p = self.p
         cost = self._cost_fn()
         two = isinstance(self.model, TwoLevel)  # one network port per node
         nd = self.nodes if self.nodes is not None else range(p)
         counted = self.nodes is not None  # inter-node bytes are counted when nodes are known
-        clock = self.clock = [self.o_call] * p
+        clock = self.clock = [c + self.o_call for c in self.clock]
         o_msg = self.o_msg
         send_free = [0.0] * p
         recv_free = [0.0] * p
@@ -444,20 +464,23 @@ class _Extents:
 class _VectorContext(Context):
     """The context of all p ranks at once: ``rank`` is ``numpy.arange(p)``."""
 
-    def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, gamma: float,
+    def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, local: Model,
                  nodes: tuple[int, ...] | None, segment_bytes: int) -> None:
         super().__init__(np.arange(p), p, datatype, dtype, nodes,  # type: ignore[arg-type]
                          segment_bytes)
         self.clock = np.zeros(p)
-        self.gamma = gamma
+        self.local = local
+        self.copies = bool(local.delta or local.copy_curve)
 
     def copy(self, src: Any, dst: Any) -> None:
-        pass  # local copies are free (cost-only)
+        if self.copies:  # cost-only: a copy is only its charge
+            n = src.lengths() if isinstance(src, _Extents) else np.size(src)
+            self.clock += self.local.copy_time(n * self.unit)
 
     def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
         if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
             raise NotVectorizableError("reduction of a buffer that is not per-rank")
-        self.clock += inbuf.size * self.unit * self.gamma
+        self.clock += self.local.reduce_time(inbuf.size * self.unit)
 
     def scratch(self, count: Any) -> Any:
         return _Extents.whole(count, self.dtype, self.size)
@@ -481,6 +504,11 @@ def _vectorised(arg: Any, p: int) -> Any:
     return arg
 
 
+def _message(m: Model, n: np.ndarray) -> np.ndarray:
+    """:meth:`Model.message` of each of the sizes ``n`` (bytes), the same arithmetic."""
+    return np.asarray(m.message(n))
+
+
 def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
                dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]]
                ) -> dict[str, np.ndarray]:
@@ -498,14 +526,13 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
         raise NotVectorizableError("data mode runs per rank")
     p = sim.p
     m = sim.model
-    costs: tuple[tuple[float, float], ...]
+    levels: tuple[Model, ...]
     if isinstance(m, TwoLevel):
-        costs = ((m.intra.alpha, m.intra.beta), (m.inter.alpha, m.inter.beta))
+        levels = (m.intra, m.inter)
         nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
     else:
-        costs = ((m.alpha, m.beta),)
-    ctx = _VectorContext(p, datatype, dtype, sim.gamma, sim.nodes, sim.segment_bytes)
-    ctx.clock[:] = sim.o_call  # as Simulator.run: o_call first, 2 o_msg to post each round
+        levels = (m,)
+    ctx = _VectorContext(p, datatype, dtype, sim.local, sim.nodes, sim.segment_bytes)
     post = 2 * sim.o_msg
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
     if nd is not None:
@@ -515,7 +542,9 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
     i64 = np.int64
     msent, bsent, mrecv, brecv, inter = (np.zeros(p, i64) for _ in range(5))
-    gen = schedule(ctx, *(_vectorised(a, p) for a in prepare(ctx)))
+    args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
+    ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
+    gen = schedule(ctx, *(_vectorised(a, p) for a in args))
     try:
         while True:
             np.maximum(ctx.clock, rend, out=ctx.clock)
@@ -550,9 +579,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             ctx.clock += post
             t = ctx.clock
             start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
-            if len(costs) == 1:
-                (alpha, beta), = costs
-                cost = alpha + n * beta  # indexed by receiver, as cost(s, d, n)
+            if len(levels) == 1:
+                cost = _message(levels[0], n)  # indexed by receiver, as cost(s, d, n)
             else:
                 assert nd is not None
                 crossing = nd[src] != nd
@@ -564,8 +592,7 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                             f"two ranks of a node {role} across nodes (the shared port is "
                             "served in order by the per-rank engine)")
                     user[nodes] = users
-                (a0, b0), (a1, b1) = costs
-                cost = np.where(crossing, a1 + n * b1, a0 + n * b0)
+                cost = np.where(crossing, _message(levels[1], n), _message(levels[0], n))
             end = start + cost
             send_free[src] = end
             recv_free[:] = end

@@ -249,17 +249,22 @@ def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
 
 
 def _predicted(plan: Plan, case: Case, rec: dict[str, Any],
-               cache: dict[tuple[str, int], float | None]) -> None:
-    """Fill ``predicted_us`` and ``measured_over_predicted`` of a timed p2p record."""
+               cache: dict[tuple[str, int, bool], float | None],
+               nodes: Sequence[int] | None = None) -> None:
+    """Fill ``predicted_us`` and ``measured_over_predicted`` of a timed p2p record (simulated
+    on ``nodes``, the p2p backend's node of each rank: a node-aware algorithm's prediction
+    is that of what it ran)."""
     if plan.model is None or rec["backend"] != "p2p" or rec["status"] != "ok":
         return
     t = rec.get("pure_us") if plan.nonblocking else rec.get("time_us")
     if not t:
         return
     alg = rec["auto_choice"] or rec["algorithm"]
-    key = (alg, case.count)
+    persistent = bool(rec.get("persistent"))  # Start + Wait: o_start, not o_call
+    key = (alg, case.count, persistent)
     if key not in cache:
-        cache[key] = predict_us(case, alg, plan.model)
+        m = plan.model.persistent() if persistent else plan.model
+        cache[key] = predict_us(case, alg, m, nodes)
     pred = cache[key]
     rec["predicted_us"] = pred
     if pred:
@@ -324,7 +329,7 @@ def _bench_collective(
             counts.append(c)
     records: list[dict[str, Any]] = []
     measure = measure_nonblocking if plan.nonblocking else measure_blocking
-    predictions: dict[tuple[str, int], float | None] = {}
+    predictions: dict[tuple[str, int, bool], float | None] = {}
     for count in counts:
         case = Case(coll, count, plan.dtype, plan.op, plan.root, plan.in_place, p, rank).build()
         row: list[dict[str, Any]] = []
@@ -378,7 +383,7 @@ def _bench_collective(
                 # ---- timing ------------------------------------------------------------------
                 rec.update(measure(comm, fn, plan.settings))
                 _bandwidths(rec)
-                _predicted(plan, case, rec, predictions)
+                _predicted(plan, case, rec, predictions, getattr(p2p, "nodes", None))
             finally:
                 WATCHDOG.disarm()
                 if impl.persistent:

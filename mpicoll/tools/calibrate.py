@@ -1,7 +1,8 @@
 """``mpicoll calibrate``: fit the alpha-beta-gamma cost model on this machine.
 
-Ping-pong between ranks 0 and 1 over a range of sizes, fitted as alpha + n beta, and MPI.SUM
-``Reduce_local`` throughput for gamma (:mod:`mpicoll.model.calibrate`); prints the fit and saves
+An exchange between ranks 0 and 1 over a range of sizes, fitted as alpha + n beta, MPI.SUM
+``Reduce_local`` for gamma, a copy for delta and p2p calls for the overhead o_call, o_msg
+(:mod:`mpicoll.model.calibrate`), all timed as bench times a call; prints the fit and saves
 the model where ``simulate`` and ``bench`` look for it.
 """
 
@@ -22,6 +23,7 @@ from ..algorithms.schedule import Context, Schedule
 from ..backends.p2p import p2p
 from ..engines.call import Call
 from ..engines.mpi import Engine
+from ..engines.plan import BlockingRunner
 from ..model import alphabeta as _model
 from ..model import calibrate as _calibrate
 from ..model.alphabeta import default_path
@@ -35,7 +37,9 @@ __all__ = ["add_arguments", "check_arguments", "environment_problem", "overhead_
 def overhead_probe(comm: MPI.Comm) -> _calibrate.OverheadProbe:
     """What fits o_call and o_msg on a two-rank ``comm``: one float64 Allreduce by recursive
     doubling (one round at P = 2) through the p2p front door, and schedules of k rounds of one
-    Isend + one Irecv run by the p2p engine directly (no front door)."""
+    Isend + one Irecv run by the p2p engine directly (no front door) as it runs a repeated
+    blocking call (:class:`~mpicoll.engines.plan.BlockingRunner`: the plan replayed, on a
+    fresh tag each run)."""
     hand = p2p(comm)
     x, y = np.ones(1), np.empty(1)
     dup = comm.Dup()
@@ -50,35 +54,46 @@ def overhead_probe(comm: MPI.Comm) -> _calibrate.OverheadProbe:
                 yield ctx.sendrecv(s, peer, r, peer)
 
         call = Call("probe", MPI.DOUBLE, np.dtype(np.float64), lambda ctx: ())
-        alg: Any = SimpleNamespace(schedule=schedule)  # the engine reads only .schedule
-        return lambda: engine.run(call, alg)
+        alg: Any = SimpleNamespace(name="probe", schedule=schedule)  # all the engine reads
+        runner = BlockingRunner(engine, call, alg)
+        return lambda: runner(engine.take_tag())
+
+    persistent = hand.Allreduce_init(x, y, op=MPI.SUM, algorithm="recursive_doubling")
+
+    def start() -> None:
+        persistent.Start()
+        persistent.Wait()
 
     def close() -> None:
+        persistent.Free()
         hand.Free()
         dup.Free()
 
     return _calibrate.OverheadProbe(
         call=lambda: hand.Allreduce(x, y, op=MPI.SUM, algorithm="recursive_doubling"),
-        call_bytes=8, call_reduce_bytes=8, rounds=rounds, close=close)
+        call_bytes=8, call_reduce_bytes=8, rounds=rounds, close=close,
+        call_copy_bytes=16,  # rank 0: x into y, then its result (in scratch) into y
+        start=start)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="where to save the model (default: $MPICOLL_MODEL, else "
                    "~/.cache/mpicoll/model.json, where simulate and bench look)")
-    p.add_argument("--max-bytes", default="4M", metavar="SIZE",
-                   help="largest ping-pong message, K/M/G suffixes (default 4M)")
+    p.add_argument("--max-bytes", default="16M", metavar="SIZE",
+                   help="largest message exchanged (and vector reduced and copied), K/M/G "
+                   "suffixes (default 16M)")
     p.add_argument("-i", "--iterations", type=int, default=50,
-                   help="timed ping-pongs per size up to 64 KiB, fewer above (default 50)")
+                   help="timed exchanges per size up to 64 KiB, fewer above (default 50)")
     p.add_argument("-x", "--warmup", type=int, default=5,
-                   help="warm-up ping-pongs per size (default 5)")
+                   help="warm-up exchanges per size (default 5)")
 
 
 def check_arguments(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
     if size < 2:
-        error(f"calibrate needs at least 2 ranks (a ping-pong between ranks 0 and 1), got "
+        error(f"calibrate needs at least 2 ranks (an exchange between ranks 0 and 1), got "
               f"P = {size}: run it as mpiexec -n 2 python -m mpicoll calibrate")
     try:
         args.max_bytes_n = parse_size(args.max_bytes)
@@ -111,34 +126,48 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                                       warmup=args.warmup, probe=overhead_probe)
     if comm.Get_rank() != 0:
         return 0
-    sizes = details["pingpong_bytes"]
-    times = details["pingpong_one_way_s"]
-    ab, gf = details["alpha_beta_fit"], details["gamma_fit"]
+    sizes = details["exchange_bytes"]
+    times = details["exchange_s"]
+    lines = details["lines"]
+    ab, gf, df = lines["alpha_beta"], lines["gamma"], lines["delta"]
     hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
     out.write(f"# mpicoll calibrate  {prov['date']}\n# {prov['mpi_library']}; P={prov['P']} on "
-              f"{hosts}\n# ping-pong between ranks 0 and 1, {human_size(sizes[0])} to "
-              f"{human_size(sizes[-1])} bytes: median one-way time (RTT/2), fitted as alpha + n "
-              "beta (least squares); gamma: MPI.SUM Reduce_local on float64, rank 0\n")
-    fitted = m.alpha + np.array(sizes, float) * m.beta
+              f"{hosts}\n# exchange between ranks 0 and 1 (each sends n bytes to the other), "
+              f"{human_size(sizes[0])} to {human_size(sizes[-1])} bytes, fitted as alpha + n "
+              "beta (least squares); gamma: MPI.SUM Reduce_local on float64, delta: a copy of "
+              "float64; each time as bench takes it: barrier, one call, max over ranks 0 and 1, "
+              "median; the exchange less the barrier's skew (a call pays it once: o_call has it), "
+              f"{details['skew_s'] * 1e6:.3g} us\n")
+    fitted = [m.alpha + n * m.beta for n in sizes]
     rows = []
     for n, t, f in zip(sizes, times, fitted, strict=True):
         res = 100.0 * (t - f) / t if t > 0 else 0.0
         rows.append([str(n), f"{t * 1e6:.3f}", f"{f * 1e6:.3f}", f"{res:+.1f}"])
-    out.write("\n".join(table(["size", "one-way", "model", "residual"],
+    out.write("\n".join(table(["size", "exchange", "line", "residual"],
                                ["(B)", "(us)", "(us)", "(%)"], rows, [])) + "\n\n")
     bw = f"{1 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
     gw = f"{1 / m.gamma / 1e9:.3g} GB/s" if m.gamma > 0 else "inf GB/s"
     out.write(f"alpha = {m.alpha * 1e6:.4g} us per message\n")
     out.write(f"beta  = {m.beta * 1e9:.4g} ns/B  ({bw})\n")
     out.write(f"gamma = {m.gamma * 1e9:.4g} ns/B  ({gw} reduced)\n")
+    dw = f"{1 / m.delta / 1e9:.3g} GB/s" if m.delta > 0 else "inf GB/s"
+    out.write(f"delta = {m.delta * 1e9:.4g} ns/B  ({dw} copied)\n")
+    out.write(f"(the lines are the registry's formulas'; the simulator and bench's meas/pred "
+              f"take the measured times: {len(m.message_curve)} exchange, "
+              f"{len(m.reduce_curve)} reduction and {len(m.copy_curve)} copy sizes)\n")
     if "overhead" in details:
         out.write(f"o_call = {m.o_call * 1e6:.4g} us per p2p collective call\n")
         out.write(f"o_msg  = {m.o_msg * 1e6:.4g} us per message the p2p engine posts\n")
-    out.write(f"fit alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
+        out.write(f"o_start = {m.o_start * 1e6:.4g} us per Start + Wait of a persistent p2p "
+                  "collective\n")
+    out.write(f"line alpha + n beta: R^2 = {ab['r2']:.5f}, max relative residual "
               f"{100 * ab['max_rel_residual']:.1f}% ({len(sizes)} sizes)\n")
-    out.write(f"fit n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
+    out.write(f"line n gamma:        R^2 = {gf['r2']:.5f}, max relative residual "
               f"{100 * gf['max_rel_residual']:.1f}% ({len(details['reduce_bytes'])} sizes)\n")
-    for key in ("o_msg_fit", "o_call_fit", "round_fit"):
+    out.write(f"line n delta:        R^2 = {df['r2']:.5f}, max relative residual "
+              f"{100 * df['max_rel_residual']:.1f}% ({len(details['copy_bytes'])} sizes)\n")
+    for key in ("alpha_beta_fit", "gamma_fit", "delta_fit", "o_msg_fit", "o_call_fit",
+                "o_start_fit", "round_fit"):
         if key in details:
             q = details[key]
             r2 = "" if q["r2"] is None else f"R^2 = {q['r2']:.5f}, "

@@ -76,10 +76,21 @@ def validate(doc: Any, schema: dict[str, Any] | None = None) -> list[str]:
 
 
 def describe_model(m: Model) -> str:
-    """``alpha = 2 us, beta = 0.1 ns/B (10 GB/s), gamma = 0.25 ns/B``."""
+    """``alpha = 2 us, beta = 0.1 ns/B (10 GB/s), gamma = 0.25 ns/B``, then the overhead and
+    copy terms where they are not 0 (``, o_call = 5 us, o_msg = 0.5 us, delta = 0.1 ns/B``),
+    and whether the model has measured curves."""
     gbps = f"{1.0 / m.beta / 1e9:.3g} GB/s" if m.beta > 0 else "inf GB/s"
-    return (f"alpha = {m.alpha * 1e6:.3g} us, beta = {m.beta * 1e9:.3g} ns/B ({gbps}), "
-            f"gamma = {m.gamma * 1e9:.3g} ns/B")
+    out = (f"alpha = {m.alpha * 1e6:.3g} us, beta = {m.beta * 1e9:.3g} ns/B ({gbps}), "
+           f"gamma = {m.gamma * 1e9:.3g} ns/B")
+    if m.o_call or m.o_msg:
+        out += f", o_call = {m.o_call * 1e6:.3g} us, o_msg = {m.o_msg * 1e6:.3g} us"
+    if m.o_start:
+        out += f", o_start = {m.o_start * 1e6:.3g} us"
+    if m.delta:
+        out += f", delta = {m.delta * 1e9:.3g} ns/B"
+    if m.message_curve or m.reduce_curve or m.copy_curve:
+        out += "; measured times at each size (calibrate's curves)"
+    return out
 
 
 

@@ -211,10 +211,13 @@ def _result(collective: str, name: str, p: int, nbytes: int, stats: dict[str, np
                      outputs, engine)
 
 
-def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
+def predict_us(case: Case, algorithm: str, m: Model,
+               nodes: Sequence[int] | None = None) -> float | None:
     """Predicted time (us) of ``case`` run by p2p ``algorithm`` (a registry name or ``auto``):
     a cost-only simulation (:func:`simulate`) of the same call, counts included, with model
-    ``m``; None if the simulator cannot run the call.
+    ``m``, on the ranks' nodes ``nodes`` (the node id of each rank, as the p2p backend that
+    ran the call has them: its ``nodes``; None: as :func:`simulate` says); None if the
+    simulator cannot run the call.
     """
     try:
         r = simulate(case.collective, case.size, case.count, algorithm=algorithm,
@@ -222,7 +225,7 @@ def predict_us(case: Case, algorithm: str, m: Model) -> float | None:
                      root=case.root,
                      in_place=bool(case.in_place
                                    and case.collective in _cases.IN_PLACE_COLLECTIVES),
-                     model=m, data=False, uniform=case.uniform)
+                     model=m, data=False, uniform=case.uniform, nodes=nodes)
     except Exception:  # a call the simulator does not model: no prediction
         return None
     return r.time * 1e6

@@ -1,7 +1,7 @@
 """``mpicoll.model.calibrate`` and ``mpicoll calibrate`` on every rank of the job.
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_calibrate.py`` (P = 1..5).
-Calibration needs two ranks (a ping-pong between ranks 0 and 1): at P = 1 only the usage error
+Calibration needs two ranks (an exchange between ranks 0 and 1): at P = 1 only the usage error
 is checked.  Fitted values are never compared with a machine's expected speed: only that they
 are positive (or 0), finite, the same on every rank, saved and loadable.
 """
@@ -24,11 +24,11 @@ from mpicoll.tools.calibrate import overhead_probe
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
-# small and quick: a few ping-pongs per size up to 1 MiB (enough bytes for a positive slope)
+# small and quick: a few exchanges per size up to 1 MiB (enough bytes for a positive slope)
 QUICK = ["--max-bytes", "1M", "-i", "10", "-x", "2"]
 
 needs_two = pytest.mark.skipif(SIZE < 2, reason="calibrate needs at least 2 ranks")
-TERMS = ("alpha", "beta", "gamma", "o_call", "o_msg")
+TERMS = ("alpha", "beta", "gamma", "o_call", "o_msg", "delta", "o_start")
 
 
 @pytest.mark.mpi
@@ -41,13 +41,23 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
     values = [getattr(m, k) for k in TERMS]
     assert min(values) >= 0
     assert all(math.isfinite(x) for x in values)
-    assert all(t > 0 for t in details["pingpong_one_way_s"])
+    # the exchange less the barrier's skew (paid once per call, in o_call)
+    assert all(t >= 0 for t in details["exchange_s"])
+    assert details["exchange_s"][-1] > 0
+    assert 0 <= details["skew_s"] <= details["overhead"]["raw_round_s"]
+    assert [list(pt) for pt in m.message_curve] == [
+        [float(n), t] for n, t in zip(details["exchange_bytes"], details["exchange_s"],
+                                      strict=True)]
+    assert len(m.reduce_curve) == len(m.copy_curve) == len(details["reduce_bytes"])
+    for line in ("alpha_beta", "gamma", "delta"):  # the formulas' lines, with their R^2
+        assert details["lines"][line]["r2"] <= 1.0
+    assert all(t > 0 for t in details["reduce_s"] + details["copy_s"])
     assert WORLD.allgather(m) == [m] * SIZE
     assert WORLD.allgather(details) == [details] * SIZE
     for fit in calibrate.FITS:  # every fitted term has its quality
         r2 = details[fit]["r2"]
-        # R^2 where the term is a line's (a constant estimated by a median has none)
-        assert r2 is None if fit in ("o_call_fit", "round_fit") else r2 <= 1.0
+        # R^2 where the term is a line's (a median or a measured curve has none)
+        assert r2 is None if fit != "o_msg_fit" else r2 <= 1.0
         assert details[fit]["max_rel_residual"] >= 0.0
     # the model is the fitted values, negative ones set to 0
     assert sorted(details["unclamped"]) == sorted(TERMS)
@@ -59,21 +69,23 @@ def test_calibrate_fits_the_same_model_on_every_rank() -> None:
         assert details["fit_warnings"][-1] == calibrate.ADVICE
     over = details["overhead"]
     assert over["engine_rounds"] == list(calibrate.ENGINE_ROUNDS)
-    assert over["batches"] == 10
-    assert min(over["engine_s"] + [over["raw_round_s"], over["call_s"]]) > 0
-    assert details["pingpong_bytes"][0] == 0
-    assert details["pingpong_bytes"][-1] == 1 << 20
-    assert len(details["pingpong_one_way_s"]) == len(details["pingpong_bytes"])
+    assert over["samples"] == 10 * calibrate.OVERHEAD_REPS
+    assert min(over["engine_s"] + [over["raw_round_s"], over["call_s"], over["start_s"]]) > 0
+    assert details["exchange_bytes"][0] == 0
+    assert details["exchange_bytes"][-1] == 1 << 20
+    assert len(details["exchange_s"]) == len(details["exchange_bytes"])
+    assert details["copy_bytes"] == details["reduce_bytes"] == calibrate._local_sizes(1 << 20)
 
 
 @pytest.mark.mpi
 @needs_two
 def test_calibrate_without_a_probe_fits_no_overhead() -> None:
     m, details = calibrate.calibrate(WORLD, max_bytes=1 << 10, iters=5, warmup=1)
-    assert (m.o_call, m.o_msg) == (0.0, 0.0)
+    assert (m.o_call, m.o_msg, m.o_start) == (0.0, 0.0, 0.0)
+    assert details["skew_s"] == 0.0
     assert "o_call_fit" not in details
     assert "overhead" not in details
-    assert sorted(details["unclamped"]) == ["alpha", "beta", "gamma"]
+    assert sorted(details["unclamped"]) == ["alpha", "beta", "delta", "gamma"]
 
 
 @pytest.mark.mpi
@@ -102,7 +114,9 @@ def test_calibrate_command_saves_a_loadable_model(
         assert err.splitlines() == doc["fit_warnings"]
         for w in doc["fit_warnings"]:
             assert w not in out
-        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "o_call =", "o_msg  =", "R^2 =",
+        for word in ("alpha =", "beta  =", "GB/s", "gamma =", "delta =", "o_call =", "o_msg  =",
+                     "o_start =",
+                     "R^2 =",
                      "max relative residual", f"saved to {path}"):
             assert word in out, word
         # the printed values are the saved ones
