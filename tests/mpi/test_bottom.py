@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
+from test_objects import backend, comm_of, free_backends
 
 import mpicoll
 from mpicoll.algorithms import registry
@@ -45,33 +46,10 @@ WORLD = MPI.COMM_WORLD
 MPICH = MPI.Get_library_version().startswith("MPICH")
 REC = np.dtype([("x", "f8", 3), ("pad", "i4"), ("y", "f8", 2)])
 KINDS = ("native", "p2p")
-_COMMS: dict[str, MPI.Intracomm] = {}
-_BACKENDS: dict[tuple[str, str], Any] = {}
-
-
-def comm_of(name: str) -> MPI.Intracomm:
-    """``COMM_WORLD``, or this rank's half of a split with the rank order reversed."""
-    if name == "world":
-        return WORLD
-    if name not in _COMMS:
-        _COMMS[name] = WORLD.Split(WORLD.rank % 2, key=-WORLD.rank)
-    return _COMMS[name]
-
-
-def backend(kind: str, cname: str) -> Any:
-    if (kind, cname) not in _BACKENDS:
-        make = mpicoll.native if kind == "native" else mpicoll.p2p
-        _BACKENDS[kind, cname] = make(comm_of(cname))
-    return _BACKENDS[kind, cname]
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _free() -> Iterator[None]:
     yield
-    for key in sorted(_BACKENDS):
-        _BACKENDS.pop(key).Free()
-    for name in sorted(_COMMS):
-        _COMMS.pop(name).Free()
+    free_backends()
 
 
 def records(n: int, seed: int) -> np.ndarray:

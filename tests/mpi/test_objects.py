@@ -58,13 +58,19 @@ def backend(kind: str, cname: str) -> Any:
     return _BACKENDS[key]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _free() -> Iterator[None]:
-    yield
+def free_backends() -> None:
+    """Free every backend and communicator :func:`backend` made (collective; the modules that
+    use them call it at their end)."""
     for key in sorted(_BACKENDS):  # the same order on every rank
         _BACKENDS.pop(key).Free()
     for name in sorted(_COMMS):
         _COMMS.pop(name).Free()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free() -> Iterator[None]:
+    yield
+    free_backends()
 
 
 # ---- inputs and comparison -------------------------------------------------------------------
