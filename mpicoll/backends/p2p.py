@@ -250,7 +250,7 @@ class P2P(P2PObjects, Collectives):
         call does nothing).  Outstanding requests are completed first.  Leaving a
         ``with mpicoll.p2p(comm) as c:`` block calls it; nothing else does."""
         if self._comm != MPI.COMM_NULL:
-            self._engine.wait_for(lambda: not self._engine.active)
+            self._engine.wait_for(self._engine.idle)
             self.front_door.clear()
             self._comm.Free()
             self._freed = True

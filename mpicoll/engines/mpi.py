@@ -59,34 +59,100 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["Engine", "ScheduleRequest", "Testall", "Testany", "Testsome",
+__all__ = ["Engine", "Replayed", "ScheduleRequest", "Testall", "Testany", "Testsome",
            "ThreadLevelError", "Traffic", "Waitall", "Waitany", "Waitsome", "check_thread",
            "progress_all"]
 
 
 class Traffic:
     """Messages and bytes this rank sent and received (cumulative; :meth:`reset` to zero),
-    and the bytes it sent to ranks on other nodes (``inter_bytes_sent``)."""
+    and the bytes it sent to ranks on other nodes (``inter_bytes_sent``), and the rounds.
 
-    __slots__ = ("bytes_recv", "bytes_sent", "inter_bytes_sent", "messages_recv",
-                 "messages_sent", "rounds")
+    The engine counts a generator-run schedule's messages as it posts them; a compiled plan
+    (a persistent request, a replayed blocking call) knows its counts per run, so a run only
+    adds one to its :class:`Replayed` record, and the counters add those up when read."""
+
+    __slots__ = ("_n", "_replays")
+
+    #: the counters, in the order of :attr:`Replayed.counts`
+    FIELDS = ("messages_sent", "messages_recv", "bytes_sent", "bytes_recv", "inter_bytes_sent",
+              "rounds")
 
     def __init__(self) -> None:
-        self.reset()
+        #: the counters (see FIELDS), counted as the engine posts a schedule's messages
+        self._n = [0] * 6
+        #: the compiled plans' records, added up when a counter is read
+        self._replays: list[Replayed] = []
+
+    def track(self, counts: tuple[int, ...]) -> Replayed:
+        """A record for a compiled plan whose every run sends and receives ``counts`` (in the
+        order of :data:`FIELDS`); the plan adds one to its ``runs`` per run."""
+        rec = Replayed(counts)
+        self._replays.append(rec)
+        return rec
+
+    def untrack(self, rec: Replayed) -> None:
+        """Add up ``rec``'s runs and forget it (its plan is freed)."""
+        self._flush()
+        if rec in self._replays:
+            self._replays.remove(rec)
+
+    def _flush(self) -> list[int]:
+        n = self._n
+        for rec in self._replays:
+            runs = rec.runs
+            if runs:
+                rec.runs = 0
+                for i, c in enumerate(rec.counts):
+                    n[i] += runs * c
+        return n
 
     def reset(self) -> None:
-        self.messages_sent = 0
-        self.messages_recv = 0
-        self.bytes_sent = 0
-        self.bytes_recv = 0
-        self.inter_bytes_sent = 0  # to ranks on another node (node map of the backend)
-        self.rounds = 0
+        """Zero every counter."""
+        self._flush()
+        self._n[:] = [0] * 6
+
+    @property
+    def messages_sent(self) -> int:
+        return self._flush()[0]
+
+    @property
+    def messages_recv(self) -> int:
+        return self._flush()[1]
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._flush()[2]
+
+    @property
+    def bytes_recv(self) -> int:
+        return self._flush()[3]
+
+    @property
+    def inter_bytes_sent(self) -> int:
+        """Bytes sent to ranks on another node (the backend's node map)."""
+        return self._flush()[4]
+
+    @property
+    def rounds(self) -> int:
+        return self._flush()[5]
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return dict(zip(self.FIELDS, self._flush(), strict=True))
 
     def __repr__(self) -> str:
         return f"Traffic({self.as_dict()})"
+
+
+class Replayed:
+    """A compiled plan's traffic: its per-run ``counts`` (:data:`Traffic.FIELDS` order) and
+    the ``runs`` not yet added to its :class:`Traffic`."""
+
+    __slots__ = ("counts", "runs")
+
+    def __init__(self, counts: tuple[int, ...]) -> None:
+        self.counts = counts
+        self.runs = 0
 
 
 class MPIContext(Context):
@@ -109,18 +175,19 @@ class MPIContext(Context):
             reqs = self.post(rnd.ops)
             rnd.during()
             return reqs
-        comm, tag, dt, t, unit = self.comm, self.tag, self.datatype, self.traffic, self.unit
+        comm, tag, dt, unit = self.comm, self.tag, self.datatype, self.unit
+        t = self.traffic._n  # Traffic.FIELDS order
         reqs = []
         for o in rnd:
             if type(o) is Recv:
                 n, b = o.buf.size, o.buf
                 if type(b) is TypedView:  # Alltoallw: the block's own datatype
                     reqs.append(comm.Irecv([b, n, b.datatype], o.peer, tag))
-                    t.bytes_recv += n * b.datatype.Get_size()
+                    t[3] += n * b.datatype.Get_size()
                 else:
                     reqs.append(comm.Irecv([b, n, dt], o.peer, tag))
-                    t.bytes_recv += n * unit
-                t.messages_recv += 1
+                    t[3] += n * unit
+                t[1] += 1
         nodes = self.nodes
         for o in rnd:
             if type(o) is not Recv:
@@ -131,11 +198,11 @@ class MPIContext(Context):
                 else:
                     reqs.append(comm.Isend([b, n, dt], o.peer, tag))
                     nb = n * unit
-                t.messages_sent += 1
-                t.bytes_sent += nb
+                t[0] += 1
+                t[2] += nb
                 if nodes is not None and nodes[o.peer] != nodes[self.rank]:
-                    t.inter_bytes_sent += nb
-        t.rounds += 1
+                    t[4] += nb
+        t[5] += 1
         return reqs
 
 
@@ -283,6 +350,10 @@ class ScheduleRequest:
     Any thread may complete it (under ``MPI_THREAD_MULTIPLE``); see the module docstring.
     """
 
+    #: in its engine's list of schedules in flight until done (a compiled plan leaves it once
+    #: its last round is posted: see :class:`~mpicoll.engines.plan.PlanRequest`)
+    _listed = True
+
     def __init__(self, engine: Engine, gen: Schedule, ctx: MPIContext) -> None:
         self._engine = engine
         self._gen = gen
@@ -333,7 +404,7 @@ class ScheduleRequest:
         with _guard():
             if not self._inactive:
                 if not self.done:
-                    progress_all()
+                    progress_all((self,))
                 if not self.done:
                     return False
             self._complete(status)
@@ -351,7 +422,7 @@ class ScheduleRequest:
         """Progress, then True if complete, without making the request inactive."""
         with _guard():
             if not self.done:
-                progress_all()
+                progress_all((self,))
             if self.done:
                 _empty_status(status)
             return self.done
@@ -429,6 +500,9 @@ class Engine:
         self._refused: set[int] = set()
         self._plan_tag = tag_ub
         self.active: list[ScheduleRequest] = []
+        #: the live persistent plans (a started one leaves :attr:`active` once its last round
+        #: is posted)
+        self.plans: weakref.WeakSet[ScheduleRequest] = weakref.WeakSet()
         self.traffic = Traffic()
         with _lock:
             _ENGINES.add(self)
@@ -569,9 +643,13 @@ class Engine:
 
     def wait_for(self, cond: Callable[[], bool]) -> None:
         """Progress every live engine's schedules until ``cond()``, which may depend on any of
-        this engine's schedules in flight."""
+        this engine's schedules in flight and its started persistent plans."""
         with _guard():
-            _wait_until(cond, self._live())
+            _wait_until(cond, self._live() + [p for p in list(self.plans) if not p.done])
+
+    def idle(self) -> bool:
+        """Nothing of this engine is in flight: no schedule, no started plan unfinished."""
+        return not self.active and all(p.done for p in list(self.plans))
 
 
 def _any_in_flight() -> bool:
@@ -579,10 +657,14 @@ def _any_in_flight() -> bool:
     return _IN_FLIGHT[0] > 0
 
 
-def _in_flight() -> list[ScheduleRequest]:
-    """A snapshot of every live engine's schedules in flight."""
+def _in_flight(extra: Iterable[Any] = ()) -> list[ScheduleRequest]:
+    """A snapshot of every live engine's schedules in flight, and those of ``extra`` (any
+    requests) that are unfinished but not listed there (compiled plans whose last round is
+    posted: only their owner's completion call finishes them)."""
     with _lock:
-        return [r for e in _ENGINES for r in e.active]
+        out = [r for e in _ENGINES for r in e.active]
+    out += [r for r in extra if isinstance(r, ScheduleRequest) and not r._listed and not r.done]
+    return out
 
 
 def _claim(schedules: Iterable[ScheduleRequest]) -> list[ScheduleRequest]:
@@ -597,8 +679,13 @@ def _release(claimed: list[ScheduleRequest]) -> None:
     for r in claimed:
         r._claim.release()
     if claimed and _WAITERS[0]:
-        with _released:
-            _released.notify_all()
+        _notify()
+
+
+def _notify() -> None:
+    """Wake the threads asleep on :data:`_released` (a claim was released)."""
+    with _released:
+        _released.notify_all()
 
 
 #: threads asleep on (or about to sleep on) :data:`_released`, counted under its lock
@@ -616,12 +703,13 @@ def _poll_claimed(claimed: list[ScheduleRequest]) -> bool:
     return moved
 
 
-def progress_all() -> bool:
-    """One pass over every live engine's schedules in flight (those no other thread is
-    advancing right now); True if any advanced.  Every p2p progress point (``Test``, ``Wait``,
-    the completion functions, the internal agreements) calls this: progress is global across
+def progress_all(extra: Iterable[Any] = ()) -> bool:
+    """One pass over every live engine's schedules in flight and the unfinished p2p requests
+    of ``extra`` (those no other thread is advancing right now); True if any advanced.  Every
+    p2p progress point (``Test``, ``Wait``, the completion functions, the internal agreements)
+    calls this, with the requests it completes as ``extra``: progress is global across
     backends, as MPI's is.  Never blocks."""
-    return _poll_claimed(_claim(_in_flight()))
+    return _poll_claimed(_claim(_in_flight(extra)))
 
 
 def _step(mine: Sequence[ScheduleRequest], plain: Sequence[MPI.Request],
@@ -638,7 +726,7 @@ def _step(mine: Sequence[ScheduleRequest], plain: Sequence[MPI.Request],
         The index in ``plain`` of a request that the blocking ``Waitany`` completed (it is now
         ``MPI.REQUEST_NULL``: the caller records it), or None.
     """
-    claimed = _claim(_in_flight())
+    claimed = _claim(_in_flight(mine))
     try:
         moved = False
         for r in claimed:
@@ -752,7 +840,7 @@ def _wait(reqs: Sequence[Any], enough: Callable[[dict[int, MPI.Status | None]], 
     _split(reqs)
     done: dict[int, MPI.Status | None] = {}
     while True:
-        progress_all()
+        progress_all(reqs)
         _sweep(reqs, done, first)
         if enough(done):
             return done
@@ -817,7 +905,7 @@ def Testall(requests: Sequence[Any], statuses: list[MPI.Status] | None = None) -
     with _guard():
         reqs = list(requests)
         ours, plain = _split(reqs)
-        progress_all()
+        progress_all(ours)
         if not all(r.done for r in ours):
             return False
         got: list[MPI.Status] = []
@@ -878,7 +966,7 @@ def Testany(requests: Sequence[Any], status: MPI.Status | None = None) -> tuple[
         if all(_inactive(r) for r in reqs):
             _empty_status(status)
             return MPI.UNDEFINED, True
-        progress_all()
+        progress_all(reqs)
         done: dict[int, MPI.Status | None] = {}
         _sweep(reqs, done, first=True)
         if not done:
@@ -923,7 +1011,7 @@ def Testsome(requests: Sequence[Any],
         _split(reqs)
         if all(_inactive(r) for r in reqs):
             return None
-        progress_all()
+        progress_all(reqs)
         done: dict[int, MPI.Status | None] = {}
         _sweep(reqs, done, first=False)
         order = sorted(done)

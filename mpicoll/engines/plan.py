@@ -46,11 +46,14 @@ from . import mpi as _mpi
 from .call import Call
 from .mpi import (
     _IN_FLIGHT,
+    _WAITERS,
     Engine,
+    Replayed,
     ScheduleRequest,
     _empty_status,
     _guard,
     _lock,
+    _notify,
     _release,
 )
 
@@ -250,18 +253,39 @@ class PlanRequest(ScheduleRequest):
             steps.append((_fast(local, ctx), reqs, _fast(during, ctx)))
         self._steps = steps
         self._tail = _fast(plan.tail, ctx)
-        self._traffic = _traffic_of(plan)
+        self._replayed = engine.traffic.track(_traffic_of(plan))
         self._next = 0
         self._reqs: list[MPI.Request] = []
         #: held by the one thread that tests this plan's requests or advances it
         self._claim = threading.Lock()
         self.done = True  # no run in progress
         self._inactive = True  # not started, or its run reported complete
+        #: in the engine's list of schedules in flight: only while a round is left to post
+        #: (once the last is posted no peer waits on this rank's Python for it)
+        self._listed = False
         self.freed = False
+        #: a plan of one round under MPI_THREAD_MULTIPLE (no thread check to make, never
+        #: listed): its step, run by the short paths of Start and Wait; None once freed
+        self._one = (steps[0] if len(steps) == 1 and _mpi._thread_level() == _MULTIPLE
+                     else None)
+        engine.plans.add(self)
 
     def Start(self) -> None:
         """Start the collective (every rank starts its persistent collectives in the same
         order, as MPI requires)."""
+        one = self._one
+        if one is not None and self._inactive:  # one round (what _start does, inline)
+            self._inactive = self.done = False
+            self._replayed.runs += 1
+            local, reqs, during = one
+            for fn, a, b in local:
+                fn(a, b)
+            _STARTALL(reqs)
+            for fn, a, b in during:
+                fn(a, b)
+            self._reqs = reqs  # type: ignore[assignment]
+            self._next = 1
+            return
         if _mpi._level == _MULTIPLE:  # no thread check to make
             self._start()
             return
@@ -269,32 +293,38 @@ class PlanRequest(ScheduleRequest):
             self._start()
 
     def _start(self) -> None:
-        if self.freed:
-            raise RuntimeError("Start: this persistent request was freed")
-        if not self._inactive:
-            raise RuntimeError("Start: this persistent request is active (complete it "
+        if not self._inactive or self.freed:
+            raise RuntimeError("Start: this persistent request was freed" if self.freed else
+                               "Start: this persistent request is active (complete it "
                                "with Wait/Test first)")
-        _add_traffic(self._engine, self._traffic)
+        self._replayed.runs += 1
         self.done = self._inactive = False
         self._next = 0
         self._advance()  # not in flight yet: nobody else sees it, no claim needed
-        if not self.done:
+        if self._next < len(self._steps):  # a round left to post: progress must see it
             with _lock:
                 self._engine.active.append(self)
                 _IN_FLIGHT[0] += 1
+            self._listed = True
 
     def _advance(self) -> None:
-        """The next step: its local work, then its round started; or the tail and done."""
+        """The next step: its local work, then its round started; or the tail and done.  After
+        the last round is posted the request leaves the engine's list (nothing is left that a
+        peer waits for; its owner's Wait/Test finishes it)."""
         i = self._next
-        if i < len(self._steps):
-            local, reqs, during = self._steps[i]
+        steps = self._steps
+        if i < len(steps):
+            local, reqs, during = steps[i]
             for fn, a, b in local:
                 fn(a, b)
             _STARTALL(reqs)
             for fn, a, b in during:
                 fn(a, b)
             self._reqs = reqs  # type: ignore[assignment]
-            self._next = i + 1
+            self._next = i = i + 1
+            if i == len(steps) and self._listed:
+                self._listed = False
+                self._engine._retire(self)
             return
         for fn, a, b in self._tail:
             fn(a, b)
@@ -303,17 +333,37 @@ class PlanRequest(ScheduleRequest):
 
     def Wait(self, status: MPI.Status | None = None) -> bool:
         """Block until the run is complete (at once if inactive), progressing every other p2p
-        request in flight meanwhile; True.  Alone in flight, it sleeps in ``Waitall`` on each
-        round in turn (no polling)."""
-        if (_mpi._level == _MULTIPLE and not self.done and _IN_FLIGHT[0] == 1
-                and self._claim.acquire(blocking=False)):
-            # the only schedule in flight anywhere (it is counted there while it runs)
+        request in flight meanwhile; True.  When no other schedule is in flight it sleeps in
+        ``Waitall`` on each round in turn (no polling)."""
+        if self._inactive:
+            if status is not None:
+                _empty_status(status)
+            return True
+        if self._one is not None and not _IN_FLIGHT[0] and self._claim.acquire(blocking=False):
+            # one round, posted; nothing in flight anywhere needs progress
             try:
-                waitall = _WAITALL
+                if not self.done:
+                    _WAITALL(self._reqs)
+                    for fn, a, b in self._tail:
+                        fn(a, b)
+                    self._reqs = _NO_REQS
+                    self.done = True
+            finally:
+                self._claim.release()
+                if _WAITERS[0]:
+                    _notify()
+            self._inactive = True
+            if status is not None:
+                _empty_status(status)
+            return True
+        if (_mpi._level == _MULTIPLE and _IN_FLIGHT[0] == self._listed
+                and self._claim.acquire(blocking=False)):
+            # nothing else in flight anywhere needs progress (this one is counted there
+            # while it is listed)
+            try:
                 while not self.done:
-                    waitall(self._reqs)
+                    _WAITALL(self._reqs)
                     self._advance()
-                self._engine._retire(self)
             finally:
                 _release([self])
             self._inactive = True
@@ -332,7 +382,10 @@ class PlanRequest(ScheduleRequest):
             r.Free()
         self._prequests = []
         self._steps = []
+        self._one = None
         self.freed = True
+        self._engine.traffic.untrack(self._replayed)
+        self._engine.plans.discard(self)
         self._engine.release_tag(self.tag)
 
     @staticmethod
@@ -369,13 +422,13 @@ class BlockingRunner:
     engine) and under ``MPI_THREAD_MULTIPLE`` (else the engine's thread checks apply).
     ``free()`` drops the plan (the front door's eviction, a changed model)."""
 
-    __slots__ = ("_fast", "_runs", "_traffic", "algorithm", "call", "engine")
+    __slots__ = ("_fast", "_replayed", "_runs", "algorithm", "call", "engine")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.call, self.algorithm = engine, call, algorithm
         self._runs = 0
         self._fast: tuple[Any, ...] | None = None
-        self._traffic: tuple[int, ...] = ()
+        self._replayed: Replayed | None = None  # the compiled plan's traffic record
 
     def __call__(self, tag: int | None = None, *_: Any) -> None:
         fast = self._fast
@@ -413,7 +466,7 @@ class BlockingRunner:
                 _WAITALL(reqs)
         for fn, a, b in tail:
             fn(a, b)
-        _add_traffic(engine, self._traffic)
+        self._replayed.runs += 1  # type: ignore[union-attr]
 
     def _compile(self) -> tuple[Any, ...]:
         e = self.engine
@@ -436,16 +489,21 @@ class BlockingRunner:
             else:
                 kind, msgs = _RECV, recvs[0]
             steps.append((_fast(local, ctx), kind, msgs, _fast(during, ctx)))
-        self._traffic = _traffic_of(plan)
+        self._replayed = e.traffic.track(_traffic_of(plan))
         return (tuple(steps), _fast(plan.tail, ctx))
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
         self._fast = None
         self._runs = 0
+        if self._replayed is not None:
+            self.engine.traffic.untrack(self._replayed)
+            self._replayed = None
 
 
 _WAITALL = MPI.Request.Waitall
+#: the requests of a finished run (never appended to)
+_NO_REQS: list[MPI.Request] = []
 #: how a replayed blocking round posts its messages (see BlockingRunner._compile)
 _SENDRECV, _SEND, _RECV, _GENERAL = "sendrecv", "send", "recv", "general"
 _STARTALL = MPI.Prequest.Startall
@@ -456,15 +514,3 @@ def _traffic_of(plan: Plan) -> tuple[int, ...]:
     tr = plan.traffic
     return (tr["messages_sent"], tr["messages_recv"], tr["bytes_sent"], tr["bytes_recv"],
             tr["inter_bytes_sent"], plan.rounds)
-
-
-def _add_traffic(engine: Engine, counts: tuple[int, ...]) -> None:
-    """Add one run's messages, bytes and rounds to the engine's traffic counters."""
-    t = engine.traffic
-    ms, mr, bs, br, inter, rounds = counts
-    t.messages_sent += ms
-    t.messages_recv += mr
-    t.bytes_sent += bs
-    t.bytes_recv += br
-    t.inter_bytes_sent += inter
-    t.rounds += rounds
