@@ -23,10 +23,20 @@ not cached: it is checked and parsed at every call, as is a call whose buffers h
 stored, so a bad input raises at every call, before any message.  The buffers' *contents* are
 not in the key: a call that only changed them is a hit, as it should be.
 
-An entry is ``(args, run)``: the arguments (kept alive, see above) and the backend's runner,
+In front of that cache sits the *last call* of each collective (:class:`Last`): a call made
+with the very objects of the last call of its collective (each argument identical, ``is``),
+whose arrays still have the shape, dtype and flags they had and whose user-defined ops the
+handle, runs that call's runner without building a key.  Identity is enough for the rest: the
+entry keeps the objects alive (an id is never reused), ints, strings, ``None`` and
+``MPI.IN_PLACE`` cannot change, and a call with a list or tuple argument (a buffer spec, whose
+items could be changed in place) is never a last call.  Only calls the cache holds become last
+calls, so what the key would refuse never gets there.
+
+An entry is ``(args, run, last)``: the arguments (kept alive, see above), the backend's runner,
 ``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
 for a blocking call a :class:`~mpicoll.engines.plan.BlockingRunner`, which compiles the call's
-plan at its second run).  The cache holds :data:`SIZE` entries; the oldest goes first (its
+plan at its second run), and the call's last-call record.  The cache holds :data:`SIZE`
+entries; the oldest goes first (its
 runner's ``free()``, if any, releases its plan).
 """
 
@@ -38,7 +48,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "UncacheableError", "key_of"]
+__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "key_of",
+           "last_of"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -136,38 +147,74 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
 _OP = MPI.Op
 
 
+#: a last call: ``(args, algorithm, arrays, ops, run)``; ``arrays`` holds ``(array, shape,
+#: dtype, flags)`` and ``ops`` ``(op, handle)`` of its user-defined ops (see the module)
+Last = tuple[tuple[Any, ...], Any, tuple[tuple[Any, ...], ...], tuple[tuple[Any, int], ...],
+             Callable[..., Any]]
+
+
+def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any]) -> Last | None:
+    """The last-call record of a cached call, or None if it has a list or tuple argument."""
+    arrays, ops = [], []
+    for a in args:
+        t = type(a)
+        if t is _ND:
+            arrays.append((a, a.shape, a.dtype, a.flags.num))
+        elif t is _OP:
+            if not a.is_predefined:  # a predefined op cannot be freed
+                ops.append((a, a.handle))
+        elif t is list or t is tuple:
+            return None
+    return (args, algorithm, tuple(arrays), tuple(ops), run)
+
+
 class FrontDoor:
     """One backend's cache of parsed calls.
 
     Attributes:
         hits: calls that reused an earlier parse.
         misses: calls that were checked and parsed (not in the cache, or not cacheable).
-        entries: key -> ``(args, run)``.
+        entries: key -> ``(args, run, last)`` (``last``: the call's :data:`Last` record,
+            None if it has a list or tuple argument).
+        last: the last call of each collective (:data:`Last`), blocking (``last[False]``) and
+            non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("entries", "hits", "misses")
+    __slots__ = ("entries", "hits", "last", "misses")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], Callable[..., Any]]] = {}
+        self.entries: dict[tuple[Any, ...],
+                           tuple[tuple[Any, ...], Callable[..., Any], Last | None]] = {}
+        self.last: tuple[dict[str, Last], dict[str, Last]] = ({}, {})
         self.hits = 0
         self.misses = 0
 
-    def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]) -> None:
+    def store(self, key: tuple[Any, ...], args: tuple[Any, ...], algorithm: Any,
+              run: Callable[..., Any]) -> Last | None:
         """Keep ``(args, run)`` under ``key`` (unless the buffers are larger than
-        :data:`MAX_ENTRY_BYTES`), dropping the oldest entry if the cache is full."""
+        :data:`MAX_ENTRY_BYTES`), dropping the oldest entry if the cache is full; the call's
+        :data:`Last` record (None if not stored or if it cannot be a last call)."""
         if _nbytes(args) > MAX_ENTRY_BYTES:
-            return
+            return None
         entries = self.entries
         if len(entries) >= SIZE:
-            _free(entries.pop(next(iter(entries)))[1])
-        entries[key] = (args, run)
+            old = entries.pop(next(iter(entries)))[1]
+            for lasts in self.last:  # a last call is always an entry of the cache
+                for name in [n for n, m in lasts.items() if m[4] is old]:
+                    del lasts[name]
+            _free(old)
+        last = last_of(args, algorithm, run)
+        entries[key] = (args, run, last)
+        return last
 
     def clear(self) -> None:
         """Drop every entry (their buffers and compiled plans are released) and zero the
         counters."""
-        for _, run in self.entries.values():
+        for _, run, _ in self.entries.values():
             _free(run)
         self.entries.clear()
+        for lasts in self.last:
+            lasts.clear()
         self.hits = self.misses = 0
 
 

@@ -143,6 +143,7 @@ class P2P(P2PObjects, Collectives):
         self._check_comm = self._comm
         self._engine = Engine(self._comm, tag_ub, self.nodes, self.settings.segment_bytes,
                               tag_limit=limit)
+        self._take_tag = self._engine.take_tag  # type: ignore[method-assign]  # one call less
 
     @property
     def traffic(self) -> Traffic:
@@ -208,6 +209,7 @@ class P2P(P2PObjects, Collectives):
     _tagged = True
 
     def _take_tag(self) -> int:
+        """The next call's tag (:meth:`Engine.take_tag`; bound to it per backend)."""
         return self._engine.take_tag()
 
     def _refuse(self, tag: int | None) -> None:

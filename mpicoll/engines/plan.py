@@ -433,13 +433,13 @@ class BlockingRunner:
     def __call__(self, tag: int | None = None, *_: Any) -> None:
         fast = self._fast
         engine = self.engine
-        if fast is None:
+        if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
-            if self._runs < 2:  # a call made once costs no compilation
-                engine.run(self.call, self.algorithm, tag)
+            if self._runs < 2 or _mpi._thread_level() != _MULTIPLE:
+                engine.run(self.call, self.algorithm, tag)  # a call made once: no compiling
                 return
             fast = self._fast = self._compile()
-        if _IN_FLIGHT[0] or _mpi._level != _MULTIPLE or tag is None:
+        if _IN_FLIGHT[0] or tag is None:
             engine.run(self.call, self.algorithm, tag)
             return
         if engine._refused:

@@ -204,7 +204,7 @@ def test_blocking_calls_replay_a_compiled_plan(algorithm: str) -> None:
         expect = np.arange(n) * (P * (P + 1) // 2) + P * run
         assert np.array_equal(y, expect), (run, y, expect)
     assert per_run[1:] == per_run[:1] * 3
-    runners_ = [run for _, run in b.front_door.entries.values()
+    runners_ = [run for _, run, _ in b.front_door.entries.values()
                 if getattr(run, "algorithm", None) is not None
                 and run.algorithm.name == algorithm and run.call.count == n]
     assert runners_
@@ -229,3 +229,72 @@ def test_counts_arrays_are_keyed_by_their_values(kind: str) -> None:
         for r in range(P):
             expect[2 * order[r]: 2 * order[r] + 2] = r + 1.0
         assert np.array_equal(recv, expect), (order, recv)
+
+
+def _sum_op(a: Any, b: Any, t: MPI.Datatype) -> None:
+    """A user-defined SUM on doubles (for the last-call test's user op)."""
+    x = np.frombuffer(memoryview(a), dtype=np.float64)
+    y = np.frombuffer(memoryview(b), dtype=np.float64)
+    y += x
+
+
+@pytest.mark.mpi
+@pytest.mark.filterwarnings("ignore:Setting the strides:DeprecationWarning")
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_the_last_call_sees_its_own_objects_change(kind: str) -> None:
+    """The last call of a collective is run again without a key when every argument is the
+    same object (mpicoll.backends.frontdoor): each thing that can change on those very
+    objects, in place, between two calls makes the next call miss (or be refused, at every
+    call), and changing it back makes it hit again; alternating calls hit through the key."""
+    b = backend(kind)
+    total = float(sum(range(1, P + 1)))
+    base = np.zeros(8)
+    x, y = np.full(4, RANK + 1.0), base[:4]
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    _expect(b, lambda: b.Allreduce(x, y), hit=True)
+    # shape, in place (to a shape with the same flags: only the shape tells)
+    x.shape, y.shape = (1, 4), (1, 4)
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    assert np.array_equal(y, np.full((1, 4), total))
+    x.shape, y.shape = (4,), (4,)
+    _expect(b, lambda: b.Allreduce(x, y), hit=True)
+    # dtype, in place (the same bytes as int64)
+    x.dtype, y.dtype = np.int64, np.int64
+    x[:] = RANK + 1
+    _expect(b, lambda: b.Allreduce(x, y), hit=False)
+    assert y.dtype == np.int64 and np.array_equal(y, np.full(4, int(total)))
+    x.dtype, y.dtype = np.float64, np.float64
+    x[:] = RANK + 1.0
+    _expect(b, lambda: b.Allreduce(x, y), hit=True)
+    assert np.array_equal(y, np.full(4, total))
+    # writeable flag and strides (no longer contiguous), in place: refused at every call
+    y.flags.writeable = False
+    for _ in range(2):
+        with pytest.raises(BufferError, match="read-only"):
+            b.Allreduce(x, y)
+    y.flags.writeable = True
+    y.strides = (16,)
+    for _ in range(2):
+        with pytest.raises(BufferError, match="not contiguous"):
+            b.Allreduce(x, y)
+    y.strides = (8,)
+    y[:] = 0.0
+    _expect(b, lambda: b.Allreduce(x, y), hit=True)
+    assert np.array_equal(y, np.full(4, total))
+    # a user-defined op, freed: refused at every call (its handle changed)
+    op = MPI.Op.Create(_sum_op, commute=True)
+    _expect(b, lambda: b.Allreduce(x, y, op), hit=False)
+    _expect(b, lambda: b.Allreduce(x, y, op), hit=True)
+    assert np.array_equal(y, np.full(4, total))
+    op.Free()
+    for _ in range(2):
+        with pytest.raises((TypeError, ValueError), match="op"):
+            b.Allreduce(x, y, op)
+    # two calls alternating: each is found by its key, then is the last call
+    z = np.zeros(4)
+    _expect(b, lambda: b.Allreduce(x, z), hit=False)
+    for out in (y, z, y, z):
+        out[:] = 0.0
+        _expect(b, lambda out=out: b.Allreduce(x, out), hit=True)
+        assert np.array_equal(out, np.full(4, total))
+    WORLD.Barrier()
