@@ -150,7 +150,9 @@ class Collectives(CheckedMode):
         :mod:`mpicoll.backends.frontdoor`: the same buffers with the same shape, strides,
         dtype and flags, the same counts, datatype, op, root, in-place and ``algorithm=``)
         reuses that call's parse and runner (on p2p: its algorithm) without checking again:
-        every check's answer depends only on what the key holds."""
+        every check's answer depends only on what the key holds.  The last call of each
+        collective is found without building the key: the same objects, their arrays and
+        user ops unchanged (see :data:`~mpicoll.backends.frontdoor.Last`)."""
         # the hot path: the last call of this collective again, with the same objects (every
         # method passes its collective's whole argument list, so the lengths agree; only
         # unchecked calls are cached, and Free empties the cache, so neither needs a test

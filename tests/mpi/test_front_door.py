@@ -262,7 +262,8 @@ def test_the_last_call_sees_its_own_objects_change(kind: str) -> None:
     x.dtype, y.dtype = np.int64, np.int64
     x[:] = RANK + 1
     _expect(b, lambda: b.Allreduce(x, y), hit=False)
-    assert y.dtype == np.int64 and np.array_equal(y, np.full(4, int(total)))
+    assert y.dtype == np.int64
+    assert np.array_equal(y, np.full(4, int(total)))
     x.dtype, y.dtype = np.float64, np.float64
     x[:] = RANK + 1.0
     _expect(b, lambda: b.Allreduce(x, y), hit=True)

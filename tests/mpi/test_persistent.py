@@ -219,3 +219,49 @@ def test_init_refuses_bad_input_and_restrictions() -> None:
             hand.Allreduce_init(np.ones(2), np.zeros(2), op, algorithm="ring")
     finally:
         op.Free()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring"])
+def test_started_plans_beside_other_calls(algorithm: str) -> None:
+    """A started p2p plan leaves the engine's list of schedules in flight once its last round
+    is posted (at P = 2 a recursive-doubling allreduce has one round, a ring allreduce two):
+    blocking calls made while it is started, on its backend and on another, are right; a
+    ``Test`` loop completes it; its traffic counts what the generator's run counts; and the
+    backend's ``Free`` completes a plan left started."""
+    p, rank = WORLD.size, WORLD.rank
+    hand, other = mpicoll.p2p(WORLD), mpicoll.p2p(WORLD)
+    n = 2 * p + 1
+    x, y = np.full(n, rank + 1.0), np.zeros(n)
+    req = hand.Allreduce_init(x, y, algorithm=algorithm)
+    hand.traffic.reset()
+    hand.Allreduce(x, np.zeros(n), algorithm=algorithm)  # the generator's run
+    once = hand.traffic.as_dict()
+    total = float(p * (p + 1) // 2)
+    for run in range(3):
+        hand.traffic.reset()
+        x[:] = rank + 1.0 + run
+        req.Start()
+        a, c = np.zeros(3), np.zeros(3)
+        hand.Allreduce(np.ones(3), a, algorithm="recursive_doubling")  # a plan started
+        other.Allreduce(np.ones(3), c)  # another backend
+        assert np.array_equal(a, np.full(3, float(p)))
+        assert np.array_equal(c, a)
+        if run == 1:
+            while not req.Test():
+                pass
+        else:
+            req.Wait()
+        assert np.array_equal(y, np.full(n, total + p * run)), (run, y)
+        counts = hand.traffic.as_dict()
+        extra = {"messages_sent": 1, "messages_recv": 1, "bytes_sent": 24, "bytes_recv": 24}
+        assert counts["messages_sent"] >= once["messages_sent"]
+        if p == 2:  # the plan's run plus one recursive-doubling allreduce of 3 doubles
+            assert counts == {k: once[k] + extra.get(k, 0) + (k == "rounds")
+                              for k in once}, (counts, once)
+    x[:] = rank + 1.0
+    req.Start()
+    hand.Free()  # completes the started plan first
+    assert np.array_equal(y, np.full(n, total))
+    req.Free()
+    other.Free()
