@@ -37,7 +37,7 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
 from ..engines.mpi import Engine, Traffic, check_thread
-from ..engines.plan import BlockingRunner, PlanRequest, compile_plan
+from ..engines.plan import BlockingRunner, NonblockingRunner, PlanRequest, compile_plan
 from ..model import alphabeta
 from .args import Call
 from .base import Collectives
@@ -226,15 +226,11 @@ class P2P(P2PObjects, Collectives):
         if algorithm not in (None, "auto") or (algorithm is None and
                                                call.collective in self._forced):
             if nonblocking:
-                return lambda tag, *_: engine.start(call, alg, tag)
+                return NonblockingRunner(engine, call, alg)
             return BlockingRunner(engine, call, alg)
         model = alphabeta.current()
         if nonblocking:
-            def auto(tag: int, *_: Any) -> Any:
-                a = alg if alphabeta.current() is model else self.select(call, algorithm)
-                return engine.start(call, a, tag)
-
-            return auto
+            return _AutoNonblocking(self, call, algorithm, alg, model)
         return _AutoBlocking(self, call, algorithm, alg, model)
 
     def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
@@ -258,9 +254,17 @@ class P2P(P2PObjects, Collectives):
             self._freed = True
 
 
+def _reselect(runner: _AutoBlocking | _AutoNonblocking) -> None:
+    """An ``auto`` call's runner: selected again (and its plan dropped) if
+    :func:`mpicoll.model.use` changed the model since it was selected."""
+    if alphabeta.current() is not runner.model:
+        runner.free()
+        runner.model = alphabeta.current()
+        runner.algorithm = runner.backend.select(runner.call, runner.name)
+
+
 class _AutoBlocking(BlockingRunner):
-    """A blocking ``auto`` call's runner: selected again (and its plan dropped) if
-    :func:`mpicoll.model.use` changed the model since."""
+    """A blocking ``auto`` call's runner (see :func:`_reselect`)."""
 
     __slots__ = ("backend", "model", "name")
 
@@ -270,11 +274,23 @@ class _AutoBlocking(BlockingRunner):
         self.backend, self.name, self.model = backend, name, model
 
     def __call__(self, tag: int | None = None, *_: Any) -> None:
-        if alphabeta.current() is not self.model:
-            self.free()
-            self.model = alphabeta.current()
-            self.algorithm = self.backend.select(self.call, self.name)
+        _reselect(self)
         super().__call__(tag)
+
+
+class _AutoNonblocking(NonblockingRunner):
+    """A non-blocking ``auto`` call's runner (see :func:`_reselect`)."""
+
+    __slots__ = ("backend", "model", "name")
+
+    def __init__(self, backend: P2P, call: Call, name: str | None, alg: registry.Algorithm,
+                 model: Any) -> None:
+        super().__init__(backend._engine, call, alg)
+        self.backend, self.name, self.model = backend, name, model
+
+    def __call__(self, tag: int | None = None, *_: Any) -> Any:
+        _reselect(self)
+        return super().__call__(tag)
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

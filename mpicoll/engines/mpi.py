@@ -219,6 +219,7 @@ _LEVEL_NAMES = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MP
                 MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED",
                 MPI.THREAD_MULTIPLE: "MPI_THREAD_MULTIPLE"}
 _level: int | None = None  # MPI.Query_thread(), read once (it cannot change after MPI_Init)
+_MULTIPLE_LEVEL = MPI.THREAD_MULTIPLE
 
 
 def _thread_level() -> int:
@@ -411,7 +412,20 @@ class ScheduleRequest:
             return True
 
     def Wait(self, status: MPI.Status | None = None) -> bool:
-        """Block until this collective is complete, progressing all others meanwhile; True."""
+        """Block until this collective is complete, progressing all others meanwhile; True.
+        Alone in flight (under ``MPI_THREAD_MULTIPLE``) it sleeps in ``Waitall`` on each round
+        in turn."""
+        if (_level == _MULTIPLE_LEVEL and not self._inactive and _IN_FLIGHT[0] == 1
+                and self._listed and self._claim.acquire(blocking=False)):
+            try:  # the only schedule in flight anywhere: nothing else needs progress
+                while not self.done:
+                    MPI.Request.Waitall(self._reqs)
+                    self._advance()
+                self._engine._retire(self)
+            finally:
+                _release([self])
+            self._complete(status)
+            return True
         with _guard():
             if not self._inactive:
                 _wait_until(lambda: self.done, [self])
@@ -560,6 +574,14 @@ class Engine:
         None), and ``algorithm``'s schedule started on it."""
         if tag is None:
             tag = self.take_tag()
+        self.clear_tag(tag)
+        ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
+                         self.segment_bytes)
+        return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
+
+    def clear_tag(self, tag: int) -> None:
+        """Make ``tag`` ready for a new call: drop what peers sent for calls this rank refused
+        (:meth:`_drain`), and finish an older call still on it."""
         if self._refused:
             self._drain(tag)
         old = [r for r in self._live() if r._ctx.tag == tag] if self.active else []
@@ -569,9 +591,6 @@ class Engine:
             # one tag would cross-match their messages.  Every rank does the same, so every
             # rank posts the new call's receives only after the old call's are all matched.
             _wait_until(lambda: all(r.done for r in old), old)
-        ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
-                         self.segment_bytes)
-        return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
 
     def _skip_reserved(self) -> int:
         """The next rotating tag no persistent plan holds (plans share the rotating tags only

@@ -57,7 +57,8 @@ from .mpi import (
     _release,
 )
 
-__all__ = ["BlockingRunner", "Plan", "PlanRequest", "Recorder", "Startall", "compile_plan"]
+__all__ = ["BlockingRunner", "NonblockingRunner", "Plan", "PlanRequest", "Recorder",
+           "ReplayRequest", "Startall", "compile_plan"]
 
 #: one recorded local operation: (kind, a, b, op)
 Local = tuple[str, np.ndarray, np.ndarray, "MPI.Op | None"]
@@ -407,6 +408,24 @@ def Startall(requests: Iterable[Any]) -> None:
             r.Start()
 
 
+def _replay_steps(engine: Engine, call: Call, algorithm: Algorithm
+                  ) -> tuple[tuple[Any, ...], tuple[Any, ...], Replayed]:
+    """Compile ``call``'s plan for replay with fresh tags: its steps as ``(local, recvs,
+    sends, during)`` (``recvs``/``sends``: ``(spec, peer)`` pairs, specs built once), its
+    tail, and its traffic record on ``engine``."""
+    comm = engine.comm
+    plan = compile_plan(call, algorithm, comm.Get_rank(), comm.Get_size(), engine.nodes,
+                        engine.segment_bytes)
+    dt = plan.datatype
+    ctx = Context(comm.Get_rank(), comm.Get_size(), dt, plan.dtype)  # local work only
+    steps = tuple((_fast(local, ctx),
+                   tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Recv),
+                   tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Send),
+                   _fast(during, ctx))
+                  for local, rnd, during in plan.steps)
+    return steps, _fast(plan.tail, ctx), engine.traffic.track(_traffic_of(plan))
+
+
 class BlockingRunner:
     """What the front door caches for a blocking p2p call: ``runner(tag)`` runs it on the
     engine, on the call's own fresh tag (as every p2p call: a call refused on some ranks only
@@ -469,18 +488,11 @@ class BlockingRunner:
         self._replayed.runs += 1  # type: ignore[union-attr]
 
     def _compile(self) -> tuple[Any, ...]:
-        e = self.engine
-        comm = e.comm
-        plan = compile_plan(self.call, self.algorithm, comm.Get_rank(), comm.Get_size(),
-                            e.nodes, e.segment_bytes)
-        dt = plan.datatype
-        ctx = Context(comm.Get_rank(), comm.Get_size(), dt, plan.dtype)  # local work only
+        general, tail, self._replayed = _replay_steps(self.engine, self.call, self.algorithm)
         steps = []
-        for local, rnd, during in plan.steps:
-            recvs = tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Recv)
-            sends = tuple((_spec(o.buf, dt), o.peer) for o in rnd if type(o) is Send)
+        for local, recvs, sends, during in general:
             msgs: tuple[Any, ...]
-            if during or len(recvs) + len(sends) > 2 or len(recvs) > 1 or len(sends) > 1:
+            if during or len(recvs) > 1 or len(sends) > 1:
                 kind, msgs = _GENERAL, (recvs, sends)
             elif recvs and sends:  # Sendrecv: Irecv + Isend + Waitall in one call
                 kind, msgs = _SENDRECV, (*sends[0], *recvs[0])
@@ -488,9 +500,8 @@ class BlockingRunner:
                 kind, msgs = _SEND, sends[0]
             else:
                 kind, msgs = _RECV, recvs[0]
-            steps.append((_fast(local, ctx), kind, msgs, _fast(during, ctx)))
-        self._replayed = e.traffic.track(_traffic_of(plan))
-        return (tuple(steps), _fast(plan.tail, ctx))
+            steps.append((local, kind, msgs, during))
+        return (tuple(steps), tail)
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
@@ -499,6 +510,99 @@ class BlockingRunner:
         if self._replayed is not None:
             self.engine.traffic.untrack(self._replayed)
             self._replayed = None
+
+
+class NonblockingRunner:
+    """What the front door caches for a non-blocking p2p call (``Iallreduce``, ...):
+    ``runner(tag)`` starts it on its fresh tag and returns its request.
+
+    The first run starts the schedule's generator (:meth:`Engine.start`); the second compiles
+    the call's plan, and it and every later run start a :class:`ReplayRequest` on it: the
+    recorded rounds posted in turn (``Irecv`` first, then ``Isend``) as each completes, the
+    recorded local work between them; no generator, no context.  A run that finds the
+    previous replay unfinished (its scratch still in use), or a thread level below
+    ``MPI_THREAD_MULTIPLE``, starts the generator instead.  ``free()`` drops the plan."""
+
+    __slots__ = ("_fast", "_previous", "_replayed", "_runs", "algorithm", "call", "engine")
+
+    def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
+        self.engine, self.call, self.algorithm = engine, call, algorithm
+        self._runs = 0
+        self._fast: tuple[Any, ...] | None = None
+        self._replayed: Replayed | None = None
+        self._previous: ReplayRequest | None = None
+
+    def __call__(self, tag: int | None = None, *_: Any) -> ScheduleRequest:
+        fast = self._fast
+        engine = self.engine
+        if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
+            self._runs += 1
+            if self._runs < 2 or _mpi._thread_level() != _MULTIPLE:
+                return engine.start(self.call, self.algorithm, tag)
+            steps, tail, self._replayed = _replay_steps(engine, self.call, self.algorithm)
+            fast = self._fast = (steps, tail)
+        previous = self._previous
+        if tag is None or (previous is not None and not previous.done):
+            return engine.start(self.call, self.algorithm, tag)
+        engine.clear_tag(tag)
+        self._replayed.runs += 1  # type: ignore[union-attr]
+        req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag)
+        return req
+
+    def free(self) -> None:
+        """Drop the compiled plan (the next runs compile it again)."""
+        self._fast = None
+        self._runs = 0
+        self._previous = None
+        if self._replayed is not None:
+            self.engine.traffic.untrack(self._replayed)
+            self._replayed = None
+
+
+class ReplayRequest(ScheduleRequest):
+    """The request of a non-blocking p2p call replaying its compiled plan (see
+    :class:`NonblockingRunner`): a :class:`~mpicoll.engines.mpi.ScheduleRequest` whose rounds
+    come from the plan instead of a generator, completed and progressed like any other."""
+
+    def __init__(self, engine: Engine, steps: tuple[Any, ...], tail: tuple[Any, ...],
+                 tag: int) -> None:
+        self._engine = engine
+        self._ctx = _Tagged(tag)  # type: ignore[assignment]
+        self._steps = steps
+        self._tail = tail
+        self._next = 0
+        self._reqs: list[MPI.Request] = []
+        self._claim = threading.Lock()
+        self.done = False
+        self._inactive = False
+        self._advance()  # nobody else sees this request yet: no claim needed
+        if not self.done:
+            with _lock:
+                engine.active.append(self)
+                _IN_FLIGHT[0] += 1
+
+    def _advance(self) -> None:
+        """Post the next recorded round (its local work first, its overlapped work after);
+        after the last, the tail, and done."""
+        i = self._next
+        steps = self._steps
+        if i < len(steps):
+            local, recvs, sends, during = steps[i]
+            for fn, a, b in local:
+                fn(a, b)
+            comm, tag = self._engine.comm, self._ctx.tag
+            reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
+            for spec, peer in sends:
+                reqs.append(comm.Isend(spec, peer, tag))
+            for fn, a, b in during:
+                fn(a, b)
+            self._reqs = reqs
+            self._next = i + 1
+            return
+        for fn, a, b in self._tail:
+            fn(a, b)
+        self._reqs = _NO_REQS
+        self.done = True
 
 
 _WAITALL = MPI.Request.Waitall

@@ -156,8 +156,9 @@ class Run:
 
     def __init__(self, coll: str, impl: Impl, mode: str = "blocking") -> None:
         self.coll, self.impl = coll, impl
-        #: "blocking", the I-form completed by "wait" or a "test" loop, or "persistent:N"
-        #: (the *_init form started N times, see :meth:`persistent`)
+        #: "blocking", the I-form completed by "wait" or a "test" loop, "persistent:N" (the
+        #: *_init form started N times), "repeated:N" / "irepeated:N" (the blocking call / the
+        #: I-form made N times on the same buffers); see :meth:`persistent`
         self.mode = mode
         self.buffers: list[np.ndarray] = []
         self.p, self.rank = WORLD.size, WORLD.rank
@@ -232,7 +233,7 @@ class Run:
             if self.mode == "blocking":
                 invoke(self.impl, self.coll, *args, **kw)
                 return
-            if self.mode.startswith(("persistent:", "repeated:")):
+            if self.mode.startswith(("persistent:", "repeated:", "irepeated:")):
                 self.persistent(int(self.mode.split(":")[1]), *args, **kw)
                 return
             req = invoke(self.impl, "I" + self.coll, *args, **kw)
@@ -249,14 +250,17 @@ class Run:
 
     def persistent(self, starts: int, *args: Any, **kw: Any) -> None:
         """The *_init form, started ``starts`` times (mode "persistent:N"), or the blocking
-        call made ``starts`` times on the same buffers (mode "repeated:N": the front door's
+        call or the I-form made ``starts`` times on the same buffers (mode "repeated:N" /
+        "irepeated:N", the I-form completed by Wait and Test loops in turn: the front door's
         cached parse, and from the second call p2p's compiled plan): before every run but
         the last, every buffer of the call holds other values (its rows reversed), so the
         last run, on the case's own buffers, shows that each run reads the buffers as they
         are then."""
-        repeated = self.mode.startswith("repeated:")
+        nonblocking = self.mode.startswith("irepeated:")
+        repeated = nonblocking or self.mode.startswith("repeated:")
         record = BY_NAME[self.coll]
-        fn = getattr(backend(self.impl.backend), record.method if repeated else record.persistent)
+        fn = getattr(backend(self.impl.backend),
+                     record.method_for(nonblocking) if repeated else record.persistent)
         if self.impl.entry is not None:
             kw["algorithm"] = self.impl.algorithm
         req = None if repeated else fn(*args, **kw)
@@ -267,11 +271,16 @@ class Run:
                 np.copyto(a, o if last else o[::-1])
             if req is None:
                 try:
-                    fn(*args, **kw)
+                    out = fn(*args, **kw)
                 except Exception:  # refused before any message: the buffers as they were
                     for a, o in zip(self.buffers, originals, strict=True):
                         np.copyto(a, o)
                     raise
+                if nonblocking and k % 2:  # the I-form: a Test loop, or Wait
+                    while not out.Test():
+                        pass
+                elif nonblocking:
+                    out.Wait()
                 continue
             req.Start()
             req.Wait()

@@ -170,6 +170,42 @@ def test_repeated_calls_on_the_same_buffers(coll: str, impl: runners.Impl) -> No
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize(("coll", "impl"), _REPEATED)
+def test_repeated_iforms_on_the_same_buffers(coll: str, impl: runners.Impl) -> None:
+    """The I-form made 3 times on the same buffers (on p2p the generator, then the compiled
+    plan replayed twice, completed by a Test loop and by Wait), other contents before the
+    last: the oracle's result, exactly."""
+    run = runners.Run(coll, impl, mode="irepeated:3")
+    for case in _iform_cases(coll, run.p):
+        run.run_case(case)
+    run.finish()
+
+
+@pytest.mark.mpi
+def test_iforms_outstanding_together() -> None:
+    """Cached I-forms of one key outstanding together (two Ibarriers, then two Iallreduces
+    on other outputs beside them) replay or start their generator, each on its own tag, and
+    complete in any order."""
+    b = backend("p2p")
+    x = np.full(3, RANK + 1.0)
+    outs = [np.zeros(3), np.zeros(3)]
+    for _ in range(2):  # cached, then compiled
+        b.Ibarrier().Wait()
+        for o in outs:
+            b.Iallreduce(x, o).Wait()
+    for order in (0, 1):
+        for o in outs:
+            o[:] = 0.0
+        reqs = [b.Ibarrier(), b.Ibarrier()] + [b.Iallreduce(x, o) for o in outs]
+        reqs += [b.Ibarrier()]
+        reqs = reqs[::-1] if order else reqs
+        for r in reqs:
+            r.Wait()
+        for o in outs:
+            assert np.array_equal(o, np.full(3, float(sum(range(1, P + 1)))))
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("kind", ["native", "p2p"])
 def test_large_calls_are_not_kept(kind: str) -> None:
     """An entry keeps its buffers alive: calls over MAX_ENTRY_BYTES are parsed every time."""
