@@ -18,8 +18,10 @@ key holds everything the answer of a check or of the parse could depend on:
   (a freed one has a new handle, a new one a new identity).
 
 Anything else (a ``bytearray``, a ``memoryview``, an ndarray subclass, a float root, ...) is
-not cached: it is checked and parsed at every call, as is a call whose buffers hold more than
-:data:`MAX_ENTRY_BYTES` (an entry keeps its buffers alive).  Only calls whose parse succeeded are
+not cached: it is checked and parsed at every call, as is a call whose buffers alone hold more
+than :data:`PINNED_BYTES`.  An entry keeps its buffers alive (and, on p2p, a compiled plan's
+scratch of about their size): the entries' buffers hold at most :data:`PINNED_BYTES`
+together, the oldest entries going first to make room.  Only calls whose parse succeeded are
 stored, so a bad input raises at every call, before any message.  The buffers' *contents* are
 not in the key: a call that only changed them is a hit, as it should be.
 
@@ -48,14 +50,14 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["MAX_ENTRY_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "key_of",
+__all__ = ["PINNED_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "key_of",
            "last_of"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
-#: calls whose buffers hold more bytes than this are not stored (an entry keeps them alive;
-#: a large call's parse costs nothing beside its transfer): at most SIZE x this pinned
-MAX_ENTRY_BYTES = 1 << 20
+#: bytes of buffers the entries of one backend keep alive together, at most (64 MiB): the
+#: oldest entries go to make room, and a call whose buffers alone hold more is not stored
+PINNED_BYTES = 64 << 20
 
 
 class UncacheableError(Exception):
@@ -180,7 +182,7 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("entries", "hits", "last", "misses")
+    __slots__ = ("entries", "hits", "last", "misses", "pinned")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
@@ -188,23 +190,29 @@ class FrontDoor:
         self.last: tuple[dict[str, Last], dict[str, Last]] = ({}, {})
         self.hits = 0
         self.misses = 0
+        #: bytes of the entries' buffers
+        self.pinned = 0
 
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], algorithm: Any,
               run: Callable[..., Any]) -> Last | None:
-        """Keep ``(args, run)`` under ``key`` (unless the buffers are larger than
-        :data:`MAX_ENTRY_BYTES`), dropping the oldest entry if the cache is full; the call's
-        :data:`Last` record (None if not stored or if it cannot be a last call)."""
-        if _nbytes(args) > MAX_ENTRY_BYTES:
+        """Keep ``(args, run)`` under ``key``, dropping the oldest entries while the cache is
+        full or the buffers would pass :data:`PINNED_BYTES` (a call whose buffers alone do is
+        not stored); the call's :data:`Last` record (None if not stored or if it cannot be a
+        last call)."""
+        nbytes = _nbytes(args)
+        if nbytes > PINNED_BYTES:
             return None
         entries = self.entries
-        if len(entries) >= SIZE:
-            old = entries.pop(next(iter(entries)))[1]
+        while entries and (len(entries) >= SIZE or self.pinned + nbytes > PINNED_BYTES):
+            old_args, old, _ = entries.pop(next(iter(entries)))
+            self.pinned -= _nbytes(old_args)
             for lasts in self.last:  # a last call is always an entry of the cache
                 for name in [n for n, m in lasts.items() if m[4] is old]:
                     del lasts[name]
             _free(old)
         last = last_of(args, algorithm, run)
         entries[key] = (args, run, last)
+        self.pinned += nbytes
         return last
 
     def clear(self) -> None:
@@ -215,7 +223,7 @@ class FrontDoor:
         self.entries.clear()
         for lasts in self.last:
             lasts.clear()
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.pinned = 0
 
 
 def _nbytes(args: Any) -> int:

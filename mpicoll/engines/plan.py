@@ -201,7 +201,6 @@ def _fast(local: Iterable[Local], ctx: Context) -> tuple[tuple[Any, Any, Any], .
     """The recorded local work as ``(fn, a, b)`` calls ``fn(a, b)`` (specs built once; copies
     of a derived datatype through the context, which keeps its holes)."""
     out: list[tuple[Any, Any, Any]] = []
-    dt = ctx.datatype
     for kind, a, b, op in local:
         if kind == "copy":
             if ctx.derived or type(a) is TypedView:
@@ -210,8 +209,7 @@ def _fast(local: Iterable[Local], ctx: Context) -> tuple[tuple[Any, Any, Any], .
                 out.append((b.__setitem__, Ellipsis, a))
         else:
             assert op is not None
-            n = int(a.size)
-            out.append((op.Reduce_local, [a, n, dt], [b, n, dt]))
+            out.append(ctx.reducer(a, b, op))
     return tuple(out)
 
 

@@ -164,7 +164,8 @@ class SimContext(Context):
         if self.sim.data and inbuf.size:
             if self.sim.inflight:
                 self.sim.check_inflight(inbuf, inoutbuf)
-            op.Reduce_local([inbuf, self.datatype], [inoutbuf, self.datatype])
+            fn, a, b = self.reducer(inbuf, inoutbuf, op)
+            fn(a, b)
 
     def scratch(self, count: int) -> np.ndarray:
         if self.sim.data:

@@ -36,8 +36,9 @@ class Model:
             sends n bytes to the other and receives n: one round of the model, whose ranks
             send and receive at once) fitted as ``alpha + n beta``.
         beta: seconds per byte sent (1 / bandwidth), the slope of that same fit.
-        gamma: seconds per byte reduced, the slope of ``MPI.SUM.Reduce_local`` time on float64
-            vectors against their size (both ranks reducing at once, as in a collective).
+        gamma: seconds per byte reduced, the slope of the engines' local ``MPI.SUM``
+            reduction time on float64 vectors against their size (both ranks reducing at once,
+            as in a collective).
         o_call: seconds per collective call: the Python front door of the p2p backend (argument
             checking, algorithm choice, the engine's set-up of the call), paid by every rank
             once, at the start of the call, before it posts anything.  Measured as the time of

@@ -9,7 +9,8 @@ on a loaded machine it counts every preemption, which the median of single calls
   receives n: ``Irecv`` + ``Isend`` + ``Waitall``, one round of the model, whose ranks send and
   receive at once) over a range of message sizes, fitted as ``alpha + n beta`` by least squares
   (``numpy.polyfit``; the registry's formulas and ``auto`` take the line).
-* gamma: ``MPI.SUM.Reduce_local`` on float64 vectors of 8 B up to ``max_bytes``, ranks 0 and 1
+* gamma: the engines' local ``MPI.SUM`` reduction (numpy's add) on float64 vectors of 8 B up
+  to ``max_bytes``, ranks 0 and 1
   at once, fitted the same way (slope); delta: ``numpy.copyto`` of float64 vectors, the same.
 * the measured times themselves are kept as the model's curves (``message_curve``,
   ``reduce_curve``, ``copy_curve``), from which the simulator, and so bench's predicted
@@ -48,6 +49,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,7 +74,7 @@ OVERHEAD_REPS = 20
 #: The fits :func:`calibrate` records in its details, and what each one fits.
 FITS = {
     "alpha_beta_fit": "the exchange times (message_curve; the samples' spread at one size)",
-    "gamma_fit": "the Reduce_local times (reduce_curve; the samples' spread at one size)",
+    "gamma_fit": "the local reduction times (reduce_curve; the samples' spread at one size)",
     "delta_fit": "the copy times (copy_curve; the samples' spread at one size)",
     "o_msg_fit": "o_msg (p2p engine time against rounds per call)",
     "o_call_fit": "o_call (a one-round p2p call, samples about their median)",
@@ -262,9 +264,11 @@ def _exchange(comm: MPI.Comm) -> Callable[[int], Callable[[], object]]:
 
 
 def _reduction(n: int) -> Callable[[], object]:
-    """``MPI.SUM.Reduce_local`` of n bytes of float64."""
+    """The engines' local reduction of n bytes of float64 with ``MPI.SUM``: numpy's add into
+    the second buffer, as ``Context.reducer`` runs it (``mpicoll.algorithms.schedule.UFUNCS``)."""
     a, b = np.ones(n // 8), np.ones(n // 8)
-    return lambda: MPI.SUM.Reduce_local(a, b)
+    add = partial(np.add, out=b)
+    return lambda: add(a, b)
 
 
 def _copy(n: int) -> Callable[[], object]:

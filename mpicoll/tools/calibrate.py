@@ -1,9 +1,9 @@
 """``mpicoll calibrate``: fit the alpha-beta-gamma cost model on this machine.
 
-An exchange between ranks 0 and 1 over a range of sizes, fitted as alpha + n beta, MPI.SUM
-``Reduce_local`` for gamma, a copy for delta and p2p calls for the overhead o_call, o_msg
-(:mod:`mpicoll.model.calibrate`), all timed as bench times a call; prints the fit and saves
-the model where ``simulate`` and ``bench`` look for it.
+An exchange between ranks 0 and 1 over a range of sizes, fitted as alpha + n beta, the
+engines' local MPI.SUM reduction for gamma, a copy for delta and p2p calls for the overhead
+o_call, o_msg (:mod:`mpicoll.model.calibrate`), all timed as bench times a call; prints the
+fit and saves the model where ``simulate`` and ``bench`` look for it.
 """
 
 from __future__ import annotations
@@ -134,10 +134,10 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     out.write(f"# mpicoll calibrate  {prov['date']}\n# {prov['mpi_library']}; P={prov['P']} on "
               f"{hosts}\n# exchange between ranks 0 and 1 (each sends n bytes to the other), "
               f"{human_size(sizes[0])} to {human_size(sizes[-1])} bytes, fitted as alpha + n "
-              "beta (least squares); gamma: MPI.SUM Reduce_local on float64, delta: a copy of "
-              "float64; each time as bench takes it: barrier, one call, max over ranks 0 and 1, "
-              "median; the exchange less the barrier's skew (a call pays it once: o_call has it), "
-              f"{details['skew_s'] * 1e6:.3g} us\n")
+              "beta (least squares); gamma: the local MPI.SUM reduction on float64, delta: a "
+              "copy of float64; each time as bench takes it: barrier, one call, max over ranks 0 "
+              "and 1, median; the exchange less the barrier's skew (a call pays it once: o_call "
+              f"has it), {details['skew_s'] * 1e6:.3g} us\n")
     fitted = [m.alpha + n * m.beta for n in sizes]
     rows = []
     for n, t, f in zip(sizes, times, fitted, strict=True):

@@ -356,8 +356,9 @@ register(Subcommand(
     "calibrate", "fit the alpha-beta-gamma cost model on this machine (mpiexec -n 2)",
     _calibrate_configure, _calibrate_run, _calibrate_validate, _calibrate_check,
     description="Ping-pong between ranks 0 and 1 over a range of sizes, fitted as alpha + n "
-    "beta, and MPI.SUM Reduce_local throughput for gamma; prints the fit and saves the model "
-    "where simulate and bench look for it. Run under mpiexec -n 2 (or more: the others wait).",
+    "beta, and the local MPI.SUM reduction throughput for gamma; prints the fit and saves the "
+    "model where simulate and bench look for it. Run under mpiexec -n 2 (or more: the others "
+    "wait).",
 ))
 
 

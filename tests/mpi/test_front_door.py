@@ -207,16 +207,31 @@ def test_iforms_outstanding_together() -> None:
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("kind", ["native", "p2p"])
-def test_large_calls_are_not_kept(kind: str) -> None:
-    """An entry keeps its buffers alive: calls over MAX_ENTRY_BYTES are parsed every time."""
-    from mpicoll.backends.frontdoor import MAX_ENTRY_BYTES
+def test_large_calls_are_kept_within_the_pinned_bytes(kind: str) -> None:
+    """An entry keeps its buffers alive: the entries hold at most PINNED_BYTES of buffers
+    together (the oldest go first), and a call whose buffers alone hold more is parsed every
+    time."""
+    from mpicoll.backends.frontdoor import PINNED_BYTES
 
     b = backend(kind)
-    n = MAX_ENTRY_BYTES // 8 + 1
+    quarter = PINNED_BYTES // 4 // 8  # elements: a call of x and y holds half the bytes
+    xs = [np.full(quarter, 1.0 + k) for k in range(3)]
+    ys = [np.zeros(quarter) for _ in range(3)]
+    for k in range(3):
+        _expect(b, lambda k=k: b.Allreduce(xs[k], ys[k]), hit=False)
+        _expect(b, lambda k=k: b.Allreduce(xs[k], ys[k]), hit=True)
+        assert ys[k][-1] == P * (1.0 + k)
+        assert b.front_door.pinned <= PINNED_BYTES
+    # the first call went to make room for the third
+    _expect(b, lambda: b.Allreduce(xs[0], ys[0]), hit=False)
+    assert b.front_door.pinned <= PINNED_BYTES
+    n = PINNED_BYTES // 8 // 2 + 1
     x, y = np.ones(n), np.zeros(n)
     _expect(b, lambda: b.Allreduce(x, y), hit=False)
     _expect(b, lambda: b.Allreduce(x, y), hit=False)
     assert y[-1] == P
+    b.front_door.clear()
+    assert b.front_door.pinned == 0
 
 
 @pytest.mark.mpi
