@@ -828,7 +828,11 @@ def _fill(statuses: list[MPI.Status] | None, got: Sequence[MPI.Status | None], n
             statuses[k].Set_tag(s.Get_tag())
             statuses[k].Set_error(s.Get_error())
             statuses[k].Set_cancelled(s.Is_cancelled())
-            statuses[k].Set_elements(MPI.BYTE, s.Get_elements(MPI.BYTE))
+            try:
+                elements = s.Get_elements(MPI.BYTE)
+            except MPI.Exception:  # a collective request's status: Open MPI leaves the count
+                elements = 0  # undefined (MPI_ERR_COUNT when read); MPI defines none there
+            statuses[k].Set_elements(MPI.BYTE, elements)
 
 
 def _sweep(reqs: Sequence[Any], done: dict[int, MPI.Status | None], first: bool) -> None:
