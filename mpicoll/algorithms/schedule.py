@@ -112,6 +112,9 @@ Schedule = Generator[Round | Overlap, None, None]
 #: products (C99's inf/nan rules), not the logical ops (numpy's give booleans), not 8- and
 #: 16-bit integers (Open MPI 5's vectorised SUM saturates there where C wraps:
 #: ``tests/unit/test_reducer.py`` compares every entry with the library's ``Reduce_local``).
+#: bytes from which a reduction runs numpy's loop (below, its call costs as much as MPI's or,
+#: on one element, twice as much)
+UFUNC_BYTES = 1024
 UFUNCS: dict[tuple[str, int, int], Any] = {
     **{(kind, size, op.handle): fn for kind in "iu" for size in (4, 8)
        for op, fn in ((MPI.SUM, np.add), (MPI.PROD, np.multiply), (MPI.MAX, np.maximum),
@@ -213,12 +216,13 @@ class Context:
     def reducer(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op
                 ) -> tuple[Callable[[Any, Any], Any], Any, Any]:
         """What computes ``inoutbuf = inbuf op inoutbuf``: ``(fn, a, b)``, called ``fn(a, b)``
-        (the compiled plans keep it).  numpy's loop (``np.add(inbuf, inoutbuf,
-        out=inoutbuf)``, ...) where it gives MPI's result bit for bit (:data:`UFUNCS`: about
-        twice as fast as MPICH's ``MPI_Reduce_local`` at 1 MiB, as fast at 8 B), else
-        ``op.Reduce_local`` on the call's datatype."""
+        (the compiled plans keep it).  From :data:`UFUNC_BYTES`, numpy's loop
+        (``np.add(inbuf, inoutbuf, out=inoutbuf)``, ...) where it gives MPI's result bit for
+        bit (:data:`UFUNCS`: about twice as fast as MPICH's ``MPI_Reduce_local`` at 1 MiB),
+        else ``op.Reduce_local`` on the call's datatype."""
         n = inbuf.size
-        if not self.derived and type(inbuf) is np.ndarray and op.is_predefined:
+        if (n * self.unit >= UFUNC_BYTES and not self.derived and type(inbuf) is np.ndarray
+                and op.is_predefined):
             ufunc = UFUNCS.get((self.dtype.kind, self.dtype.itemsize, op.handle))
             if ufunc is not None:
                 return partial(ufunc, out=inoutbuf), inbuf, inoutbuf

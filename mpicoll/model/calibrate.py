@@ -9,8 +9,8 @@ on a loaded machine it counts every preemption, which the median of single calls
   receives n: ``Irecv`` + ``Isend`` + ``Waitall``, one round of the model, whose ranks send and
   receive at once) over a range of message sizes, fitted as ``alpha + n beta`` by least squares
   (``numpy.polyfit``; the registry's formulas and ``auto`` take the line).
-* gamma: the engines' local ``MPI.SUM`` reduction (numpy's add) on float64 vectors of 8 B up
-  to ``max_bytes``, ranks 0 and 1
+* gamma: a local ``MPI.SUM`` reduction on float64 vectors of 8 B up to ``max_bytes`` (the
+  engines' own, ``Context.reducer``, from ``mpicoll calibrate``), ranks 0 and 1
   at once, fitted the same way (slope); delta: ``numpy.copyto`` of float64 vectors, the same.
 * the measured times themselves are kept as the model's curves (``message_curve``,
   ``reduce_curve``, ``copy_curve``), from which the simulator, and so bench's predicted
@@ -49,7 +49,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -264,11 +263,10 @@ def _exchange(comm: MPI.Comm) -> Callable[[int], Callable[[], object]]:
 
 
 def _reduction(n: int) -> Callable[[], object]:
-    """The engines' local reduction of n bytes of float64 with ``MPI.SUM``: numpy's add into
-    the second buffer, as ``Context.reducer`` runs it (``mpicoll.algorithms.schedule.UFUNCS``)."""
+    """``MPI.SUM.Reduce_local`` of n bytes of float64 (the default of :func:`calibrate`'s
+    ``reduction``)."""
     a, b = np.ones(n // 8), np.ones(n // 8)
-    add = partial(np.add, out=b)
-    return lambda: add(a, b)
+    return lambda: MPI.SUM.Reduce_local(a, b)
 
 
 def _copy(n: int) -> Callable[[], object]:
@@ -380,6 +378,7 @@ def _local_sizes(max_bytes: int) -> list[int]:
 
 def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: int = 50,
               warmup: int = 5, probe: Callable[[MPI.Comm], OverheadProbe] | None = None,
+              reduction: Callable[[int], Callable[[], object]] = _reduction,
               ) -> tuple[Model, dict[str, Any]]:
     """Measure and fit the model (collective over ``comm``; needs 2 ranks or more).
 
@@ -391,6 +390,9 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
         probe: called on ranks 0 and 1 with a communicator of those two, returns the
             :class:`OverheadProbe` that fits ``o_call`` and ``o_msg``; None: both stay 0 and
             the details have no overhead entries.
+        reduction: ``reduction(n)`` makes the timed call reducing n bytes of float64 with
+            ``MPI.SUM`` (default ``Reduce_local``; ``mpicoll calibrate`` passes the engines' own
+            local reduction, so gamma is what the schedules pay).
 
     Returns:
         (model, details): the fitted :class:`~mpicoll.model.Model` (same on every rank) and a
@@ -408,7 +410,7 @@ def calibrate(comm: MPI.Comm | None = None, *, max_bytes: int = 1 << 24, iters: 
     sizes = [s for s in sizes if s <= max_bytes]
     pts, ps = _timed(comm, _exchange(comm), sizes, iters, warmup)
     local = _local_sizes(max_bytes)
-    gy, gs = _timed(comm, _reduction, local, iters, warmup)
+    gy, gs = _timed(comm, reduction, local, iters, warmup)
     cy, cs = _timed(comm, _copy, local, iters, warmup)
     times: dict[str, list[float]] = {}
     probe_sizes = (0, 0, 0)

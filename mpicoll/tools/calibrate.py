@@ -120,10 +120,19 @@ def environment_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def engine_reduction(n: int) -> Callable[[], object]:
+    """The engines' local reduction (:meth:`~mpicoll.algorithms.schedule.Context.reducer`) of
+    n bytes of float64 with ``MPI.SUM``: calibrate's gamma is what the schedules pay."""
+    a, b = np.ones(n // 8), np.ones(n // 8)
+    fn, x, y = Context(0, 1, MPI.DOUBLE, np.dtype(np.float64)).reducer(a, b, MPI.SUM)
+    return lambda: fn(x, y)
+
+
 def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     prov = provenance(comm, ["calibrate", *argv])
     m, details = _calibrate.calibrate(comm, max_bytes=args.max_bytes_n, iters=args.iterations,
-                                      warmup=args.warmup, probe=overhead_probe)
+                                      warmup=args.warmup, probe=overhead_probe,
+                                      reduction=engine_reduction)
     if comm.Get_rank() != 0:
         return 0
     sizes = details["exchange_bytes"]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpicoll.algorithms.schedule import UFUNCS, Context
+from mpicoll.algorithms.schedule import UFUNC_BYTES, UFUNCS, Context
 
 _TYPES = {np.dtype(t): MPI._typedict[np.dtype(t).char]
           for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
@@ -63,27 +63,30 @@ def test_numpy_loop_gives_reduce_local_bit_for_bit(dtype: np.dtype, name: str) -
 
 def test_the_pairs_left_out_go_to_reduce_local() -> None:
     """Floating MAX/MIN, complex, logical ops, user ops and derived datatypes: MPI's own."""
-    f = np.array([np.nan, 1.0, -0.0])
-    g = np.array([1.0, np.nan, 0.0])
+    f = np.tile([np.nan, 1.0, -0.0], 64)  # past UFUNC_BYTES
+    g = np.tile([1.0, np.nan, 0.0], 64)
     for op in (MPI.MAX, MPI.MIN, MPI.LAND):
         fn, _, _ = Context(0, 1, MPI.DOUBLE, np.dtype(np.float64)).reducer(f, g, op)
         assert fn == op.Reduce_local
-    small = np.ones(2, np.int16)
+    small = np.ones(UFUNC_BYTES, np.int16)
     fn, _, _ = Context(0, 1, MPI.INT16_T, small.dtype).reducer(small, small.copy(), MPI.SUM)
     assert fn == MPI.SUM.Reduce_local
-    z = np.ones(2, np.complex128)
+    few = np.ones(UFUNC_BYTES // 8 - 1)  # below UFUNC_BYTES: MPI's (numpy's call costs more)
+    fn, _, _ = Context(0, 1, MPI.DOUBLE, few.dtype).reducer(few, few.copy(), MPI.SUM)
+    assert fn == MPI.SUM.Reduce_local
+    z = np.ones(UFUNC_BYTES, np.complex128)
     fn, _, _ = Context(0, 1, MPI.C_DOUBLE_COMPLEX, z.dtype).reducer(z, z.copy(), MPI.PROD)
     assert fn == MPI.PROD.Reduce_local
     user = MPI.Op.Create(lambda a, b, t: None, commute=True)
     try:
-        i = np.ones(2, np.int64)
+        i = np.ones(UFUNC_BYTES, np.int64)
         fn, _, _ = Context(0, 1, MPI.INT64_T, i.dtype).reducer(i, i.copy(), user)
         assert fn == user.Reduce_local
     finally:
         user.Free()
     pair = MPI.DOUBLE.Create_contiguous(2).Commit()
     try:
-        d = np.ones(4)
+        d = np.ones(UFUNC_BYTES)
         fn, _, _ = Context(0, 1, pair, np.dtype((np.void, 16))).reducer(d, d.copy(), MPI.SUM)
         assert fn == MPI.SUM.Reduce_local
     finally:
