@@ -356,9 +356,13 @@ class ScheduleRequest:
     _listed = True
 
     def __init__(self, engine: Engine, gen: Schedule, ctx: MPIContext) -> None:
-        self._engine = engine
         self._gen = gen
         self._ctx = ctx
+        self._begin(engine)
+
+    def _begin(self, engine: Engine) -> None:
+        """Start it: the first round posted, and listed in flight unless already done."""
+        self._engine = engine
         self._reqs: list[MPI.Request] = []
         #: held by the one thread that tests this schedule's requests or resumes it
         self._claim = threading.Lock()

@@ -273,17 +273,11 @@ class PlanRequest(ScheduleRequest):
         """Start the collective (every rank starts its persistent collectives in the same
         order, as MPI requires)."""
         one = self._one
-        if one is not None and self._inactive:  # one round (what _start does, inline)
+        if one is not None and self._inactive:  # one round: never listed, nothing to check
             self._inactive = self.done = False
             self._replayed.runs += 1
-            local, reqs, during = one
-            for fn, a, b in local:
-                fn(a, b)
-            _STARTALL(reqs)
-            for fn, a, b in during:
-                fn(a, b)
-            self._reqs = reqs  # type: ignore[assignment]
-            self._next = 1
+            self._next = 0
+            self._advance()
             return
         if _mpi._level == _MULTIPLE:  # no thread check to make
             self._start()
@@ -564,20 +558,11 @@ class ReplayRequest(ScheduleRequest):
 
     def __init__(self, engine: Engine, steps: tuple[Any, ...], tail: tuple[Any, ...],
                  tag: int) -> None:
-        self._engine = engine
         self._ctx = _Tagged(tag)  # type: ignore[assignment]
         self._steps = steps
         self._tail = tail
         self._next = 0
-        self._reqs: list[MPI.Request] = []
-        self._claim = threading.Lock()
-        self.done = False
-        self._inactive = False
-        self._advance()  # nobody else sees this request yet: no claim needed
-        if not self.done:
-            with _lock:
-                engine.active.append(self)
-                _IN_FLIGHT[0] += 1
+        self._begin(engine)
 
     def _advance(self) -> None:
         """Post the next recorded round (its local work first, its overlapped work after);
