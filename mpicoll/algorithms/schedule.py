@@ -104,25 +104,88 @@ class Overlap(NamedTuple):
 Schedule = Generator[Round | Overlap, None, None]
 
 
-#: numpy's loops for the predefined ops where they compute MPI's result bit for bit, by
-#: (dtype kind, itemsize, op handle): MPI computes ``inoutbuf[i] = inbuf[i] op inoutbuf[i]``
-#: elementwise with C's operators, and so does numpy for every one of these ops on 32- and
-#: 64-bit integers, and for SUM and PROD on float32/float64 (IEEE add and multiply).  Not MAX/MIN
-#: on floats (C's ``a > b ? a : b`` and numpy's maximum treat NaN differently), not complex
-#: products (C99's inf/nan rules), not the logical ops (numpy's give booleans), not 8- and
-#: 16-bit integers (Open MPI 5's vectorised SUM saturates there where C wraps:
-#: ``tests/unit/test_reducer.py`` compares every entry with the library's ``Reduce_local``).
-#: bytes from which a reduction runs numpy's loop (below, its call costs as much as MPI's or,
-#: on one element, twice as much)
-UFUNC_BYTES = 1024
+#: numpy's loops that may stand for a predefined op, by (dtype kind, itemsize, op handle):
+#: MPI computes ``inoutbuf[i] = inbuf[i] op inoutbuf[i]`` elementwise, and these ufuncs
+#: compute the same function.  Whether one gives *this* MPI library's bits (which operand's
+#: NaN an add returns, a MAX of NaN, Open MPI 5.0's vectorised 8- and 16-bit SUM that
+#: saturates where C wraps) is asked of the library itself, once per (datatype, op) and
+#: process, by :func:`numpy_reduction`; a candidate that differs anywhere is never used.
 UFUNCS: dict[tuple[str, int, int], Any] = {
-    **{(kind, size, op.handle): fn for kind in "iu" for size in (4, 8)
+    **{(kind, size, op.handle): fn for kind in "iu" for size in (1, 2, 4, 8)
        for op, fn in ((MPI.SUM, np.add), (MPI.PROD, np.multiply), (MPI.MAX, np.maximum),
                       (MPI.MIN, np.minimum), (MPI.BAND, np.bitwise_and),
                       (MPI.BOR, np.bitwise_or), (MPI.BXOR, np.bitwise_xor))},
     **{("f", size, op.handle): fn for size in (4, 8)
-       for op, fn in ((MPI.SUM, np.add), (MPI.PROD, np.multiply))},
+       for op, fn in ((MPI.SUM, np.add), (MPI.PROD, np.multiply), (MPI.MAX, np.maximum),
+                      (MPI.MIN, np.minimum))},
 }
+#: bytes from which a reduction may run numpy's loop: below, its call and the
+#: ``np.errstate`` that keeps it silent (MPI raises and warns about nothing) cost more than
+#: ``MPI_Reduce_local`` saves (MPICH's is half numpy's speed at 1 MiB here)
+UFUNC_BYTES = 256 << 10
+
+#: (datatype handle, op handle) -> the numpy reduction that gives the library's bits, or None
+_AGREED: dict[tuple[int, int], Callable[[Any, Any], Any] | None] = {}
+
+
+def _ufunc_reduce(ufunc: Any, swapped: bool, a: np.ndarray, b: np.ndarray) -> None:
+    """``b = a op b`` by ``ufunc`` (``b op a`` in the ufunc's operand order if ``swapped``:
+    the order whose NaN the library returns), with numpy's floating-point errors off."""
+    with np.errstate(all="ignore"):
+        if swapped:
+            ufunc(b, a, out=b)
+        else:
+            ufunc(a, b, out=b)
+
+
+def _probe_values(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Two vectors meeting every pair of a type's edge values (extremes, signed zeros,
+    infinities, NaNs of both signs and two payloads, subnormals) and then random ones, long
+    enough for a library's vector loops and their tails."""
+    rng = np.random.default_rng(20261201)
+    if dtype.kind in "iu":
+        ints = np.iinfo(dtype)
+        edge = np.array([ints.min, ints.max, 0, 1, ints.max // 2 + 1, ints.min + 1], dtype)
+        body = rng.integers(ints.min, ints.max, 1000, dtype=dtype, endpoint=True)
+        body2 = rng.integers(ints.min, ints.max, 1000, dtype=dtype, endpoint=True)
+    else:
+        bits = np.dtype(f"u{dtype.itemsize}")
+        nans = np.array([0x7FC00001, 0xFFC00002] if dtype.itemsize == 4 else
+                        [0x7FF8000000000001, 0xFFF8000000000002], bits).view(dtype)
+        info = np.finfo(dtype)
+        edge = np.concatenate([np.array([0.0, -0.0, 1.0, -1.5, np.inf, -np.inf, info.max,
+                                         -info.max, info.tiny / 4, 1e-30], dtype), nans])
+        scale = rng.choice([1e-30, 1.0, 1e30], 1000)
+        body = (rng.standard_normal(1000) * scale).astype(dtype)
+        body2 = (rng.standard_normal(1000) * scale[::-1]).astype(dtype)
+    a = np.concatenate([np.repeat(edge, edge.size), body])
+    b = np.concatenate([np.tile(edge, edge.size), body2])
+    return a, b
+
+
+def numpy_reduction(datatype: MPI.Datatype, dtype: np.dtype, op: MPI.Op
+                    ) -> Callable[[Any, Any], Any] | None:
+    """numpy's loop for ``op`` on ``datatype`` (a predefined datatype of elements ``dtype``)
+    as ``fn(inbuf, inoutbuf)``, if it gives ``op.Reduce_local``'s result bit for bit on every
+    pair of edge values and on random ones (asked of the library once, then remembered);
+    None otherwise (not a :data:`UFUNCS` candidate, or the library's bits differ)."""
+    key = (datatype.handle, op.handle)
+    if key in _AGREED:
+        return _AGREED[key]
+    found = None
+    ufunc = UFUNCS.get((dtype.kind, dtype.itemsize, op.handle))
+    if ufunc is not None:
+        a, b = _probe_values(dtype)
+        want = b.copy()
+        op.Reduce_local([a, datatype], [want, datatype])
+        for swapped in (True, False):
+            got = b.copy()
+            _ufunc_reduce(ufunc, swapped, a, got)
+            if got.tobytes() == want.tobytes():
+                found = partial(_ufunc_reduce, ufunc, swapped)
+                break
+    _AGREED[key] = found
+    return found
 
 
 class Context:
@@ -216,16 +279,15 @@ class Context:
     def reducer(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op
                 ) -> tuple[Callable[[Any, Any], Any], Any, Any]:
         """What computes ``inoutbuf = inbuf op inoutbuf``: ``(fn, a, b)``, called ``fn(a, b)``
-        (the compiled plans keep it).  From :data:`UFUNC_BYTES`, numpy's loop
-        (``np.add(inbuf, inoutbuf, out=inoutbuf)``, ...) where it gives MPI's result bit for
-        bit (:data:`UFUNCS`: about twice as fast as MPICH's ``MPI_Reduce_local`` at 1 MiB),
-        else ``op.Reduce_local`` on the call's datatype."""
+        (the compiled plans keep it).  From :data:`UFUNC_BYTES`, numpy's loop where it gives
+        this library's ``MPI_Reduce_local`` result bit for bit (:func:`numpy_reduction`: about
+        twice as fast as MPICH's at 1 MiB), else ``op.Reduce_local`` on the call's datatype."""
         n = inbuf.size
         if (n * self.unit >= UFUNC_BYTES and not self.derived and type(inbuf) is np.ndarray
                 and op.is_predefined):
-            ufunc = UFUNCS.get((self.dtype.kind, self.dtype.itemsize, op.handle))
-            if ufunc is not None:
-                return partial(ufunc, out=inoutbuf), inbuf, inoutbuf
+            fn = numpy_reduction(self.datatype, self.dtype, op)
+            if fn is not None:
+                return fn, inbuf, inoutbuf
         return op.Reduce_local, [inbuf, n, self.datatype], [inoutbuf, n, self.datatype]
 
     def scratch(self, count: int) -> np.ndarray:

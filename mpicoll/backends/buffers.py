@@ -159,9 +159,14 @@ def datatype_of(dtype: np.dtype, what: str = "") -> MPI.Datatype:
 
     Raises:
         BufferError: datetime64/timedelta64 or structured dtypes (mpi4py takes no buffer of
-            them, nor maps them); pass ``[arr, MPI.INT64_T]`` or ``arr.view(np.int64)``.
+            them, nor maps them); pass ``[arr, MPI.INT64_T]`` or ``arr.view(np.int64)``; a
+            non-native byte order (``'>i4'`` here), which mpi4py refuses too.
     ``what``: the argument's name, for the message."""
     where = f"{what}: " if what else ""
+    if not dtype.isnative:  # as mpi4py's buffer request refuses it
+        raise BufferError(f"{where}format string {dtype.str!r} with non-native byte order "
+                          "(mpi4py takes no such buffer: pass arr.astype(arr.dtype."
+                          "newbyteorder('='))")
     dt = None
     if dtype.kind not in "mMV" and not dtype.fields:
         try:  # the predefined type of a typecode, as mpi4py maps it

@@ -7,10 +7,12 @@ key holds everything the answer of a check or of the parse could depend on:
   backend, so it cannot change under a cache);
 * per buffer (a ``numpy.ndarray`` of exactly that type): its identity, shape, dtype and flags
   (writeable, contiguous; the strides of a contiguous array follow from the rest).  Its
-  address is fixed by its identity and shape: the entry keeps the array alive (so the id is
-  never reused), numpy's ``data`` attribute is read-only, ``resize`` refuses an array that
-  the entry's views reference, and ``resize(refcheck=False)`` to another size changes the
-  shape;
+  address is not in the key: the entry keeps the array alive (so the id is never reused),
+  numpy's ``data`` attribute is read-only, and ``resize`` refuses an array that the entry
+  references.  ``resize(refcheck=False)`` moves the memory under every holder of a
+  reference, this cache included: numpy's own contract for it ("only if you are sure that
+  you have not shared the memory") is broken by a buffer mpicoll was given, as by any view
+  of it.  A 0-d array (a root or a count given as one) is not cached: it is read by value;
 * the rest of each argument by value: ints (root, counts; ``bool`` kept apart from ``int``),
   counts and displacements given as numpy arrays (their contents),
   the lists and tuples of a buffer spec (their type too: ``(counts, displs)`` is not
@@ -132,6 +134,8 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
     for a in args:
         t = type(a)
         if t is _ND:
+            if not a.ndim:  # a 0-d array may be a root or a count, read by value: not cached
+                raise UncacheableError("0-d ndarray")
             add(a.dtype)
             add(id(a))
             add(a.shape)
@@ -227,12 +231,21 @@ class FrontDoor:
 
 
 def _nbytes(args: Any) -> int:
-    """Bytes of the arrays in a call's arguments (buffer specs included)."""
-    if isinstance(args, np.ndarray):
-        return int(args.nbytes)
-    if isinstance(args, (list, tuple)):
-        return sum(_nbytes(a) for a in args)
-    return 0
+    """Bytes a call's arguments keep alive (buffer specs included): for a view, the whole
+    array it is a view of, once per such array."""
+    owners: dict[int, int] = {}
+    _owners(args, owners)
+    return sum(owners.values())
+
+
+def _owners(x: Any, owners: dict[int, int]) -> None:
+    if isinstance(x, np.ndarray):
+        while isinstance(x.base, np.ndarray):
+            x = x.base
+        owners[id(x)] = int(x.nbytes)
+    elif isinstance(x, (list, tuple)):
+        for a in x:
+            _owners(a, owners)
 
 
 def _free(run: Callable[..., Any]) -> None:

@@ -839,42 +839,64 @@ def _fill(statuses: list[MPI.Status] | None, got: Sequence[MPI.Status | None], n
             statuses[k].Set_elements(MPI.BYTE, elements)
 
 
-def _sweep(reqs: Sequence[Any], done: dict[int, MPI.Status | None], first: bool) -> None:
+def _sweep(reqs: Sequence[Any], done: dict[int, MPI.Status | None], first: bool) -> bool:
     """Without blocking, record in ``done`` (index -> status, None for a p2p request) the
     listed requests that are complete and not yet recorded; with ``first``, stop at one.
-    Recorded MPI requests are completed (now ``MPI.REQUEST_NULL``); p2p requests are made
-    inactive by the caller."""
+    Recorded MPI requests are completed (now ``MPI.REQUEST_NULL``, or an inactive persistent
+    request); p2p requests are made inactive by the caller.  The MPI requests are tested by
+    MPI's own ``Testany``/``Testsome``, which skip inactive persistent requests (a completed
+    ``Prequest`` is not ``REQUEST_NULL`` and ``Test`` on it answers True again).
+
+    Returns:
+        True if nothing listed and unrecorded is active (every p2p request inactive, every
+        MPI request null or an inactive persistent one): nothing more can complete.
+    """
+    pending = False
     for i, r in enumerate(reqs):
-        if i in done or _inactive(r):
+        if i in done or not isinstance(r, ScheduleRequest) or r._inactive:
             continue
-        if isinstance(r, ScheduleRequest):
-            if not r.done:
-                continue
-            done[i] = None
-        else:
-            s = MPI.Status()
-            if not r.Test(s):
-                continue
-            done[i] = s
+        if not r.done:
+            pending = True
+            continue
+        done[i] = None
         if first:
-            return
+            return False
+    at = [i for i, r in enumerate(reqs)
+          if i not in done and not isinstance(r, ScheduleRequest) and r != MPI.REQUEST_NULL]
+    if not at:
+        return not pending
+    plain = [reqs[i] for i in at]
+    if first:
+        s = MPI.Status()
+        k, idle = MPI.Request.Testany(plain, s)
+        if k != MPI.UNDEFINED:
+            done[at[k]] = s
+            return False
+        return idle and not pending
+    statuses: list[MPI.Status] = []
+    got = MPI.Request.Testsome(plain, statuses)
+    if got is None:
+        return not pending
+    for k, st in zip(got, statuses, strict=False):
+        done[at[k]] = st
+    return False  # the next sweep tells whether any other is still active
 
 
 def _wait(reqs: Sequence[Any], enough: Callable[[dict[int, MPI.Status | None]], bool],
           first: bool) -> dict[int, MPI.Status | None]:
-    """Progress and block until ``enough(done)`` (see :func:`_sweep`); the requests that
-    completed, by index."""
+    """Progress and block until ``enough(done)`` (see :func:`_sweep`), or until nothing
+    listed is active any more; the requests that completed, by index."""
     _split(reqs)
     done: dict[int, MPI.Status | None] = {}
     while True:
         progress_all(reqs)
-        _sweep(reqs, done, first)
-        if enough(done):
+        if _sweep(reqs, done, first) or enough(done):
             return done
         waiting = [i for i, r in enumerate(reqs) if i not in done and not _inactive(r)]
         mine = [r for i in waiting if isinstance(r := reqs[i], ScheduleRequest)]
         left = [reqs[i] for i in waiting if not isinstance(reqs[i], ScheduleRequest)]
-        # block only on what this call still waits for (completed plain requests excluded)
+        # block only on what this call still waits for (completed plain requests excluded;
+        # MPI's Waitany skips inactive persistent ones)
         status = MPI.Status()
         k = _step(mine, left, functools.partial(_any_done, mine), status)
         if k is not None:
@@ -919,8 +941,8 @@ def Waitall(requests: Sequence[Any], statuses: list[MPI.Status] | None = None) -
         reqs = list(requests)
         live = [i for i, r in enumerate(reqs) if not _inactive(r)]
         done = _wait(reqs, lambda d: len(d) == len(live), first=False)
-        got = _report(reqs, done, live)
-        by_index = dict(zip(live, got, strict=True))
+        order = sorted(done)  # less than live: inactive persistent requests (empty statuses)
+        by_index = dict(zip(order, _report(reqs, done, order), strict=True))
         _fill(statuses, [by_index.get(i) for i in range(len(reqs))], len(reqs))
         return True
 
@@ -973,6 +995,9 @@ def Waitany(requests: Sequence[Any], status: MPI.Status | None = None) -> int:
             _empty_status(status)
             return MPI.UNDEFINED
         done = _wait(reqs, bool, first=True)
+        if not done:  # only inactive persistent requests were left
+            _empty_status(status)
+            return MPI.UNDEFINED
         (i,) = done
         _fill_one(status, _report(reqs, done, [i])[0])
         return i
@@ -995,9 +1020,11 @@ def Testany(requests: Sequence[Any], status: MPI.Status | None = None) -> tuple[
             return MPI.UNDEFINED, True
         progress_all(reqs)
         done: dict[int, MPI.Status | None] = {}
-        _sweep(reqs, done, first=True)
+        idle = _sweep(reqs, done, first=True)
         if not done:
-            return MPI.UNDEFINED, False
+            if idle:
+                _empty_status(status)
+            return MPI.UNDEFINED, idle
         (i,) = done
         _fill_one(status, _report(reqs, done, [i])[0])
         return i, True
@@ -1018,6 +1045,8 @@ def Waitsome(requests: Sequence[Any],
         if all(_inactive(r) for r in reqs):
             return None
         done = _wait(reqs, bool, first=False)
+        if not done:  # only inactive persistent requests were left
+            return None
         order = sorted(done)
         _fill(statuses, _report(reqs, done, order), len(reqs))
         return order
@@ -1040,7 +1069,8 @@ def Testsome(requests: Sequence[Any],
             return None
         progress_all(reqs)
         done: dict[int, MPI.Status | None] = {}
-        _sweep(reqs, done, first=False)
+        if _sweep(reqs, done, first=False) and not done:
+            return None
         order = sorted(done)
         _fill(statuses, _report(reqs, done, order), len(reqs))
         return order

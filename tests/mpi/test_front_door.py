@@ -350,3 +350,67 @@ def test_the_last_call_sees_its_own_objects_change(kind: str) -> None:
         _expect(b, lambda out=out: b.Allreduce(x, out), hit=True)
         assert np.array_equal(out, np.full(4, total))
     WORLD.Barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_a_root_given_as_a_0d_array_is_read_every_call(kind: str) -> None:
+    """A 0-d array refilled between calls (the same object) is a new root each time."""
+    b = backend(kind)
+    root = np.array(0)
+    x = np.zeros(4)
+    for r in [*range(P), 0]:
+        root[()] = r
+        x[:] = RANK
+        b.Bcast(x, root)
+        assert np.array_equal(x, np.full(4, float(r))), (r, x)
+    root[()] = P
+    with pytest.raises(ValueError, match="root"):
+        b.Bcast(x, root)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_views_pin_the_arrays_they_view(kind: str) -> None:
+    """An entry keeps a view's whole array alive: the pinned bytes count it."""
+    from mpicoll.backends.frontdoor import PINNED_BYTES
+
+    b = backend(kind)
+    b.front_door.clear()
+    base = np.ones(PINNED_BYTES // 8 // 4)  # a quarter of the budget
+    out = np.zeros(PINNED_BYTES // 8 // 4)
+    b.Allreduce(base[:10], out[:10])
+    assert b.front_door.pinned == base.nbytes + out.nbytes
+    assert out[9] == P
+    b.front_door.clear()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_non_native_byte_order_is_refused_as_mpi4py_does(kind: str) -> None:
+    b = backend(kind)
+    for n in (4, 100_000):
+        x, y = np.full(n, 255, ">i4"), np.zeros(n, ">i4")
+        with pytest.raises(BufferError, match="byte order"):
+            b.Allreduce(x, y)
+    WORLD.Barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring", "rabenseifner"])
+def test_reductions_raise_no_floating_point_error(algorithm: str) -> None:
+    """Overflow and NaN in a large reduction (numpy's loop on p2p) give inf and NaN as
+    MPI's do, with numpy set to raise: no exception, no warning."""
+    import warnings
+
+    b = backend("p2p")
+    n = (1 << 19) // 4 + 7  # past UFUNC_BYTES in float32
+    x = np.full(n, 3e38, np.float32)
+    x[::3] = np.nan
+    y, want = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            b.Allreduce(x, y, algorithm=algorithm)
+            backend("native").Allreduce(x, want)
+    assert y.tobytes() == want.tobytes()

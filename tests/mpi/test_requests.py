@@ -16,6 +16,7 @@ Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_requests.py`` (P 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -254,3 +255,60 @@ def test_cancel_refused_and_mpi4py_cannot_wait_on_a_p2p_request() -> None:
         mpicoll.Waitany([req, object()])
     assert mpicoll.Waitany([req]) == 0  # still completes normally, on every rank
     assert np.array_equal(y, np.full(4, float(P)))
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["waitany", "testany", "waitsome", "testsome", "waitall"])
+def test_inactive_persistent_requests_are_skipped_as_mpi_does(how: str) -> None:
+    """A persistent request that completed is inactive, not ``REQUEST_NULL``: the ``...any``
+    and ``...some`` loops report it once and then skip it, as MPI's (an ``MPI.Prequest`` of
+    the native backend and a plain ``Recv_init``, beside a p2p I-form and a p2p plan)."""
+    nat, hand = _backend("native"), _backend("p2p")
+    x, y, z, w = np.ones(4), np.zeros(4), np.zeros(4), np.zeros(4)
+    npr, ppr = nat.Allreduce_init(x, y), hand.Allreduce_init(x, w)
+    comm = _self_comm()
+    got = np.zeros(3, dtype=np.int32)
+    rpr = comm.Recv_init(got, 0, 77)
+    try:
+        for _ in range(2):  # the second time, every persistent request is inactive first
+            npr.Start()
+            ppr.Start()
+            rpr.Start()
+            comm.Send(np.full(3, 7, dtype=np.int32), 0, 77)
+            reqs = [npr, hand.Iallreduce(x, z), ppr, rpr]
+            seen: list[int] = []
+            deadline = time.monotonic() + 30.0
+            while time.monotonic() < deadline:  # the Test loops poll; the Waits block
+                if how == "waitany":
+                    i = mpicoll.Waitany(reqs)
+                    if i == MPI.UNDEFINED:
+                        break
+                    seen.append(i)
+                elif how == "testany":
+                    i, flag = mpicoll.Testany(reqs)
+                    if i == MPI.UNDEFINED and flag:
+                        break
+                    if flag:
+                        seen.append(i)
+                elif how == "waitall":
+                    mpicoll.Waitall(reqs)
+                    seen = list(range(len(reqs)))
+                    break
+                else:
+                    some = (mpicoll.Waitsome if how == "waitsome" else mpicoll.Testsome)(reqs)
+                    if some is None:
+                        break
+                    seen += some
+            else:
+                pytest.fail(f"{how}: no end in 30 s")
+            assert sorted(seen) == [0, 1, 2, 3], seen
+            for out in (y, z, w):
+                assert np.array_equal(out, np.full(4, float(P)))
+            assert np.array_equal(got, np.full(3, 7))
+            y[:] = z[:] = w[:] = 0.0
+            got[:] = 0
+    finally:
+        mpicoll.Waitall([npr, ppr, rpr])  # MPI frees no active request
+        for r in (npr, ppr, rpr):
+            r.Free()
