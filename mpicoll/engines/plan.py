@@ -418,7 +418,29 @@ def _replay_steps(engine: Engine, call: Call, algorithm: Algorithm
     return steps, _fast(plan.tail, ctx), engine.traffic.track(_traffic_of(plan))
 
 
-class BlockingRunner:
+class _Runner:
+    """What :class:`BlockingRunner` and :class:`NonblockingRunner` share: the call, its
+    algorithm and engine, the runs before compiling, the compiled plan and its traffic
+    record."""
+
+    __slots__ = ("_fast", "_replayed", "_runs", "algorithm", "call", "engine")
+
+    def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
+        self.engine, self.call, self.algorithm = engine, call, algorithm
+        self._runs = 0
+        self._fast: tuple[Any, ...] | None = None
+        self._replayed: Replayed | None = None  # the compiled plan's traffic record
+
+    def free(self) -> None:
+        """Drop the compiled plan (the next runs compile it again)."""
+        self._fast = None
+        self._runs = 0
+        if self._replayed is not None:
+            self.engine.traffic.untrack(self._replayed)
+            self._replayed = None
+
+
+class BlockingRunner(_Runner):
     """What the front door caches for a blocking p2p call: ``runner(tag)`` runs it on the
     engine, on the call's own fresh tag (as every p2p call: a call refused on some ranks only
     then never meets a later call's messages).
@@ -433,13 +455,7 @@ class BlockingRunner:
     engine) and under ``MPI_THREAD_MULTIPLE`` (else the engine's thread checks apply).
     ``free()`` drops the plan (the front door's eviction, a changed model)."""
 
-    __slots__ = ("_fast", "_replayed", "_runs", "algorithm", "call", "engine")
-
-    def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
-        self.engine, self.call, self.algorithm = engine, call, algorithm
-        self._runs = 0
-        self._fast: tuple[Any, ...] | None = None
-        self._replayed: Replayed | None = None  # the compiled plan's traffic record
+    __slots__ = ()
 
     def __call__(self, tag: int | None = None, *_: Any) -> None:
         fast = self._fast
@@ -495,16 +511,9 @@ class BlockingRunner:
             steps.append((local, kind, msgs, during))
         return (tuple(steps), tail)
 
-    def free(self) -> None:
-        """Drop the compiled plan (the next runs compile it again)."""
-        self._fast = None
-        self._runs = 0
-        if self._replayed is not None:
-            self.engine.traffic.untrack(self._replayed)
-            self._replayed = None
 
 
-class NonblockingRunner:
+class NonblockingRunner(_Runner):
     """What the front door caches for a non-blocking p2p call (``Iallreduce``, ...):
     ``runner(tag)`` starts it on its fresh tag and returns its request.
 
@@ -515,13 +524,10 @@ class NonblockingRunner:
     previous replay unfinished (its scratch still in use), or a thread level below
     ``MPI_THREAD_MULTIPLE``, starts the generator instead.  ``free()`` drops the plan."""
 
-    __slots__ = ("_fast", "_previous", "_replayed", "_runs", "algorithm", "call", "engine")
+    __slots__ = ("_previous",)
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
-        self.engine, self.call, self.algorithm = engine, call, algorithm
-        self._runs = 0
-        self._fast: tuple[Any, ...] | None = None
-        self._replayed: Replayed | None = None
+        super().__init__(engine, call, algorithm)
         self._previous: ReplayRequest | None = None
 
     def __call__(self, tag: int | None = None, *_: Any) -> ScheduleRequest:
@@ -543,12 +549,8 @@ class NonblockingRunner:
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
-        self._fast = None
-        self._runs = 0
+        super().free()
         self._previous = None
-        if self._replayed is not None:
-            self.engine.traffic.untrack(self._replayed)
-            self._replayed = None
 
 
 class ReplayRequest(ScheduleRequest):
