@@ -833,10 +833,10 @@ def _fill(statuses: list[MPI.Status] | None, got: Sequence[MPI.Status | None], n
             statuses[k].Set_error(s.Get_error())
             statuses[k].Set_cancelled(s.Is_cancelled())
             try:
-                elements = s.Get_elements(MPI.BYTE)
-            except MPI.Exception:  # a collective request's status: Open MPI leaves the count
-                elements = 0  # undefined (MPI_ERR_COUNT when read); MPI defines none there
-            statuses[k].Set_elements(MPI.BYTE, elements)
+                statuses[k].Set_elements(MPI.BYTE, s.Get_elements(MPI.BYTE))
+            except MPI.Exception:  # a collective request's status: Open MPI leaves its count
+                # undefined (MPI_ERR_COUNT when read, or when written back); MPI defines none
+                statuses[k].Set_elements(MPI.BYTE, 0)
 
 
 def _sweep(reqs: Sequence[Any], done: dict[int, MPI.Status | None], first: bool) -> bool:
