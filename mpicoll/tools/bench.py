@@ -71,7 +71,9 @@ import numpy as np
 
 from ..algorithms.collectives import BY_NAME
 from . import cases as _cases
-from .cases import Case, compare, count_for
+from . import dtypes as _dtypes
+from .cases import Case, count_for
+from .compare import compare
 from .harness import (
     WATCHDOG,
     CallGuard,
@@ -311,8 +313,8 @@ def _bench_collective(
     from ..algorithms import registry
 
     p, rank = comm.Get_size(), comm.Get_rank()
-    k = _cases.per_element(plan.dtype)  # derived: one element is k base values
-    itemsize = _cases.numpy_dtype(plan.dtype).itemsize * k
+    k = _dtypes.per_element(plan.dtype)  # derived: one element is k base values
+    itemsize = _dtypes.numpy_dtype(plan.dtype).itemsize * k
     impls = [Impl("native", native, kind="native")]
     if plain is not None:
         impls.append(Impl("mpi4py", plain, kind="mpi4py"))
@@ -417,7 +419,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--dtype", default="float64",
                    help="element type (default float64), or a derived datatype: "
-                        f"{_cases.DERIVED_GRAMMAR}, e.g. vector:2:3:float64")
+                        f"{_dtypes.DERIVED_GRAMMAR}, e.g. vector:2:3:float64")
     g.add_argument("--op", default="sum", help="reduction op (default sum)")
     g.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
     g.add_argument("--in-place", action="store_true", help="use MPI.IN_PLACE")
@@ -469,13 +471,13 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         sizes = parse_sizes(args.message_size)
     except ValueError as exc:
         error(f"argument -m/--message-size: {exc}")
-    if not _cases.known_dtype(args.dtype):
+    if not _dtypes.known_dtype(args.dtype):
         error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from "
-              f"{', '.join(_cases.DTYPES)}, or a derived {_cases.DERIVED_GRAMMAR})")
-    if args.op not in _cases.OPS:
-        error(f"argument --op: unknown op {args.op!r} (choose from {', '.join(_cases.OPS)})")
+              f"{', '.join(_dtypes.DTYPES)}, or a derived {_dtypes.DERIVED_GRAMMAR})")
+    if args.op not in _dtypes.OPS:
+        error(f"argument --op: unknown op {args.op!r} (choose from {', '.join(_dtypes.OPS)})")
     if any(c in _cases.REDUCTIONS for c in colls):
-        why = _cases.dtype_op_problem(args.dtype, args.op, p)
+        why = _dtypes.dtype_op_problem(args.dtype, args.op, p)
         if why:
             error(f"argument --op: {why}")
     if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < p:

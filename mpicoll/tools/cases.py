@@ -1,4 +1,4 @@
-"""Test and benchmark cases: deterministic inputs, a call on a backend, an exact comparison.
+"""Test and benchmark cases: every collective's arguments on a backend and the output expected.
 
 One :class:`Case` is one collective call as every rank makes it: the collective, the element
 ``count``, the dtype, the op, the root, in-place or not, and the number of ranks ``P``.  It
@@ -6,11 +6,10 @@ allocates its buffers once (:meth:`Case.build`), fills them with deterministic i
 inputs (:meth:`Case.reset`), returns a callable that runs it on a backend with a chosen algorithm
 (:meth:`Case.call`), hands back this rank's output (:meth:`Case.result`) and computes, with NumPy
 from the same inputs of every rank, the exact output this rank must see
-(:meth:`Case.expected`).  ``mpicoll bench`` and ``mpicoll verify`` are both built on it.
+(:meth:`Case.expected`).  ``mpicoll bench``, ``mpicoll verify`` and the simulator are built on it.
 
-Inputs are small integers (stored in the case's dtype, floats included), so every reduction is
-exact whatever order an algorithm adds in: outputs are compared for equality, never with a
-tolerance.
+The inputs and their exact reduction are :mod:`mpicoll.tools.inputs`'s, the type and op
+names :mod:`mpicoll.tools.dtypes`'s, the comparison :mod:`mpicoll.tools.compare`'s.
 
 ``count`` is the collective's own count argument, as MPI names it:
 
@@ -34,7 +33,6 @@ barrier                     unused (0)
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,33 +40,23 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
-from mpi4py.util import dtlib
 
 from ..algorithms.collectives import BY_NAME, RECORDS
+from .compare import compare
+from .dtypes import PAIR_DTYPES, dtype_op_problem, mpi_datatype, mpi_op, numpy_dtype, per_element
+from .inputs import data_input, reduce_stack, reduction_input
 
 __all__ = [
     "BLOCK_COLLECTIVES",
-    "DTYPES",
     "IN_PLACE_COLLECTIVES",
-    "Mismatch",
-    "OPS",
-    "PAIR_DTYPES",
     "REDUCTIONS",
     "ROOTED",
     "V_COLLECTIVES",
     "Case",
-    "compare",
     "count_for",
-    "dtype_name",
-    "dtype_op_problem",
     "method_name",
-    "mpi_datatype",
-    "mpi_op",
-    "numpy_dtype",
-    "per_element",
 ]
 
-# Views of the records of :mod:`mpicoll.algorithms.collectives` (the facts live there).
 #: Collectives whose ``count`` is one block of ``P`` (sizes in bytes are per block x P).
 BLOCK_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.blocks)
 #: Collectives with a root.
@@ -80,266 +68,8 @@ IN_PLACE_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.in
 #: Collectives whose counts may differ per rank (``uniform`` applies).
 V_COLLECTIVES: frozenset[str] = frozenset(c.name for c in RECORDS if c.vector)
 
-#: Predefined pair types (value, int) for MAXLOC / MINLOC, by the name the CLI accepts.
-PAIR_DTYPES: dict[str, Any] = {
-    "double_int": MPI.DOUBLE_INT,
-    "float_int": MPI.FLOAT_INT,
-    "long_int": MPI.LONG_INT,
-    "2int": MPI.INT_INT,
-}
-#: Every dtype name the cases accept: NumPy names of predefined MPI types, then pair types.
-DTYPES: tuple[str, ...] = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float32", "float64", "complex64", "complex128", *PAIR_DTYPES,
-)
-
-#: Op names the cases accept.  ``user`` is a commutative user-defined sum
-#: (``MPI.Op.Create(..., commute=True)``); ``noncomm`` is a non-commutative user op
-#: (decimal-digit concatenation, left operand = lower rank), exact for P <= 15.
-OPS: tuple[str, ...] = (
-    "sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor",
-    "maxloc", "minloc", "user", "noncomm",
-)
-
-_PREDEFINED_OPS: dict[str, Any] = {
-    "sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN,
-    "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR,
-    "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR,
-    "maxloc": MPI.MAXLOC, "minloc": MPI.MINLOC,
-}
-_USER_OPS: dict[str, Any] = {}
-
-#: Largest P for which the ``noncomm`` op (digit concatenation) stays exact, per dtype.
-NONCOMM_MAX_P: dict[str, int] = {"int64": 18, "float64": 15}
 #: Sentinel written where a call must not write (gaps of v-variants, receive buffers).
 _SENTINEL = 77
-
-
-#: The derived dtype names (``--dtype`` of verify and bench), T a name of :data:`DTYPES` or
-#: another derived name: ``contiguous:N:T``; ``vector:COUNT:STRIDE:T`` (blocks of one) and
-#: ``vector:COUNT:BLOCKLENGTH:STRIDE:T`` (``MPI_Type_vector``, stride in elements of T);
-#: ``resized:LB:EXTENT:T`` (bytes).  Examples: ``vector:2:3:float64``, ``contiguous:2:int64``,
-#: ``resized:-8:16:vector:2:3:float64`` (interleaved elements).  A case of one is a case of its
-#: predefined base type with every count times the base elements per element (the packed
-#: view), the buffers MPI sees hold those values at the typemap's positions.
-DERIVED_GRAMMAR = ("contiguous:N:T | vector:COUNT:STRIDE:T | vector:COUNT:BLOCKLENGTH:STRIDE:T "
-                   "| resized:LB:EXTENT:T")
-_DERIVED: dict[str, tuple[Any, str]] = {}
-
-
-def derived_datatype(name: str) -> tuple[Any, str] | None:
-    """(committed MPI datatype, predefined base name) of a derived dtype name (see
-    :data:`DERIVED_GRAMMAR`), None for a name of :data:`DTYPES`.
-
-    Raises:
-        ValueError: a malformed name or an unknown base.
-    """
-    if name in DTYPES:
-        return None
-    if name in _DERIVED:
-        return _DERIVED[name]
-    kind, _, rest = name.partition(":")
-    fields = rest.split(":")
-    try:
-        if kind == "contiguous":
-            inner, nums = ":".join(fields[1:]), [int(fields[0])]
-        elif kind == "vector":
-            k = 3 if len(fields) > 3 and fields[2].lstrip("-").isdigit() else 2
-            inner, nums = ":".join(fields[k:]), [int(f) for f in fields[:k]]
-        elif kind == "resized":
-            inner, nums = ":".join(fields[2:]), [int(fields[0]), int(fields[1])]
-        else:
-            raise ValueError(kind)
-        found = (mpi_datatype(inner), inner) if inner in DTYPES else derived_datatype(inner)
-        if found is None:
-            raise ValueError(inner)
-        base_type, base = found
-    except (ValueError, IndexError):
-        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)} or a "
-                         f"derived type {DERIVED_GRAMMAR}") from None
-    if base in PAIR_DTYPES:
-        raise ValueError(f"dtype {name!r}: derived types of pair types are not supported")
-    if kind == "contiguous":
-        t = base_type.Create_contiguous(nums[0])
-    elif kind == "vector":
-        count, block, stride = (nums[0], 1, nums[1]) if len(nums) == 2 else nums
-        t = base_type.Create_vector(count, block, stride)
-    else:
-        t = base_type.Create_resized(nums[0], nums[1])
-    if t.Get_size() == 0 or t.Get_extent()[1] <= 0:
-        raise ValueError(f"dtype {name!r}: needs a positive size and extent")
-    _DERIVED[name] = (t.Commit(), base)
-    return _DERIVED[name]
-
-
-def per_element(name: str) -> int:
-    """Values of the predefined base per element of a dtype name (1 unless derived)."""
-    d = derived_datatype(name) if name not in DTYPES else None
-    return 1 if d is None else int(d[0].Get_size()) // numpy_dtype(d[1]).itemsize
-
-
-def known_dtype(name: str) -> bool:
-    """Whether ``name`` is a name of :data:`DTYPES` or a well-formed derived name."""
-    try:
-        derived_datatype(name)
-    except ValueError:
-        return False
-    return True
-
-
-@functools.cache
-def numpy_dtype(name: str) -> np.dtype[Any]:
-    """NumPy dtype of a dtype name of :data:`DTYPES` (pair types: the aligned structured dtype;
-    a derived name: its predefined base's)."""
-    d = derived_datatype(name) if name not in DTYPES else None
-    if d is not None:
-        return numpy_dtype(d[1])
-    if name in PAIR_DTYPES:
-        return np.dtype(dtlib.to_numpy_dtype(PAIR_DTYPES[name]))
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}")
-    return np.dtype(name)
-
-
-def dtype_name(dt: Any) -> str:
-    """The :data:`DTYPES` name of a NumPy dtype (a pair type's aligned structured dtype too).
-
-    Raises:
-        ValueError: no name of :data:`DTYPES` has this dtype.
-    """
-    return _dtype_name(np.dtype(dt))
-
-
-@functools.cache
-def _dtype_name(dt: np.dtype[Any]) -> str:
-    for name in PAIR_DTYPES:
-        if numpy_dtype(name) == dt:
-            return name
-    if dt.name in DTYPES:
-        return dt.name
-    raise ValueError(f"unsupported dtype {dt}; expected one of {', '.join(DTYPES)}")
-
-
-def mpi_datatype(name: str) -> Any:
-    """The predefined MPI datatype of a dtype name of :data:`DTYPES` (a derived name: its
-    committed derived datatype)."""
-    if name in PAIR_DTYPES:
-        return PAIR_DTYPES[name]
-    if name not in DTYPES:
-        d = derived_datatype(name)
-        if d is not None:
-            return d[0]
-    return dtlib.from_numpy_dtype(numpy_dtype(name))
-
-
-def _np_view(buf: Any, datatype: Any) -> np.ndarray[Any, Any]:
-    return np.frombuffer(buf, dtype=dtlib.to_numpy_dtype(datatype))
-
-
-def _base_of(datatype: Any) -> Any:
-    """The predefined type a derived dtype name's datatype is made of (None: predefined)."""
-    for t, base in _DERIVED.values():
-        if t == datatype:
-            return mpi_datatype(base)
-    return None
-
-
-def _user_op(fn: Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], Any]
-             ) -> Callable[[Any, Any, Any], None]:
-    """A user op from ``fn(a, b)`` (writes ``b``) on numpy views; on a derived datatype of
-    the cases it works on the packed values (typemap order) and unpacks them back."""
-
-    def op(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-        base = _base_of(datatype)
-        if base is None:
-            fn(_np_view(inbuf, datatype), _np_view(inoutbuf, datatype))
-            return
-        dt = np.dtype(dtlib.to_numpy_dtype(base))
-        n = len(memoryview(inbuf).cast("B")) // datatype.Get_extent()[1]
-        a, b = np.empty(n * datatype.Get_size() // dt.itemsize, dt), None
-        datatype.Pack(inbuf, a, 0, MPI.COMM_SELF)
-        b = np.empty_like(a)
-        datatype.Pack(inoutbuf, b, 0, MPI.COMM_SELF)
-        fn(a, b)
-        datatype.Unpack(b, 0, inoutbuf, MPI.COMM_SELF)
-
-    return op
-
-
-def _user_sum_fn(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> None:
-    np.add(a, b, out=b)
-
-
-_user_sum = _user_op(_user_sum_fn)
-
-
-_POW10 = 10.0 ** np.arange(19)
-
-
-def _ndigits(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.searchsorted(_POW10, x.astype(np.float64), side="right")
-
-
-def _concat(left: np.ndarray[Any, Any], right: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Decimal concatenation ``left || right`` (digits 1..9): associative, not commutative."""
-    shift = _ndigits(right)
-    if left.dtype.kind == "i":
-        return left * (10 ** shift.astype(np.int64)) + right
-    return left * _POW10[shift] + right
-
-
-def _user_concat_fn(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> None:
-    b[...] = _concat(a, b)
-
-
-_user_concat = _user_op(_user_concat_fn)
-
-
-def mpi_op(name: str) -> Any:
-    """The MPI op of an op name of :data:`OPS` (user ops are created once, on first use)."""
-    if name in _PREDEFINED_OPS:
-        return _PREDEFINED_OPS[name]
-    if name not in OPS:
-        raise ValueError(f"unknown op {name!r}; expected one of {', '.join(OPS)}")
-    if name not in _USER_OPS:
-        fn, commute = (_user_sum, True) if name == "user" else (_user_concat, False)
-        _USER_OPS[name] = MPI.Op.Create(fn, commute=commute)
-    return _USER_OPS[name]
-
-
-def dtype_op_problem(dtype: str, op: str, size: int = 1) -> str | None:
-    """Why MPI (or this module's exactness) rules out ``op`` on ``dtype``, or None if allowed.
-
-    Follows the MPI standard's table of op / type classes: arithmetic ops on integer, float and
-    complex (MAX/MIN not on complex), logical ops on integer and bool, bitwise ops on integer,
-    MAXLOC/MINLOC on pair types only, ``noncomm`` on int64/float64 for P up to 18/15.
-    """
-    derived = dtype not in DTYPES and derived_datatype(dtype) is not None
-    if derived:  # MPICH 5 and Open MPI 5 refuse every predefined op on a derived datatype
-        if op not in ("user", "noncomm"):
-            return f"op {op} is not defined on the derived datatype {dtype} (only user ops are)"
-        dtype = derived_datatype(dtype)[1]  # type: ignore[index]
-    pair = dtype in PAIR_DTYPES
-    kind = "" if pair else numpy_dtype(dtype).kind  # b i u f c
-    if op in ("maxloc", "minloc"):
-        return None if pair else f"op {op} needs a pair type ({', '.join(PAIR_DTYPES)})"
-    if pair:
-        return f"pair type {dtype} only goes with maxloc/minloc"
-    if op in ("sum", "prod", "user") and kind == "b":
-        return f"op {op} is not defined on bool"
-    if op in ("max", "min") and kind in "bc":
-        return f"op {op} is not defined on {dtype}"
-    if op in ("land", "lor", "lxor") and kind in "fc":
-        return f"op {op} is not defined on {dtype}"
-    if op in ("band", "bor", "bxor") and kind not in "iu":
-        return f"op {op} is only defined on integer types"
-    if op == "noncomm":
-        limit = NONCOMM_MAX_P.get(dtype)
-        if limit is None:
-            return "op noncomm needs int64 or float64"
-        if size > limit:
-            return f"op noncomm on {dtype} is exact only for P <= {limit}"
-    return None
 
 
 def method_name(collective: str, nonblocking: bool = False) -> str:
@@ -358,168 +88,6 @@ def count_for(coll: str, size: int, p: int, itemsize: int) -> int:
         return 0
     blocks = p if coll in BLOCK_COLLECTIVES else 1
     return max(1, size // (blocks * itemsize))
-
-
-# --------------------------------------------------------------------------------------------
-# deterministic inputs
-
-
-def _data_pattern(rank: int, n: int, dt: np.dtype[Any]) -> np.ndarray[Any, Any]:
-    """Non-reduction input of ``rank``: element i depends on (rank, i)."""
-    i = np.arange(n, dtype=np.int64)
-    raw = rank * 37 + i * 11 + 1
-    out = np.empty(n, dtype=dt)
-    if dt.names:  # pair type
-        out[dt.names[0]] = raw % 1000
-        out[dt.names[1]] = (rank * 7 + i) % 1000
-        return out
-    kind = dt.kind
-    if kind == "b":
-        out[...] = (raw % 3) == 0
-    elif kind in "iu":
-        modulus = min(127 if dt.itemsize == 1 else 30011, int(np.iinfo(dt).max))
-        out[...] = raw % modulus
-    elif kind == "f":
-        out[...] = raw % (1 << 20 if dt.itemsize == 4 else 1 << 30)
-    else:  # complex
-        out.real = raw % (1 << 20)
-        out.imag = (rank * 5 + i * 3) % 1001
-    return out
-
-
-def _reduce_pattern(
-    op: str, rank: int, n: int, dt: np.dtype[Any], size: int
-) -> np.ndarray[Any, Any]:
-    """Reduction input of ``rank`` for ``op``: small integers whose reduction is exact."""
-    i = np.arange(n, dtype=np.int64)
-    out = np.empty(n, dtype=dt)
-    if dt.names:  # maxloc / minloc: value, index = rank (ties are frequent: lowest index wins)
-        out[dt.names[0]] = (i * 5 + rank * 3) % 7
-        out[dt.names[1]] = rank
-        return out
-    kind = dt.kind
-    signed = kind in "ifc"
-    if op in ("sum", "user"):
-        v = (i * 7 + rank * 3) % 7 - 3 if signed else (i * 7 + rank * 3) % 4
-        out[...] = v
-        if kind == "c":
-            out.imag = (i + rank) % 3
-    elif op == "prod":
-        out[...] = np.where(i % max(size, 1) == rank, i % 3 + 1, 1)
-        if kind == "c":
-            out.imag = 0
-    elif op in ("max", "min"):
-        out[...] = (i * 5 + rank * 3) % 11 - (5 if signed else 0)
-    elif op in ("land", "lor", "lxor"):
-        # 0/1 only: MPI leaves a single contribution as it is (P=1, scan at rank 0), so
-        # values other than 0/1 would make the expected output implementation-defined.
-        out[...] = (i * 3 + rank) % 4 != 0
-    elif op in ("band", "bor", "bxor"):
-        out[...] = (i * 13 + rank * 29 + 5) % 128
-    elif op == "noncomm":
-        out[...] = (i + 2 * rank) % 9 + 1
-    else:
-        raise ValueError(f"unknown op {op!r}")
-    return out
-
-
-def _reduce_stack(op: str, stack: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Reduce ``stack`` (ranks x n, rank 0 first) along ranks exactly as MPI defines ``op``."""
-    dt = stack.dtype
-    if stack.shape[0] == 0:
-        raise ValueError("nothing to reduce")
-    if op in ("maxloc", "minloc"):
-        names = dt.names
-        assert names is not None
-        val, idx = stack[names[0]], stack[names[1]]
-        best = val.max(axis=0) if op == "maxloc" else val.min(axis=0)
-        big = np.iinfo(idx.dtype).max
-        loc = np.where(val == best, idx, big).min(axis=0)
-        out = np.empty(stack.shape[1], dtype=dt)
-        out[names[0]] = best
-        out[names[1]] = loc
-        return out
-    if op in ("sum", "user"):
-        return np.asarray(np.sum(stack, axis=0, dtype=dt))
-    if op == "prod":
-        return np.asarray(np.prod(stack, axis=0, dtype=dt))
-    if op == "max":
-        return np.asarray(stack.max(axis=0))
-    if op == "min":
-        return np.asarray(stack.min(axis=0))
-    if op in ("land", "lor", "lxor"):
-        ufunc: Any = {"land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}[op]
-        return np.asarray(ufunc.reduce(stack != 0, axis=0).astype(dt))
-    if op in ("band", "bor", "bxor"):
-        bitwise: Any = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
-        return np.asarray(bitwise.reduce(stack, axis=0))
-    if op == "noncomm":
-        acc = stack[0].copy()
-        for row in stack[1:]:
-            acc = _concat(acc, row).astype(dt)
-        return acc
-    raise ValueError(f"unknown op {op!r}")
-
-
-# --------------------------------------------------------------------------------------------
-# comparison
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """First difference between an output and its reference.
-
-    Attributes:
-        index: first differing element index (-1: the lengths differ, or the call raised).
-        got: repr of this rank's element (or the error).
-        want: repr of the reference element.
-    """
-
-    index: int
-    got: str
-    want: str
-
-    def __str__(self) -> str:
-        if self.index < 0:
-            return f"{self.got} (expected {self.want})"
-        return f"first differs at index {self.index}: got {self.got}, expected {self.want}"
-
-
-def _item(a: np.ndarray[Any, Any], k: int) -> str:
-    v = a[k]
-    return repr(v.item()) if hasattr(v, "item") else repr(v)
-
-
-def compare(got: np.ndarray[Any, Any] | None, want: np.ndarray[Any, Any] | None) -> Mismatch | None:
-    """Exact comparison of an output with its reference; None when equal (or both absent).
-
-    Args:
-        got: output of the implementation under test (1-D array) or None where nothing counts.
-        want: reference output (native result or NumPy expectation) or None.
-
-    Returns:
-        None if equal, else a :class:`Mismatch` naming the first differing index.
-    """
-    if got is None or want is None:
-        if got is None and want is None:
-            return None
-        return Mismatch(-1, "no output" if got is None else "an output",
-                        "none" if want is None else "an output")
-    if got.shape != want.shape:
-        return Mismatch(-1, f"{got.size} elements", f"{want.size}")
-    if got.dtype != want.dtype:
-        return Mismatch(-1, f"dtype {got.dtype}", f"dtype {want.dtype}")
-    if got.dtype.names:
-        ne = np.zeros(got.shape, dtype=bool)
-        for name in got.dtype.names:
-            ne |= got[name] != want[name]
-    else:
-        ne = got != want
-    bad = np.flatnonzero(ne)
-    if bad.size == 0:
-        return None
-    k = int(bad[0])
-    return Mismatch(k, _item(got, k), _item(want, k))
 
 
 # --------------------------------------------------------------------------------------------
@@ -684,8 +252,8 @@ class Case:
 
     def _input(self, rank: int, n: int) -> np.ndarray[Any, Any]:
         if self.is_reduction:
-            return _reduce_pattern(self.op, rank, n, self.np_dtype, self.size)
-        return _data_pattern(rank, n, self.np_dtype)
+            return reduction_input(self.op, rank, n, self.np_dtype, self.size)
+        return data_input(rank, n, self.np_dtype)
 
     def _sentinel(self, n: int) -> np.ndarray[Any, Any]:
         dt = self.np_dtype
@@ -1019,14 +587,14 @@ class Case:
                     np.stack([self._input(k, n) for k in ranks])
                     if n else np.empty((len(ranks), 0), dt)
                 )
-                return _reduce_stack(self.op, stack)
+                return reduce_stack(self.op, stack)
             if coll == "reduce_scatter_block":
                 stack = np.stack([self._input(k, p * c)[r * c : (r + 1) * c] for k in range(p)])
-                return _reduce_stack(self.op, stack)
+                return reduce_stack(self.op, stack)
             counts, displs, ext = self._layout(self.counts())
             lo, hi = displs[r], displs[r] + counts[r]
             stack = np.stack([self._input(k, ext)[lo:hi] for k in range(p)])
-            return _reduce_stack(self.op, stack)
+            return reduce_stack(self.op, stack)
         if coll == "scatter":
             return self._input(root, p * c)[r * c : (r + 1) * c]
         if coll == "scatterv":

@@ -31,6 +31,7 @@ from ..backends.args import PARSERS, Call, select
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
 from ..model.alphabeta import Model
 from . import cases as _cases
+from . import dtypes as _dtypes
 from . import report
 from .cases import count_for
 from .harness import Progress
@@ -72,8 +73,8 @@ __all__ = [
 def _op_name(op: Any) -> str:
     """The :data:`mpicoll.tools.cases.OPS` name whose inputs suit ``op`` (a user op: those of
     ``user`` if it commutes, else the digits of ``noncomm``)."""
-    for name in _cases.OPS:
-        if name not in ("user", "noncomm") and _cases.mpi_op(name) == op:
+    for name in _dtypes.OPS:
+        if name not in ("user", "noncomm") and _dtypes.mpi_op(name) == op:
             return name
     return "user" if op.Is_commutative() else "noncomm"
 
@@ -88,7 +89,7 @@ def case_of(collective: str, p: int, rank: int, count: int, dtype: Any, *,
     ``uniform``, their blocks packed; ``op`` is passed as it is (a user op too).
     """
     dt = np.dtype(dtype)
-    return _cases.Case(collective, count, _cases.dtype_name(dt), _op_name(op), root, in_place,
+    return _cases.Case(collective, count, _dtypes.dtype_name(dt), _op_name(op), root, in_place,
                        p, rank, uniform=uniform, gaps=False, op_object=op)
 
 
@@ -290,7 +291,7 @@ def check_arguments(
         sizes = parse_sizes(args.message_size)
     except ValueError as exc:
         error(f"argument -m/--message-size: {exc}")
-    dtypes = [d for d in _cases.DTYPES if d not in _cases.PAIR_DTYPES]  # predefined types only
+    dtypes = [d for d in _dtypes.DTYPES if d not in _dtypes.PAIR_DTYPES]  # predefined types only
     if args.dtype not in dtypes:
         error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from {', '.join(dtypes)})")
     if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < args.ranks:
@@ -371,7 +372,7 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     (:meth:`mpicoll.tools.cases.Case.counts`).  ``progress(text)``, if given, is called as each
     simulation starts (``allreduce 4K ring (3/40)``).
     """
-    np_dtype = _cases.numpy_dtype(dtype)
+    np_dtype = _dtypes.numpy_dtype(dtype)
     item = np_dtype.itemsize
     blocks = p if collective in _cases.BLOCK_COLLECTIVES else 1
     counts: list[int] = []

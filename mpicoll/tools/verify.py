@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
 from . import cases as _cases
-from .cases import Case, compare
+from . import dtypes as _dtypes
+from .cases import Case
+from .compare import compare
 from .harness import WATCHDOG, CallGuard, Plan, Progress, make_backends, provenance, run_checked
 from .options import algorithms_of, seconds_problem, selection, split
 
@@ -91,10 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"element counts (default: 0,1,P-1,P+1,{LARGE_COUNT})")
     parser.add_argument("--dtypes", metavar="T,T,...",
                         help="dtypes, or 'all' (default: one or two per op / type class); "
-                             "derived datatypes too: " + _cases.DERIVED_GRAMMAR
+                             "derived datatypes too: " + _dtypes.DERIVED_GRAMMAR
                              + ", e.g. vector:2:3:float64 (reductions: user ops only)")
     parser.add_argument("--ops", metavar="OP,OP,...",
-                        help=f"reduction ops, or 'all' (default all: {','.join(_cases.OPS)})")
+                        help=f"reduction ops, or 'all' (default all: {','.join(_dtypes.OPS)})")
     parser.add_argument("--roots", metavar="R,R,...",
                         help="roots of rooted collectives, or 'all' (default: 0, P/2, P-1)")
     parser.add_argument("--in-place", choices=["no", "yes", "both"], default="both",
@@ -133,24 +135,24 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
     # ops and dtypes
     ops = split([args.ops]) if args.ops else None
     if ops == ["all"]:
-        ops = list(_cases.OPS)
+        ops = list(_dtypes.OPS)
     for o in ops or []:
-        if o not in _cases.OPS:
-            error(f"argument --ops: unknown op {o!r} (choose from {', '.join(_cases.OPS)})")
+        if o not in _dtypes.OPS:
+            error(f"argument --ops: unknown op {o!r} (choose from {', '.join(_dtypes.OPS)})")
     dtypes = split([args.dtypes]) if args.dtypes else None
     if dtypes == ["all"]:
-        dtypes = list(_cases.DTYPES)
+        dtypes = list(_dtypes.DTYPES)
     for d in dtypes or []:
-        if not _cases.known_dtype(d):
+        if not _dtypes.known_dtype(d):
             error(f"argument --dtypes: unknown dtype {d!r} (choose from "
-                  f"{', '.join(_cases.DTYPES)}, or a derived {_cases.DERIVED_GRAMMAR})")
+                  f"{', '.join(_dtypes.DTYPES)}, or a derived {_dtypes.DERIVED_GRAMMAR})")
     table = _QUICK_REDUCTION_DTYPES if args.quick else DEFAULT_REDUCTION_DTYPES
     if ops is None:
-        ops = list(table) if dtypes is None else list(_cases.OPS)
+        ops = list(table) if dtypes is None else list(_dtypes.OPS)
     pairs: list[tuple[str, str]] = []
     for o in ops:
         for d in dtypes if dtypes is not None else table.get(o, DEFAULT_REDUCTION_DTYPES[o]):
-            if _cases.dtype_op_problem(d, o, 1) is None:
+            if _dtypes.dtype_op_problem(d, o, 1) is None:
                 pairs.append((d, o))
     if any(c in _cases.REDUCTIONS for c in colls) and not pairs:
         error("arguments --ops/--dtypes: no valid (dtype, op) pair among them")
@@ -200,7 +202,7 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
             for root in roots:
                 for ip in in_places:
                     for uni in uniforms:
-                        k = _cases.per_element(dtype)  # derived: counts in base values
+                        k = _dtypes.per_element(dtype)  # derived: counts in base values
                         case = Case(coll, count * k, dtype, op, root, ip, p, rank, uni)
                         out.append(case)
                 if coll == "barrier":

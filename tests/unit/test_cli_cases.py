@@ -11,7 +11,8 @@ from mpi4py import MPI
 
 from mpicoll.algorithms.registry import COLLECTIVES
 from mpicoll.tools import cases as _cases
-from mpicoll.tools.cases import Case, compare
+from mpicoll.tools.cases import Case
+from mpicoll.tools.compare import compare
 
 
 def test_compare() -> None:

@@ -16,7 +16,7 @@ from mpicoll.backends.args import PARSERS
 from mpicoll.backends.buffers import parse, parse_v
 from mpicoll.backends.ops import check_op
 from mpicoll.engines.sim import Simulator, run_vector
-from mpicoll.tools import cases
+from mpicoll.tools import dtypes
 from mpicoll.tools.simulate import simulate
 
 VEC = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()          # doubles 0 and 3: size 16, extent 32
@@ -181,22 +181,22 @@ def test_vector_engine_counts_datatype_bytes() -> None:
 
 
 def test_case_dtype_names() -> None:
-    t, base = cases.derived_datatype("vector:2:3:float64")  # type: ignore[misc]
+    t, base = dtypes.derived_datatype("vector:2:3:float64")  # type: ignore[misc]
     assert base == "float64"
     assert t.Get_size() == 16
     assert t.Get_extent() == (0, 32)
-    t, _ = cases.derived_datatype("vector:2:2:4:int32")  # type: ignore[misc]
+    t, _ = dtypes.derived_datatype("vector:2:2:4:int32")  # type: ignore[misc]
     assert t.Get_size() == 16
     assert t.Get_extent() == (0, 24)
-    t, _ = cases.derived_datatype("resized:-8:16:vector:2:3:float64")  # type: ignore[misc]
+    t, _ = dtypes.derived_datatype("resized:-8:16:vector:2:3:float64")  # type: ignore[misc]
     assert t.Get_extent() == (-8, 16)
-    assert cases.per_element("contiguous:2:int64") == 2
-    assert cases.per_element("int64") == 1
-    assert cases.numpy_dtype("contiguous:2:int64") == np.int64
+    assert dtypes.per_element("contiguous:2:int64") == 2
+    assert dtypes.per_element("int64") == 1
+    assert dtypes.numpy_dtype("contiguous:2:int64") == np.int64
     for bad in ("vector:2:double", "contiguous:x:int64", "blob:1:int8", "contiguous:2:maxloc"):
-        assert not cases.known_dtype(bad), bad
-    assert cases.dtype_op_problem("contiguous:2:int64", "sum") is not None
-    assert cases.dtype_op_problem("contiguous:2:int64", "user") is None
+        assert not dtypes.known_dtype(bad), bad
+    assert dtypes.dtype_op_problem("contiguous:2:int64", "sum") is not None
+    assert dtypes.dtype_op_problem("contiguous:2:int64", "user") is None
 
 
 def test_same_layout_types_match() -> None:
