@@ -72,7 +72,7 @@ import numpy as np
 from ..algorithms.collectives import BY_NAME
 from . import cases as _cases
 from . import dtypes as _dtypes
-from .cases import Case, count_for
+from .cases import Case, count_for, method_name
 from .compare import compare
 from .harness import (
     WATCHDOG,
@@ -107,6 +107,8 @@ from .options import (
     seconds_problem,
     selection,
 )
+from .patterns import PATTERNS, adapt, allocator, parse_patterns
+from .patterns import arguments as pattern_arguments
 from .report import (
     CSV_COLUMNS,
     SCHEMA_ID,
@@ -182,12 +184,14 @@ class Impl:
 
 class _Persistent:
     """``fn()`` for a persistent implementation: the ``*_init`` request is made at the first
-    call (collective, so every rank makes it there), then each call is ``Start()`` +
-    ``Wait()``; :meth:`free` releases it."""
+    call (collective, so every rank makes it there) with the arguments as the pattern passes
+    them (``make()``, ``kw``), then each call is ``Start()`` + ``Wait()``; :meth:`free`
+    releases it."""
 
-    def __init__(self, case: Case, backend: Any, algorithm: str | None) -> None:
+    def __init__(self, case: Case, backend: Any, algorithm: str | None,
+                 make: Callable[[], tuple[Any, ...]], kw: dict[str, Any]) -> None:
         self.method = getattr(backend, BY_NAME[case.collective].persistent)
-        self.args, self.kw = case.arguments()
+        self.args, self.kw = make(), dict(kw)
         if algorithm is not None:
             self.kw["algorithm"] = algorithm
         self.req: Any = None
@@ -219,10 +223,28 @@ def _auto_choice(case: Case, p2p: Any) -> str | None:
         return None
 
 
-def _record(plan: Plan, case: Case, impl: Impl) -> dict[str, Any]:
+def _call(case: Case, impl: Impl, nonblocking: bool, pattern: str,
+          make: Callable[[], tuple[Any, ...]], kw: dict[str, Any]) -> Callable[[], Any]:
+    """``fn()``: one call of ``impl`` on ``case`` with its arguments as ``pattern`` passes them
+    (``make()``, ``kw``: :func:`mpicoll.tools.patterns.arguments`)."""
+    if pattern == "numpy":
+        return case.call(impl.backend, impl.algorithm, nonblocking)
+    method = getattr(impl.backend, method_name(case.collective, nonblocking))
+    kwargs = dict(kw)
+    if impl.algorithm is not None:
+        kwargs["algorithm"] = impl.algorithm
+
+    def fn() -> Any:
+        return method(*make(), **kwargs)
+
+    return fn
+
+
+def _record(plan: Plan, case: Case, impl: Impl, pattern: str) -> dict[str, Any]:
     coll = case.collective
     return {
         "collective": coll,
+        "pattern": pattern,
         "implementation": impl.label,
         "backend": impl.kind,
         "algorithm": impl.algorithm,
@@ -286,9 +308,13 @@ def _bandwidths(rec: dict[str, Any]) -> None:
 def bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None = None,
-    guard: CallGuard | None = None, plain: Any = None,
+    guard: CallGuard | None = None, plain: Any = None, pattern: str = "numpy",
 ) -> list[dict[str, Any]]:
     """Check and time every size x implementation of one collective; records for all of them.
+
+    ``pattern``: how every call passes its buffers (:mod:`mpicoll.tools.patterns`; one the
+    collective can run: :func:`~mpicoll.tools.patterns.adapt` gives no ``skip``), the same
+    for every implementation and for the check.
 
     ``plain``: an ``MPI.Comm`` on which the same call is also made with mpi4py alone (the
     ``mpi4py`` column: what native costs on top of MPI); None: no such column.
@@ -300,7 +326,8 @@ def bench_collective(
     if guard is None:
         guard = CallGuard(comm, plan.timeout)
     try:
-        return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard, plain)
+        return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard, plain,
+                                 pattern)
     finally:
         if own_guard:
             guard.Free()
@@ -309,12 +336,17 @@ def bench_collective(
 def _bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard, plain: Any,
+    pattern: str,
 ) -> list[dict[str, Any]]:
     from ..algorithms import registry
 
     p, rank = comm.Get_size(), comm.Get_rank()
-    k = _dtypes.per_element(plan.dtype)  # derived: one element is k base values
-    itemsize = _dtypes.numpy_dtype(plan.dtype).itemsize * k
+    adapted = adapt(pattern, coll, plan.dtype, plan.op, coll in _cases.REDUCTIONS)
+    if adapted.skip:
+        raise ValueError(adapted.skip)
+    dtype, op = adapted.dtype, adapted.op
+    k = _dtypes.per_element(dtype)  # derived: one element is k base values
+    itemsize = _dtypes.numpy_dtype(dtype).itemsize * k
     impls = [Impl("native", native, kind="native")]
     if plain is not None:
         impls.append(Impl("mpi4py", plain, kind="mpi4py"))
@@ -323,7 +355,7 @@ def _bench_collective(
     if plan.persistent:
         impls += [Impl(f"{i.label}:init", i.backend, i.algorithm, i.kind, persistent=True)
                   for i in impls]
-    sizes = [0] if coll == "barrier" else plan.sizes
+    sizes = [0] if coll == "barrier" else [itemsize] if pattern == "scalar" else plan.sizes
     counts: list[int] = []
     for s in sizes:
         c = count_for(coll, s, p, itemsize) * k
@@ -333,14 +365,18 @@ def _bench_collective(
     measure = measure_nonblocking if plan.nonblocking else measure_blocking
     predictions: dict[tuple[str, int, bool], float | None] = {}
     for count in counts:
-        case = Case(coll, count, plan.dtype, plan.op, plan.root, plan.in_place, p, rank).build()
+        memory = allocator(pattern)
+        case = Case(coll, count, dtype, op, plan.root, plan.in_place, p, rank,
+                    alloc=memory[0] if memory else None).build()
+        make, kw = pattern_arguments(pattern, case, memory[1] if memory else None)
         row: list[dict[str, Any]] = []
         reference: np.ndarray[Any, Any] | None = None
         native_ok = False
         for impl in impls:
-            rec = _record(plan, case, impl)
+            rec = _record(plan, case, impl, pattern)
             row.append(rec)
-            label = f"{coll} {human_size(case.nbytes())}B {impl.kind}:{impl.label}"
+            label = f"{coll} {human_size(case.nbytes())}B {impl.kind}:{impl.label}" + (
+                f" [{pattern}]" if pattern != "numpy" else "")
             progress.show(f"[mpicoll bench] {label}")
             if impl.kind != "native" and not native_ok:
                 rec.update(status="n/a", reason="no reference: the native result failed its check")
@@ -352,9 +388,9 @@ def _bench_collective(
                     rec.update(status="n/a", reason=why)
                     continue
             if impl.persistent:  # made on the case's buffers, which reset() refills in place
-                fn: Any = _Persistent(case, impl.backend, impl.algorithm)
+                fn: Any = _Persistent(case, impl.backend, impl.algorithm, make, kw)
             else:
-                fn = case.call(impl.backend, impl.algorithm, plan.nonblocking)
+                fn = _call(case, impl, plan.nonblocking, pattern, make, kw)
             WATCHDOG.arm(plan.timeout, f"bench {label}")
             try:
                 # ---- check (outside timing) -------------------------------------------------
@@ -421,6 +457,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="element type (default float64), or a derived datatype: "
                         f"{_dtypes.DERIVED_GRAMMAR}, e.g. vector:2:3:float64")
     g.add_argument("--op", default="sum", help="reduction op (default sum)")
+    g.add_argument(
+        "--pattern", nargs="+", metavar="NAME", default=["numpy"],
+        help=f"how each call passes its buffers, as real programs do: {', '.join(PATTERNS)}, "
+        "or 'all' (one table per pattern; default numpy: the same array at every call); "
+        "every implementation is timed with the same pattern (docs/bench.md#patterns)",
+    )
     g.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
     g.add_argument("--in-place", action="store_true", help="use MPI.IN_PLACE")
     g.add_argument(
@@ -482,6 +524,10 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
             error(f"argument --op: {why}")
     if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < p:
         error(f"argument --root: root {args.root} is not a rank (P = {p})")
+    try:
+        patterns = parse_patterns(getattr(args, "pattern", None) or ["numpy"])
+    except ValueError as exc:
+        error(f"argument --pattern: {exc}")
     if args.iterations is not None and args.iterations < 1:
         error("argument -i/--iterations: must be >= 1")
     if args.warmup is not None and args.warmup < 0:
@@ -506,7 +552,8 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     settings = Settings(args.iterations, args.warmup, budget, args.test_calls)
     return Plan(colls, algs, args.nonblocking, args.timeout, sizes=sizes, dtype=args.dtype,
                 op=args.op, root=args.root, in_place=args.in_place, settings=settings,
-                model_path=getattr(args, "model", None), persistent=persistent)
+                model_path=getattr(args, "model", None), persistent=persistent,
+                patterns=patterns)
 
 
 def environment_problem(args: argparse.Namespace) -> str | None:
@@ -560,22 +607,31 @@ def run(
     all_records: list[dict[str, Any]] = []
     guard = CallGuard(comm, plan.timeout)
     plain = comm.Dup()  # the mpi4py column's communicator: no message of mpicoll's on it
+    skipped: list[dict[str, Any]] = []
     try:
         for coll in plan.collectives:
-            recs = bench_collective(comm, plan, coll, guard.native or native, p2p, progress,
-                                    guard=guard, plain=plain)
-            all_records += recs
-            progress.clear()
-            if rank == 0:
-                out.write(format_block(plan, coll, recs, p) + "\n")
-                out.flush()
+            for pattern in plan.patterns:
+                adapted = adapt(pattern, coll, plan.dtype, plan.op, coll in _cases.REDUCTIONS)
+                if adapted.skip:  # the same verdict on every rank (the command line's)
+                    skipped.append({"collective": coll, "pattern": pattern,
+                                    "reason": adapted.skip})
+                    if rank == 0:
+                        out.write(f"# {coll} [pattern {pattern}]: skipped: {adapted.skip}\n\n")
+                    continue
+                recs = bench_collective(comm, plan, coll, guard.native or native, p2p,
+                                        progress, guard=guard, plain=plain, pattern=pattern)
+                all_records += recs
+                progress.clear()
+                if rank == 0:
+                    out.write(format_block(plan, coll, recs, p, pattern, adapted.note) + "\n")
+                    out.flush()
     finally:
         progress.clear()
     guard.Free()
     plain.Free()
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
-        doc = document(plan, prov, all_records)
+        doc = document(plan, prov, all_records, skipped)
         if args.json:
             Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
         if args.csv:

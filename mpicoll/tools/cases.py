@@ -127,6 +127,10 @@ class Case:
     #: an ``MPI.Op`` to pass instead of the named ``op``'s (a caller's own op); the inputs stay
     #: those made for ``op`` (:meth:`expected` still reduces with the named one)
     op_object: Any = None
+    #: ``alloc(n, dtype)`` -> an array of ``n`` elements to use as a buffer (None: ``np.empty``):
+    #: bench's patterns put the buffers in a ``bytearray``, ``array.array`` or ``mmap``
+    alloc: Callable[[int, np.dtype[Any]], np.ndarray[Any, Any]] | None = field(
+        default=None, repr=False)
     _b: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     #: derived dtypes: the buffers MPI sees (the values of ``_b`` at the typemap's positions)
     _host: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -298,7 +302,7 @@ class Case:
 
         def empty(role: str, n: int) -> np.ndarray[Any, Any]:
             if shared is None:
-                return np.empty(n, dtype=dt)
+                return np.empty(n, dtype=dt) if self.alloc is None else self.alloc(n, dt)
             key = (role, n, dt.str)
             if key not in shared:
                 shared[key] = np.empty(n, dtype=dt)
@@ -397,16 +401,24 @@ class Case:
                 t.Pack(self._host[key][: n * ext], arr.view(np.uint8), 0, MPI.COMM_SELF)
 
     def _host_spec(self, arr: np.ndarray[Any, Any]) -> list[Any]:
-        """``[host, count, datatype]`` of a buffer of a derived dtype; the count is one block's
-        where mpi4py reads it so (the block buffers of Scatter, Gather, Allgather, Alltoall and
-        Reduce_scatter_block's input)."""
+        """``[host, count, datatype]`` of a buffer of a derived dtype (see :meth:`counted_spec`)."""
+        key = next(k for k, v in self._b.items() if v is arr)
+        return self.counted_spec(arr, self._host[key])
+
+    def counted_spec(self, arr: np.ndarray[Any, Any], buf: Any = None,
+                     datatype: Any = None) -> list[Any]:
+        """``[buf, count, datatype]`` of the case's buffer ``arr`` (``buf``: the memory to pass,
+        default ``arr``; ``datatype``: default the case's); the count is one block's where
+        mpi4py reads it so (the block buffers of Scatter, Gather, Allgather, Alltoall and
+        Reduce_scatter_block's input), in elements of the case's datatype."""
         key = next(k for k, v in self._b.items() if v is arr)
         per_block = {"scatter": "send", "gather": "recv", "allgather": "recv",
                      "alltoall": "send recv", "reduce_scatter_block": "send"}
         blocks = self.size if key in per_block.get(self.collective, "").split() else 1
         if self.collective == "reduce_scatter_block" and key == "recv" and self.uses_in_place:
             blocks = self.size  # mpicoll reads this count per block (mpi4py: the whole)
-        return [self._host[key], arr.size // self.per_element // blocks, self.mpi_type]
+        return [arr if buf is None else buf, arr.size // self.per_element // blocks,
+                self.mpi_type if datatype is None else datatype]
 
     # ---- the call ----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..algorithms.collectives import BY_NAME
 from ..model.alphabeta import Model
+from .patterns import describe as describe_pattern
 
 if TYPE_CHECKING:
     from .harness import Plan
@@ -95,13 +96,14 @@ def describe_model(m: Model) -> str:
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (collective, size): fastest of mpicoll's implementations (native, p2p), best p2p,
-    its speed-up over native, native's time over plain mpi4py's, #wrong."""
-    rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    """Per (collective, pattern, size): fastest of mpicoll's implementations (native, p2p),
+    best p2p, its speed-up over native, native's time over plain mpi4py's, #wrong."""
+    rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in records:
-        rows.setdefault((r["collective"], r["size_bytes"]), []).append(r)
+        rows.setdefault((r["collective"], r.get("pattern", "numpy"), r["size_bytes"]),
+                        []).append(r)
     out = []
-    for (coll, size), recs in rows.items():
+    for (coll, pattern, size), recs in rows.items():
         # the blocking calls (--persistent's X:init columns are beside them, not in the ranking)
         ok = [r for r in recs if r["status"] == "ok" and r["time_us"] and not r.get("persistent")]
         nat = next((r for r in ok if r["backend"] == "native"), None)
@@ -119,6 +121,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "collective": coll,
+                "pattern": pattern,
                 "size_bytes": size,
                 "count": recs[0]["count"],
                 "fastest": fastest["implementation"] if fastest else None,
@@ -168,8 +171,10 @@ def table(
     return [line(heads, "# "), line(units, "# "), *(line(r, "  ") for r in rows), *notes]
 
 
-def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -> str:
-    """The table of one collective, nccl-tests style.
+def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int,
+                 pattern: str = "numpy", note: str | None = None) -> str:
+    """The table of one collective and buffer pattern, nccl-tests style (``note``: what the
+    pattern runs instead of the dtype and op asked for, printed under the heading).
 
     Blocking: one row per size; columns size, count, check, the median time (us) of native and
     of each p2p algorithm (``WRONG``/``ERROR``/``n/a`` instead of a time), the fastest, the
@@ -189,9 +194,15 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int) -
         by_size.setdefault(r["size_bytes"], {})[r["implementation"]] = r
     factor = busbw_factor(coll, p)
     ftext = BY_NAME[coll].busbw_factor
-    head = f"# {coll}: S = {size_meaning(coll)}" + (
+    tag = ("" if plan.patterns == ["numpy"]
+           else f" [pattern {pattern}: {describe_pattern(pattern)}]")
+    head = f"# {coll}{tag}: S = {size_meaning(coll)}" + (
         f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
     )
+    if note:
+        first = records[0]
+        head += (f"\n#   {note}: dtype={first['dtype']}"
+                 + (f" op={first['op']}" if first["op"] else ""))
     notes: list[str] = []
     bad: dict[str, list[dict[str, Any]]] = {}
     for r in records:
@@ -297,6 +308,7 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
     mode = "non-blocking (overlap)" if plan.nonblocking else "blocking"
     if plan.persistent:
         mode += " and persistent (X:init: Start + Wait of the *_init request)"
+    patterns = "; ".join(f"{p} ({describe_pattern(p)})" for p in plan.patterns)
     return "\n".join(
         [
             f"# mpicoll bench  {prov['date']}",
@@ -305,6 +317,7 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
             f"# P={prov['P']} on {hosts}; thread level {prov['thread_level']}",
             f"# dtype={plan.dtype} op={plan.op} root={plan.root} "
             f"{'in-place' if plan.in_place else 'out-of-place'} {mode}",
+            f"# buffers passed as: {patterns}; every implementation with the same pattern",
             f"# {st.describe()}; barrier before each iteration; "
             "time = median over iterations of the max over ranks",
             "# every result checked before timing (native vs NumPy, p2p vs native); "
@@ -330,7 +343,8 @@ def _model_lines(plan: Plan) -> list[str]:
 
 
 CSV_COLUMNS = [
-    "collective", "implementation", "backend", "algorithm", "auto_choice", "size_bytes", "count",
+    "collective", "pattern", "implementation", "backend", "algorithm", "auto_choice",
+    "size_bytes", "count",
     "dtype", "op", "root", "in_place", "nonblocking", "status", "check", "reason", "wrong_rank",
     "iterations", "warmup", "time_us.min", "time_us.median", "time_us.mean", "time_us.max",
     "time_us.std", "algbw_gbps", "busbw_gbps", "busbw_factor", "pure_us.median",
@@ -416,7 +430,10 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
         for r in doc["results"]:
             if r["collective"] != coll:
                 continue
-            pts = lines.setdefault(r["implementation"], [])
+            label = r["implementation"]
+            if len(doc["settings"].get("patterns", ["numpy"])) > 1:
+                label += f" [{r.get('pattern', 'numpy')}]"
+            pts = lines.setdefault(label, [])
             if r["status"] == "ok" and r.get(key) and r["size_bytes"] > 0:
                 pts.append((r["size_bytes"], r[key]["median"]))
         for label, pts in lines.items():
@@ -443,8 +460,10 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``--json`` document (see ``schemas/bench.schema.json``)."""
+def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]],
+             skipped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``--json`` document (see ``schemas/bench.schema.json``); ``skipped``: the
+    (collective, pattern) pairs not run, each with its reason."""
     st = plan.settings
     lo, hi = st.iteration_range()
     return {
@@ -460,6 +479,7 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) ->
             "in_place": plan.in_place,
             "nonblocking": plan.nonblocking,
             "persistent": plan.persistent,
+            "patterns": plan.patterns,
             "iterations": st.iterations,
             "warmup": st.warmup_count(),
             "time_budget_s": st.time_budget,
@@ -471,6 +491,7 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]]) ->
                       else {**plan.model.as_dict(), "source": plan.model_source}),
         },
         "results": records,
+        "skipped": list(skipped or []),
         "summary": summarize(records),
         "wrong": sum(r["status"] in ("wrong", "error") for r in records),
     }
