@@ -200,9 +200,7 @@ def format_block(plan: Plan, coll: str, records: list[dict[str, Any]], p: int,
         f"; busbw = algbw x {ftext} = {factor:.3g}" if factor is not None else ""
     )
     if note:
-        first = records[0]
-        head += (f"\n#   {note}: dtype={first['dtype']}"
-                 + (f" op={first['op']}" if first["op"] else ""))
+        head += f"\n#   {note}"
     notes: list[str] = []
     bad: dict[str, list[dict[str, Any]]] = {}
     for r in records:

@@ -234,3 +234,32 @@ def test_verify_reports_a_native_error_on_one_rank(
                 assert cells[2] == "F1/1", cells
             else:  # n/a: an algorithm's restrictions (e.g. P a power of two)
                 assert cells[2] in ("ok", "n/a"), cells
+
+
+@pytest.mark.mpi
+def test_bench_every_pattern_on_every_rank(
+    capsys: pytest.CaptureFixture[str], shared_dir: Path
+) -> None:
+    """``--pattern all``: every pattern's check passes on every rank, through every column
+    (native, mpi4py, each p2p algorithm, the :init forms); the JSON validates."""
+    from mpicoll.tools.patterns import PATTERNS
+
+    path = shared_dir / "patterns.json"
+    colls = ["bcast", "allreduce", "gather", "allgather", "alltoall", "scatterv",
+             "reduce_scatter_block", "scan"]
+    status, out, err = run_all(capsys, "bench", "-c", *colls, "-a", "all", "-m", "8:64",
+                               "--pattern", "all", "--persistent", "--root", str(SIZE - 1),
+                               *FAST, "--json", str(path))
+    assert status == 0, out + err
+    if RANK == 0:
+        doc = json.loads(path.read_text())
+        assert bench.validate(doc) == []
+        assert doc["wrong"] == 0
+        ran = {(r["collective"], r["pattern"]) for r in doc["results"]}
+        skipped = {(s["collective"], s["pattern"]) for s in doc["skipped"]}
+        assert ran | skipped == {(c, p) for c in colls for p in PATTERNS}
+        assert all(s["pattern"] == "scalar" for s in doc["skipped"])
+        for r in doc["results"]:
+            assert r["status"] in ("ok", "n/a"), r
+            if r["status"] == "n/a":
+                assert r["reason"], r
