@@ -32,7 +32,7 @@ from ..algorithms.collectives import BY_NAME, NAMES
 from ..engines.mpi import Waitall
 from .args import PARSERS, Call
 from .buffers import ARG_ERRORS, Buf, is_in_place, parse
-from .env import RANKS_PER_NODE_VAR, SEGMENT_VAR, Settings, algorithm_var
+from .env import MODEL_VAR, NO_MODEL, RANKS_PER_NODE_VAR, SEGMENT_VAR, Settings, algorithm_var
 
 __all__ = [
     "CheckedMode", "MismatchError", "agree_on_construction", "check_algorithm_type", "op_code",
@@ -274,10 +274,10 @@ def check_algorithm_type(algorithm: Any) -> None:
 
 # ---- the construction-time agreement ---------------------------------------------------------
 
-# columns of the table: check flag, refused, segment size, ranks per node, then one hash per
-# collective's forced algorithm
-_C_CHECK, _C_ERROR, _C_SEGMENT, _C_NODE = range(4)
-_C_ALGS = 4
+# columns of the table: check flag, refused, segment size, ranks per node, the cost model's
+# digest, then one hash per collective's forced algorithm
+_C_CHECK, _C_ERROR, _C_SEGMENT, _C_NODE, _C_MODEL = range(5)
+_C_ALGS = 5
 #: bytes of an algorithm variable's value shown when the ranks' values differ
 _SHOWN = 64
 
@@ -300,7 +300,8 @@ def agree_on_construction(comm: MPI.Comm, name: str, settings: Settings, *,
         ValueError: a rank's environment or arguments were refused (that rank raises its own
             ``error``, the others one naming it).
         MismatchError: check flags differ, or (p2p) ``$MPICOLL_SEGMENT_SIZE``,
-            ``$MPICOLL_RANKS_PER_NODE`` or a ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` differ; the
+            ``$MPICOLL_RANKS_PER_NODE``, a ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` or the cost model
+            ``auto`` chooses by (``$MPICOLL_MODEL``: its contents, by digest) differ; the
             message names the variable and every value with its ranks.
 
     So one rank's bad or lone variable cannot leave the others hanging, or silently computing
@@ -312,6 +313,7 @@ def agree_on_construction(comm: MPI.Comm, name: str, settings: Settings, *,
     if p2p:
         mine[_C_SEGMENT] = settings.segment_bytes
         mine[_C_NODE] = settings.ranks_per_node or 0
+        mine[_C_MODEL] = settings.model
         for i, coll in enumerate(NAMES):
             mine[_C_ALGS + i] = zlib.crc32(settings.forced(coll).encode())
     table = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
@@ -334,6 +336,11 @@ def agree_on_construction(comm: MPI.Comm, name: str, settings: Settings, *,
         if (values != values[0]).any():
             differ.append(f"${var}: " + _groups(
                 ["unset" if v == unset else str(int(v)) for v in values]))
+    models = table[:, _C_MODEL]
+    if (models != models[0]).any():
+        differ.append(f"${MODEL_VAR} (the cost model auto chooses by, compared by contents): "
+                      + _groups(["none (built-in rules)" if v == NO_MODEL
+                                 else f"model {int(v):08x}" for v in models]))
     algs = [i for i in range(len(NAMES))
             if (table[:, _C_ALGS + i] != table[0, _C_ALGS + i]).any()]
     if algs:  # every rank sees the same table: all exchange the differing values

@@ -8,6 +8,10 @@
   traffic counts, the simulator); a positive integer; unset or empty: the real nodes.
 * ``MPICOLL_<COLLECTIVE>_ALGORITHM``: the algorithm a p2p call runs when ``algorithm=`` is not
   given (``auto`` or one of the collective's algorithm names); unset or empty means ``auto``.
+* ``MPICOLL_MODEL``: the calibrated cost model ``auto`` chooses by (a file ``mpicoll
+  calibrate`` wrote); unset or empty: the built-in rules.  A path that names no model file is
+  an error, not the defaults; the ranks agree on the model's *contents* (a digest of the model
+  in effect, :func:`model_digest`), not only on its path.
 
 A backend reads them once, when it is made (:func:`read`), validates them there, and the ranks
 agree on them in the same construction-time exchange (:func:`mpicoll.backends.checked.
@@ -18,16 +22,20 @@ them.  The simulator reads the segment size and the node size through the same f
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from ..algorithms import registry
 from ..algorithms.collectives import BY_NAME, NAMES
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES
+from ..model import alphabeta
 
-__all__ = ["CHECK_VAR", "DEFAULT_SEGMENT_BYTES", "RANKS_PER_NODE_VAR", "SEGMENT_VAR", "Settings",
-           "algorithm_var", "check_env_algorithm", "env_algorithm", "env_check",
-           "ranks_per_node", "read", "segment_bytes"]
+__all__ = ["CHECK_VAR", "DEFAULT_SEGMENT_BYTES", "MODEL_VAR", "NO_MODEL", "RANKS_PER_NODE_VAR",
+           "SEGMENT_VAR", "Settings", "algorithm_var", "check_env_algorithm", "env_algorithm",
+           "env_check", "model_digest", "ranks_per_node", "read", "segment_bytes"]
 
 #: The variable that turns checked mode on by default.
 CHECK_VAR = "MPICOLL_CHECK"
@@ -37,6 +45,12 @@ SEGMENT_VAR = "MPICOLL_SEGMENT_SIZE"
 
 #: The variable that emulates nodes of k consecutive ranks.
 RANKS_PER_NODE_VAR = "MPICOLL_RANKS_PER_NODE"
+
+#: The variable that names the calibrated cost model ``auto`` chooses by.
+MODEL_VAR = "MPICOLL_MODEL"
+
+#: :func:`model_digest` of no model (``auto``'s built-in rules).
+NO_MODEL = -1
 
 
 def _positive(var: str, what: str) -> int | None:
@@ -118,6 +132,32 @@ def check_env_algorithm(collective: str) -> str | None:
     return name
 
 
+def model_digest() -> int:
+    """A digest of the cost model that drives ``auto`` in this process
+    (:func:`mpicoll.model.current`: the one :func:`mpicoll.model.use` set, else the file
+    ``$MPICOLL_MODEL`` names), ``crc32`` of its parameters; :data:`NO_MODEL` when there is none.
+
+    Raises:
+        ValueError: ``$MPICOLL_MODEL`` is set, :func:`mpicoll.model.use` did not choose, and
+            the file does not exist or is not a model file (naming the variable and the
+            path): silently
+            falling back to the built-in rules would make this rank choose differently.
+    """
+    raw = os.environ.get(MODEL_VAR, "")
+    model = alphabeta.current()
+    if model is None and raw and alphabeta.from_environment():
+        path = Path(raw)
+        if not path.is_file():
+            raise ValueError(f"{MODEL_VAR}={raw!r}: no such file (a model written by mpicoll "
+                             "calibrate; unset the variable for auto's built-in rules)")
+        if alphabeta.load(path) is None:
+            raise ValueError(f"{MODEL_VAR}={raw!r}: not a model file (alpha, beta and gamma "
+                             "must be finite numbers >= 0, as mpicoll calibrate writes them)")
+    if model is None:
+        return NO_MODEL
+    return zlib.crc32(json.dumps(asdict(model), sort_keys=True).encode())
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the environment says to one backend, read once when it is made.
@@ -131,6 +171,7 @@ class Settings:
             native backend takes them as given: checked mode compares them).
         error: the first refused value (ValueError naming the variable), or None; the backend
             raises it on this rank, after telling the other ranks in the agreement.
+        model: :func:`model_digest` (p2p only; :data:`NO_MODEL` where it was not read).
     """
 
     check: bool = False
@@ -138,6 +179,7 @@ class Settings:
     ranks_per_node: int | None = None
     algorithms: dict[str, str] = field(default_factory=dict)
     error: ValueError | None = None
+    model: int = NO_MODEL
 
     def forced(self, collective: str) -> str:
         """The name ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` forces, ``"auto"`` when none."""
@@ -150,7 +192,8 @@ def read(check: bool | None = None, *, p2p: bool) -> Settings:
     Args:
         check: ``check=`` of the backend (None: ``$MPICOLL_CHECK``).
         p2p: also validate what only the p2p backend uses (segment size, node size, algorithm
-            names); the native backend reads only the check flag and the algorithm names.
+            names, the cost model); the native backend reads only the check flag and the
+            algorithm names.
 
     Never raises: a refused value is returned in :attr:`Settings.error` (the first one, in
     the order above), so that every rank still takes part in the agreement.
@@ -160,7 +203,7 @@ def read(check: bool | None = None, *, p2p: bool) -> Settings:
         on = env_check() if check is None else bool(check)
     except ValueError as exc:
         on, error = False, exc
-    seg, rpn = DEFAULT_SEGMENT_BYTES, None
+    seg, rpn, model = DEFAULT_SEGMENT_BYTES, None, NO_MODEL
     if p2p:
         try:
             seg = segment_bytes()
@@ -168,6 +211,10 @@ def read(check: bool | None = None, *, p2p: bool) -> Settings:
             error = error or exc
         try:
             rpn = ranks_per_node()
+        except ValueError as exc:
+            error = error or exc
+        try:
+            model = model_digest()
         except ValueError as exc:
             error = error or exc
     algorithms: dict[str, str] = {}
@@ -179,4 +226,4 @@ def read(check: bool | None = None, *, p2p: bool) -> Settings:
             continue
         if value is not None and value != "auto":
             algorithms[name] = value
-    return Settings(on, seg, rpn, algorithms, error)
+    return Settings(on, seg, rpn, algorithms, error, model)

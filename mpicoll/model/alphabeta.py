@@ -238,5 +238,13 @@ def current() -> Model | None:
 
 def use(m: Model | None) -> None:
     """Make ``m`` drive ``auto`` in this process (None: back to the static defaults)."""
-    global _current, _loaded
-    _current, _loaded = m, True
+    global _current, _loaded, _used
+    _current, _loaded, _used = m, True, True
+
+
+_used = False
+
+
+def from_environment() -> bool:
+    """Whether :func:`current` reads ``$MPICOLL_MODEL`` (False once :func:`use` chose)."""
+    return not _used

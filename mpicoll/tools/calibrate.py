@@ -20,6 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms.schedule import Context, Schedule
+from ..backends.env import MODEL_VAR
 from ..backends.p2p import p2p
 from ..engines.call import Call
 from ..engines.mpi import Engine
@@ -40,7 +41,15 @@ def overhead_probe(comm: MPI.Comm) -> _calibrate.OverheadProbe:
     Isend + one Irecv run by the p2p engine directly (no front door) as it runs a repeated
     blocking call (:class:`~mpicoll.engines.plan.BlockingRunner`: the plan replayed, on a
     fresh tag each run)."""
-    hand = p2p(comm)
+    # $MPICOLL_MODEL may name the file this run is about to write (the first calibration): the
+    # probe's backend forces its algorithm and needs no model, so it is made without the
+    # variable (a missing model file is an error at a backend's construction)
+    saved = os.environ.pop(MODEL_VAR, None)
+    try:
+        hand = p2p(comm)
+    finally:
+        if saved is not None:
+            os.environ[MODEL_VAR] = saved
     x, y = np.ones(1), np.empty(1)
     dup = comm.Dup()
     engine = Engine(dup, int(dup.Get_attr(MPI.TAG_UB) or 32767))

@@ -49,43 +49,51 @@ def test_view_makes_a_new_view_of_the_same_memory_at_every_call() -> None:
     case, mk, _ = make("view")
     a, b = mk(), mk()  # type: ignore[operator]
     assert a[0] is not b[0]
-    assert a[0].base is not None and np.shares_memory(a[0], case._b["send"])
+    assert a[0].base is not None
+    assert np.shares_memory(a[0], case._b["send"])
     assert a[0].shape == case._b["send"].shape
 
 
 def test_list_builds_a_new_spec_with_the_named_datatype_at_every_call() -> None:
     case, mk, _ = make("list")
     a, b = mk(), mk()  # type: ignore[operator]
-    assert a[0] is not b[0] and a[0] == b[0]
-    assert a[0][0] is case._b["send"] and a[0][1] == MPI.DOUBLE
+    assert a[0] is not b[0]
+    assert a[0] == b[0]
+    assert a[0][0] is case._b["send"]
+    assert a[0][1] == MPI.DOUBLE
 
 
 def test_byte_patterns_pass_bytes_and_a_bitwise_op() -> None:
     ad = adapt("bytearray", "allreduce", "float64", "sum", True)
-    assert (ad.dtype, ad.op) == ("uint8", "bor") and "MPI_BYTE" in (ad.note or "")
+    assert (ad.dtype, ad.op) == ("uint8", "bor")
+    assert "MPI_BYTE" in (ad.note or "")
     assert adapt("mmap", "allreduce", "int32", "bxor", True).op == "bxor"
     assert adapt("mmap", "bcast", "float64", "sum", False).dtype == "uint8"
-    case, mk, _ = make("bytearray")
+    _case, mk, _ = make("bytearray")
     args = mk()  # type: ignore[operator]
-    assert isinstance(args[0], bytearray) and len(args[0]) == 3
+    assert isinstance(args[0], bytearray)
+    assert len(args[0]) == 3
     assert args == mk()  # type: ignore[operator]
-    case, mk, _ = make("mmap", "gather", 2, size=1)
+    _case, mk, _ = make("mmap", "gather", 2, size=1)
     args = mk()  # type: ignore[operator]
-    assert isinstance(args[0][0], mmap.mmap) and args[0][1:] == [2, MPI.BYTE]
+    assert isinstance(args[0][0], mmap.mmap)
+    assert args[0][1:] == [2, MPI.BYTE]
     assert args[0] is mk()[0]  # type: ignore[operator]  # built once per size
 
 
 def test_array_passes_an_array_array() -> None:
-    case, mk, _ = make("array", dtype="int32")
-    (send, recv) = mk()  # type: ignore[operator]
-    assert isinstance(send, array.array) and send.typecode == np.dtype("int32").char
+    _case, mk, _ = make("array", dtype="int32")
+    (send, _recv) = mk()  # type: ignore[operator]
+    assert isinstance(send, array.array)
+    assert send.typecode == np.dtype("int32").char
     assert adapt("array", "bcast", "complex128", "sum", False).skip
 
 
 def test_scalar_passes_a_zero_d_array() -> None:
     case, mk, _ = make("scalar", "bcast", 1)
     (spec,) = mk()  # type: ignore[operator]
-    assert spec[0].shape == () and np.shares_memory(spec[0], case._b["send"])
+    assert spec[0].shape == ()
+    assert np.shares_memory(spec[0], case._b["send"])
     assert "one element" in (adapt("scalar", "gather", "float64", "sum", False).skip or "")
 
 
@@ -108,11 +116,14 @@ def test_bench_every_pattern_checks_and_validates(
     assert status == 0, out + err
     doc = json.loads(path.read_text())
     assert bench.validate(doc) == []
-    assert doc["settings"]["patterns"] == list(PATTERNS) and doc["wrong"] == 0
+    assert doc["settings"]["patterns"] == list(PATTERNS)
+    assert doc["wrong"] == 0
     ran = {(r["collective"], r["pattern"]) for r in doc["results"]}
     skipped = {(s["collective"], s["pattern"]) for s in doc["skipped"]}
-    assert ran | skipped == {(c, p) for c in colls for p in PATTERNS} and not ran & skipped
-    assert ("barrier", "numpy") in ran and ("bcast", "scalar") in ran
+    assert ran | skipped == {(c, p) for c in colls for p in PATTERNS}
+    assert not ran & skipped
+    assert ("barrier", "numpy") in ran
+    assert ("bcast", "scalar") in ran
     for s in doc["skipped"]:
         assert f"# {s['collective']} [pattern {s['pattern']}]: skipped: {s['reason']}" in out
     for r in doc["results"]:
