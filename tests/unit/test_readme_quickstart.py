@@ -56,8 +56,6 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
         out, err = proc.communicate()
         pytest.fail(f"{shlex.join(argv)} ran past {TIMEOUT} s\n{out}\n{err}")
     assert proc.returncode == 0, out + err
-    lines = sorted(line for line in out.splitlines() if line.strip())
-    assert [line.split()[0] for line in lines] == ["0", "1", "2", "3"], out
-    for line in lines:
-        assert "[ 6. 10. 14.]" in line, line
-        assert "'bytes_sent': " in line, line
+    # the ranks' lines may interleave in mpiexec's forwarding: count what each rank prints
+    assert out.count("[ 6. 10. 14.]") == 4, out
+    assert out.count("'bytes_sent': ") == 4, out
