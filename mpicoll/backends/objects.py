@@ -58,7 +58,6 @@ from .checked import check_algorithm_type
 __all__ = ["NativeObjects", "P2PObjects"]
 
 _BYTE = MPI.BYTE
-_MULTIPLE = MPI.THREAD_MULTIPLE
 _COUNT = MPI.INT64_T
 _NOTHING = np.empty(0, dtype=np.uint8)
 #: exception types a refused rank reports by code (-1 - index) in the size exchange; any other
@@ -467,6 +466,18 @@ class _Wire:
                  rank: int) -> None:
         self.comm, self.traffic, self.nodes, self.rank = comm, traffic, nodes, rank
 
+    @staticmethod
+    def wait(reqs: list[MPI.Request]) -> None:
+        """Complete ``reqs``; while any p2p schedule is in flight (an outstanding I-form or
+        started persistent collective, on any backend) through
+        :func:`mpicoll.engines.mpi.Waitall`, which progresses them meanwhile: a peer may be
+        waiting on one of them before it takes part in this call (its ranks need not
+        complete their requests at the same point)."""
+        if _mpi._IN_FLIGHT[0]:
+            _mpi.Waitall(reqs)
+        else:
+            MPI.Request.Waitall(reqs)
+
     def send(self, msg: _Message, dst: int, tag: int, reqs: list[MPI.Request]) -> None:
         """Post ``msg`` to ``dst`` (its one or two messages)."""
         comm, t = self.comm, self.traffic
@@ -481,6 +492,25 @@ class _Wire:
         nodes = self.nodes
         if nodes is not None and nodes[dst] != nodes[self.rank]:
             t[4] += nb
+
+    def put(self, msg: _Message, dst: int, tag: int) -> None:
+        """Send ``msg`` to ``dst`` and return when its buffers may be reused: a blocking
+        ``Send`` of a first message that holds the bytes (eager in MPI libraries; every use
+        here is acyclic: the receiver never waits on this rank first), else as :meth:`send`
+        and wait."""
+        if msg.tail is None and not _mpi._IN_FLIGHT[0]:
+            self.comm.Send([msg.head, _BYTE], dst, tag)
+            t = self.traffic
+            t[0] += 1
+            nb = len(msg.head)
+            t[2] += nb
+            nodes = self.nodes
+            if nodes is not None and nodes[dst] != nodes[self.rank]:
+                t[4] += nb
+            return
+        reqs: list[MPI.Request] = []
+        self.send(msg, dst, tag, reqs)
+        self.wait(reqs)
 
     def post(self, slots: memoryview, i: int, src: int, tag: int,
              reqs: list[MPI.Request]) -> None:
@@ -501,7 +531,10 @@ class _Wire:
             t[3] += _HEADER.size + n
             return _Message(slots[at:at + _HEADER.size + n], None, n)
         tail = bytearray(n)
-        self.comm.Recv([tail, _BYTE], src, tag)
+        if _mpi._IN_FLIGHT[0]:
+            self.wait([self.comm.Irecv([tail, _BYTE], src, tag)])
+        else:
+            self.comm.Recv([tail, _BYTE], src, tag)
         t[1] += 1
         t[3] += _HEADER.size + n
         return _Message(slots[at:at + _HEADER.size], tail, n)
@@ -509,7 +542,10 @@ class _Wire:
     def recv(self, src: int, tag: int) -> _Message:
         """Receive one message from ``src`` (blocking)."""
         slots = _slots(1)
-        self.comm.Recv([slots, _BYTE], src, tag)
+        if _mpi._IN_FLIGHT[0]:
+            self.wait([self.comm.Irecv([slots, _BYTE], src, tag)])
+        else:
+            self.comm.Recv([slots, _BYTE], src, tag)
         return self.take(slots, 0, src, tag)
 
 
@@ -652,14 +688,12 @@ class P2PObjects(_Front):
 
     def _direct(self, algorithm: Any, collectives: tuple[str, ...]) -> _Wire | None:
         """The wire if this call runs direct, else None (it runs on the buffer collectives):
-        ``algorithm=`` None or "auto" and no ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` for the
-        buffer collectives it would run, nothing in flight on any p2p engine (a blocking wait
-        here would not progress them) and ``MPI_THREAD_MULTIPLE``."""
+        direct when ``algorithm=`` is None or "auto" and no ``$MPICOLL_<COLLECTIVE>_ALGORITHM``
+        names an algorithm for the buffer collectives it would run, values every rank shares
+        (the variables are agreed at construction), so every rank decides alike."""
         if algorithm is not None and algorithm != "auto":
             return None
         if algorithm is None and self._forced and any(c in self._forced for c in collectives):
-            return None
-        if _mpi._IN_FLIGHT[0] or _mpi._thread_level() != _MULTIPLE:
             return None
         wire = self._wire
         if wire is None:
@@ -668,7 +702,10 @@ class P2PObjects(_Front):
         return wire
 
     def _tag(self) -> int:
-        """This call's tag (taken as every collective takes one, and made ready)."""
+        """This call's tag (taken as every collective takes one, and made ready), after the
+        thread-level check every p2p entry point makes
+        (:func:`~mpicoll.engines.mpi.check_thread`)."""
+        _mpi.check_thread()
         tag = self._take_tag()
         self._engine.clear_tag(tag)
         return tag
@@ -686,13 +723,19 @@ class P2PObjects(_Front):
         else:
             m = 1 << ((p - 1).bit_length() - 1) if p > 1 else 0
         assert msg is not None
+        if msg.tail is None:  # small: one blocking send per child
+            while m:
+                if rel + m < p:
+                    wire.put(msg, (rel + m + root) % p, tag)
+                m >>= 1
+            return msg
         reqs: list[MPI.Request] = []
         while m:
             if rel + m < p:
                 wire.send(msg, (rel + m + root) % p, tag, reqs)
             m >>= 1
         if reqs:
-            MPI.Request.Waitall(reqs)
+            wire.wait(reqs)
         return msg
 
     def _tree_reduce(self, wire: _Wire, tag: int, sendobj: Any, fn: Callable[[Any, Any], Any]
@@ -717,9 +760,7 @@ class P2PObjects(_Front):
                         error = exc
                 if msg is None:
                     msg = _Message.refusal(_refusal(error, me) if error is not None else code)
-                reqs: list[MPI.Request] = []
-                wire.send(msg, me - m, tag, reqs)
-                MPI.Request.Waitall(reqs)
+                wire.put(msg, me - m, tag)
                 return None, error, code
             if me + m < p:
                 got = wire.recv(me + m, tag)
@@ -770,9 +811,7 @@ class P2PObjects(_Front):
         p, me = self.size, self.rank
         if me != root:
             msg, error = self._result_message(sendobj, None, 0)
-            reqs: list[MPI.Request] = []
-            wire.send(msg, root, tag, reqs)
-            MPI.Request.Waitall(reqs)
+            wire.put(msg, root, tag)
             if error is not None:
                 raise error
             return None
@@ -782,11 +821,11 @@ class P2PObjects(_Front):
         except Exception as exc:
             error = exc
         slots = _slots(p)
-        reqs = []
+        reqs: list[MPI.Request] = []
         for r in range(p):
             if r != root:
                 wire.post(slots, r, r, tag, reqs)
-        MPI.Request.Waitall(reqs)
+        wire.wait(reqs)
         msgs = [wire.take(slots, r, r, tag) if r != root else None for r in range(p)]
         if error is not None:
             raise error
@@ -816,7 +855,7 @@ class P2PObjects(_Front):
         for k in range(1, p):
             r = (me + k) % p
             wire.send(no if no is not None else _Message.of(datas[r]), r, tag, reqs)
-        MPI.Request.Waitall(reqs)
+        wire.wait(reqs)
         if error is not None:
             raise error
         return _unpickle(datas[me])
@@ -838,9 +877,9 @@ class P2PObjects(_Front):
         for k in range(1, p):
             r = (me + k) % p
             wire.send(outgoing(r), r, tag, sends)
-        MPI.Request.Waitall(recvs)
+        wire.wait(recvs)
         msgs = [wire.take(slots, r, r, tag) if r != me else None for r in range(p)]
-        MPI.Request.Waitall(sends)
+        wire.wait(sends)
         if error is not None:
             raise error
         bad = [m.size for m in msgs if m is not None and m.size < 0]
@@ -876,9 +915,7 @@ class P2PObjects(_Front):
         if root != 0:
             if me == 0:
                 msg, error = self._result_message(result, error, code)
-                reqs: list[MPI.Request] = []
-                wire.send(msg, root, tag, reqs)
-                MPI.Request.Waitall(reqs)
+                wire.put(msg, root, tag)
             elif me == root:
                 got = wire.recv(0, tag)
                 if got.size < 0:
@@ -903,6 +940,10 @@ class P2PObjects(_Front):
         go to lower ranks, the broadcast's to higher ones)."""
         tag = self._tag()
         result, error, code = self._tree_reduce(wire, tag, sendobj, fn)
+        if self.size == 1:  # the reduction's copy is the result
+            if error is not None:
+                raise error
+            return result
         msg = None
         if self.rank == 0:
             msg, error = self._result_message(result, error, code)
@@ -954,9 +995,9 @@ class P2PObjects(_Front):
                 wire.post(slots, 0, t, tag, recvs)
                 sends: list[MPI.Request] = []
                 wire.send(msg, t, tag, sends)
-                MPI.Request.Waitall(recvs)
+                wire.wait(recvs)
                 got = wire.take(slots, 0, t, tag)
-                MPI.Request.Waitall(sends)
+                wire.wait(sends)
                 theirs = None
                 if got.size < 0:
                     code = code or got.size
