@@ -7,19 +7,29 @@ defaults and return values (``gather`` returns None at non-roots, ``exscan`` Non
 * :class:`NativeObjects` (native backend) delegates to mpi4py's own method on the user's
   communicator.
 * :class:`P2PObjects` (p2p backend) serializes with ``MPI.pickle`` (so a user's
-  ``MPI.pickle.__init__(dumps, loads)`` is honoured) and moves the bytes with the backend's own
-  buffer collectives, sizes first, as mpi4py does in ``msgpickle.pxi``: ``bcast`` = Bcast of an
-  int64 size then Bcast of the bytes; ``gather`` = Gather of the sizes then Gatherv;
-  ``scatter`` = Scatter then Scatterv; ``allgather`` = Allgather then Allgatherv;
-  ``alltoall`` = Alltoall then Alltoallv.  Sizes are int64 and every message carries its count
-  as an MPI count (mpi4py passes it to ``MPI_Isend_c``), so objects over 2 GiB go through.
+  ``MPI.pickle.__init__(dumps, loads)`` is honoured) and, unless an algorithm is forced, sends
+  the pickled bytes as point-to-point messages on the backend's private communicator with the
+  call's own tag (the *direct* protocol): the first message of each object holds its size
+  (int64) and, up to :data:`EAGER` bytes, the bytes themselves, so a small object costs one
+  message and no size exchange; a larger one follows in a second message of exactly its size.
+  Each object is pickled once, by the rank that has it, and forwarded as received.
+  ``bcast``: binomial tree from the root; ``gather``/``scatter``: linear (as MPICH's
+  Gatherv/Scatterv); ``allgather`` (p <= 32) and ``alltoall``: every rank sends every other
+  one its message in one round.  With ``algorithm=`` naming an algorithm (or
+  ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` set), the bytes go through the backend's own buffer
+  collectives instead, sizes first, as mpi4py does in ``msgpickle.pxi`` (``bcast`` = Bcast of
+  an int64 size then Bcast of the bytes; ``gather`` = Gather then Gatherv; and so on).  Sizes
+  are int64 and every message carries its count as an MPI count (mpi4py passes it to
+  ``MPI_Isend_c``), so objects over 2 GiB go through.
 
-Reductions (p2p) gather the objects at one rank, which applies ``op`` in the grouping mpi4py's
-own object reductions use (``mpi4py.rc.fast_reduce``: a binomial tree for reduce/allreduce, a
-recursive-doubling prefix for scan/exscan; otherwise a left fold in rank order), so even a
-non-associative or non-commutative callable gives mpi4py's result; then ``allreduce`` broadcasts
-it and ``scan``/``exscan`` scatter each rank's prefix.  The gathering rank holds every rank's
-object at once (mpi4py's tree holds about lg p): mind the memory for very large objects.
+Reductions (p2p) apply ``op`` in the grouping mpi4py's own object reductions use, so even a
+non-associative or non-commutative callable gives mpi4py's result.  Direct, they run mpi4py's
+own algorithms distributed as mpi4py runs them (``mpi4py.rc.fast_reduce``, the default):
+``reduce`` a binomial tree to rank 0 (then to the root), ``allreduce`` that tree and a binomial
+broadcast from rank 0, ``scan``/``exscan`` recursive doubling.  On the buffer collectives, or
+with ``fast_reduce`` off (a left fold in rank order), the objects are gathered at one rank,
+which reduces them (it then holds every rank's object at once), then ``allreduce`` broadcasts
+the result and ``scan``/``exscan`` scatter each rank's prefix.
 
 Errors (both backends): ``root`` is converted as the buffer methods convert it
 (:func:`~mpicoll.backends.args.root_of`: not a number: ``TypeError``; beyond a C int:
@@ -29,10 +39,12 @@ is a ``TypeError``; both before any message.  Checked mode: see :class:`_Front`.
 
 Errors (p2p, unchecked): what one rank alone can know (its object does not pickle; a
 scatter/alltoall ``sendobj`` that is not a sequence of p items: ``ValueError`` /
-``TypeError``) it raises itself after sending a negative size in the size exchange; every
-rank that would wait for those bytes then raises an exception of the same type (naming the
-rank), so nobody hangs.  Ranks that need nothing from the failed one (the non-roots of a
-``gather`` or ``reduce``) return normally.
+``TypeError``; an ``op`` that raises where it is applied) it raises itself after sending a
+negative size where its bytes were due (it names the rank and the kind of error, and is
+forwarded as such through trees); every rank whose result needs those bytes then raises an
+exception of the same type (naming the rank), so nobody hangs, and every message of the call
+is received.  Ranks that need nothing from the failed one return normally: the non-roots of
+``gather`` and ``reduce``, and the ranks of ``scan`` below it (of ``exscan``: up to it).
 
 Security: unpickling runs code chosen by whoever wrote the bytes (Python's ``pickle`` docs:
 "Never unpickle data received from an untrusted or unauthenticated source"), as in mpi4py's
@@ -565,14 +577,24 @@ def _data(msg: _Message) -> Any:
 
 
 class P2PObjects(_Front):
-    """The object collectives of the p2p backend, built on its own buffer collectives.
+    """The object collectives of the p2p backend: the direct protocol, or its own buffer
+    collectives (see the module docstring).
 
-    Every method takes ``algorithm=``: the name is forwarded to each buffer collective the
-    method runs that has an algorithm of that name (``mpicoll algorithms`` lists them; e.g.
-    ``allgather(obj, algorithm="ring")`` runs a ring Allgather of the sizes and a ring
-    Allgatherv of the bytes); the others choose automatically.  A name none of them has is
-    refused (ValueError) before any message; None leaves each to its
-    ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` or ``auto``.
+    Every method takes ``algorithm=``.  None or ``"auto"`` runs the direct protocol, unless
+    ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` names an algorithm for one of the buffer collectives
+    the method would run (then those run, each with its variable's algorithm or ``auto``).  A
+    name is forwarded to each buffer collective the method runs that has an algorithm of that
+    name (``mpicoll algorithms`` lists them; e.g. ``allgather(obj, algorithm="ring")`` runs a
+    ring Allgather of the sizes and a ring Allgatherv of the bytes); the others choose
+    automatically.  A name none of them has is refused (ValueError) before any message.
+    These are values every rank shares, so every rank takes the same path.
+
+    Isolation: the direct protocol's messages travel on the private communicator with a tag
+    taken per call (:meth:`~mpicoll.engines.mpi.Engine.take_tag`), as every p2p collective's:
+    user point-to-point traffic and outstanding non-blocking collectives never match them.
+    While p2p schedules are in flight a direct call waits through
+    :func:`mpicoll.engines.mpi.Waitall`, progressing them, so the ranks may complete their
+    requests before or after an object call.
     """
 
     if TYPE_CHECKING:  # provided by Collectives and P2P
@@ -1120,7 +1142,8 @@ class P2PObjects(_Front):
                root: int = 0, *, algorithm: str | None = None) -> Any | None:
         """As ``comm.reduce(sendobj, op, root)``: at the root, every rank's object reduced
         with ``op`` (an ``MPI.Op``, called as ``op(a, b)``, or any callable) in mpi4py's
-        grouping (see the module docstring); None at the other ranks.  The objects are
+        grouping (see the module docstring); None at the other ranks.  Direct: mpi4py's
+        binomial tree to rank 0, then to the root; with an algorithm named, the objects are
         gathered at the root (Gather + Gatherv; ``algorithm=`` is forwarded to them)."""
         alg, r, fn, *_ = self._front("reduce", algorithm, ("gather", "gatherv"), root=root,
                                      op=op)
@@ -1135,8 +1158,9 @@ class P2PObjects(_Front):
     def allreduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                   algorithm: str | None = None) -> Any:
         """As ``comm.allreduce(sendobj, op)``: the reduction of :meth:`reduce` on every rank
-        (gathered and reduced at rank 0, then broadcast; ``algorithm=`` is forwarded to the
-        Gather, Gatherv and Bcast)."""
+        (direct: reduced to rank 0 as :meth:`reduce`, then down a binomial tree; with an
+        algorithm named, gathered and reduced at rank 0, then broadcast: ``algorithm=`` is
+        forwarded to the Gather, Gatherv and Bcast)."""
         alg, _, fn, *_ = self._front("allreduce", algorithm, ("gather", "gatherv", "bcast"),
                                      op=op)
         wire = self._direct(algorithm, ("gather", "gatherv", "bcast")) if _fast() else None
@@ -1182,8 +1206,9 @@ class P2PObjects(_Front):
     def scan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
              algorithm: str | None = None) -> Any:
         """As ``comm.scan(sendobj, op)``: rank r gets x0 op ... op xr, in mpi4py's grouping
-        (gathered at rank 0, reduced, each prefix scattered; ``algorithm=`` is forwarded to the
-        Gather(v) and Scatter(v))."""
+        (direct: mpi4py's recursive doubling; with an algorithm named, gathered at rank 0,
+        reduced, each prefix scattered: ``algorithm=`` is forwarded to the Gather(v) and
+        Scatter(v))."""
         return self._scan("scan", sendobj, op, algorithm, exclusive=False)
 
     def exscan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
