@@ -524,6 +524,35 @@ class _Wire:
         self.send(msg, dst, tag, reqs)
         self.wait(reqs)
 
+    def swap(self, msg: _Message, peer: int, tag: int) -> _Message:
+        """Send ``msg`` to ``peer`` and receive its message (both first messages in one
+        ``Sendrecv``, then the second ones, if any)."""
+        slots = _slots(1)
+        if _mpi._IN_FLIGHT[0]:
+            recvs: list[MPI.Request] = []
+            self.post(slots, 0, peer, tag, recvs)
+            sends: list[MPI.Request] = []
+            self.send(msg, peer, tag, sends)
+            self.wait(recvs)
+            got = self.take(slots, 0, peer, tag)
+            self.wait(sends)
+            return got
+        tail = None
+        self.comm.Sendrecv([msg.head, _BYTE], peer, tag, [slots, _BYTE], peer, tag)
+        if msg.tail is not None:
+            tail = self.comm.Isend([msg.tail, _BYTE], peer, tag)
+        got = self.take(slots, 0, peer, tag)
+        if tail is not None:
+            tail.Wait()
+        t = self.traffic
+        nb = len(msg.head) + (0 if msg.tail is None else len(msg.tail))
+        t[0] += 1 if msg.tail is None else 2
+        t[2] += nb
+        nodes = self.nodes
+        if nodes is not None and nodes[peer] != nodes[self.rank]:
+            t[4] += nb
+        return got
+
     def post(self, slots: memoryview, i: int, src: int, tag: int,
              reqs: list[MPI.Request]) -> None:
         """Post the receive of ``src``'s first message into slot ``i``."""
@@ -620,11 +649,19 @@ class P2PObjects(_Front):
 
     _local_errors = True
 
-    def _front(self, method: str, algorithm: Any, collectives: tuple[str, ...] = (),
-               **kw: Any) -> Any:
+    def _front(self, method: str, algorithm: Any, collectives: tuple[str, ...] = (), *,
+               root: Any = _UNSET, op: Any = _UNSET, **kw: Any) -> Any:
+        """:meth:`_Front._front`; the common call (unchecked, no ``algorithm=``, an int root
+        that is a rank, a callable op, no sequence to convert) answered without its
+        machinery, with the same result."""
         if self._freed:  # before checked mode's agreement on the freed communicator
             raise RuntimeError(f"this {self.name} backend was freed")
-        return super()._front(method, algorithm, collectives, **kw)
+        if (algorithm is None and not kw and not self.check
+                and (root is _UNSET or (type(root) is int and 0 <= root < self.size))
+                and (op is _UNSET or callable(op))):
+            return ((None,) * len(collectives), 0 if root is _UNSET else root,
+                    None if op is _UNSET else op, None, None)
+        return super()._front(method, algorithm, collectives, root=root, op=op, **kw)
 
     def _algorithms(self, algorithm: Any, collectives: tuple[str, ...]) -> tuple[str | None, ...]:
         """The ``algorithm=`` of each buffer collective used (see the class docstring)."""
@@ -847,7 +884,8 @@ class P2PObjects(_Front):
         for r in range(p):
             if r != root:
                 wire.post(slots, r, r, tag, reqs)
-        wire.wait(reqs)
+        if reqs:
+            wire.wait(reqs)
         msgs = [wire.take(slots, r, r, tag) if r != root else None for r in range(p)]
         if error is not None:
             raise error
@@ -877,7 +915,8 @@ class P2PObjects(_Front):
         for k in range(1, p):
             r = (me + k) % p
             wire.send(no if no is not None else _Message.of(datas[r]), r, tag, reqs)
-        wire.wait(reqs)
+        if reqs:
+            wire.wait(reqs)
         if error is not None:
             raise error
         return _unpickle(datas[me])
@@ -890,18 +929,27 @@ class P2PObjects(_Front):
         per rank."""
         tag = self._tag()
         p, me = self.size, self.rank
-        slots = _slots(p)
-        recvs: list[MPI.Request] = []
-        for r in range(p):
-            if r != me:
-                wire.post(slots, r, r, tag, recvs)
-        sends: list[MPI.Request] = []
-        for k in range(1, p):
-            r = (me + k) % p
-            wire.send(outgoing(r), r, tag, sends)
-        wire.wait(recvs)
-        msgs = [wire.take(slots, r, r, tag) if r != me else None for r in range(p)]
-        wire.wait(sends)
+        if p == 1:
+            if error is not None:
+                raise error
+            return [_unpickle(own)]
+        if p == 2:
+            peer = 1 - me
+            got = wire.swap(outgoing(peer), peer, tag)
+            msgs = [None, got] if me == 0 else [got, None]
+        else:
+            slots = _slots(p)
+            recvs: list[MPI.Request] = []
+            for r in range(p):
+                if r != me:
+                    wire.post(slots, r, r, tag, recvs)
+            sends: list[MPI.Request] = []
+            for k in range(1, p):
+                r = (me + k) % p
+                wire.send(outgoing(r), r, tag, sends)
+            wire.wait(recvs)
+            msgs = [wire.take(slots, r, r, tag) if r != me else None for r in range(p)]
+            wire.wait(sends)
         if error is not None:
             raise error
         bad = [m.size for m in msgs if m is not None and m.size < 0]
@@ -1012,14 +1060,7 @@ class P2PObjects(_Front):
                     msg = _Message.refusal(_refusal(error, me) if error is not None else code)
                 else:
                     msg = _Message.of(pdata)
-                slots = _slots(1)
-                recvs: list[MPI.Request] = []
-                wire.post(slots, 0, t, tag, recvs)
-                sends: list[MPI.Request] = []
-                wire.send(msg, t, tag, sends)
-                wire.wait(recvs)
-                got = wire.take(slots, 0, t, tag)
-                wire.wait(sends)
+                got = wire.swap(msg, t, tag)
                 theirs = None
                 if got.size < 0:
                     code = code or got.size
