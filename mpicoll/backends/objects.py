@@ -72,7 +72,7 @@ __all__ = ["NativeObjects", "P2PObjects"]
 _BYTE = MPI.BYTE
 _COUNT = MPI.INT64_T
 _NOTHING = np.empty(0, dtype=np.uint8)
-#: exception types a refused rank reports by code (-1 - index) in the size exchange; any other
+#: exception types a refused rank reports by code (-1 - index) in place of a size; any other
 #: reaches the other ranks as RuntimeError
 _KINDS: tuple[type[Exception], ...] = (
     ValueError, TypeError, AttributeError, pickle.PicklingError, OverflowError, MemoryError,
