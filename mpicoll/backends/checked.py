@@ -78,14 +78,16 @@ _ROOTED_V = {"scatterv": ("sendcounts", "recvbuf"), "gatherv": ("recvcounts", "s
 _GATHER_COUNTS = 1
 
 
-#: op codes beyond the predefined ops' indices
-_USER_OP, _NOT_CALLABLE, _CALLABLE = 100, 101, 1000
+#: op codes beyond the predefined ops' indices (_USER_OP: a commutative user ``MPI.Op``)
+_USER_OP, _NOT_CALLABLE, _USER_OP_NONCOMMUTATIVE, _CALLABLE = 100, 101, 102, 1000
 
 
 def op_name(op: Any) -> str:
-    """An op as checked mode names it: ``MPI.SUM`` (predefined), ``a user op`` (any other
-    ``MPI.Op``: handles cannot be compared across processes), a Python callable by its module
-    and qualified name (``operator.add``, ``mymodule.<lambda>``)."""
+    """An op as checked mode names it: ``MPI.SUM`` (predefined), ``a user op`` or ``a
+    non-commutative user op`` (any other ``MPI.Op``: its handle is a number local to each
+    process, and mpi4py keeps its Python function out of reach, so only its commutativity can
+    be compared), a Python callable by its module and qualified name (``operator.add``,
+    ``mymodule.<lambda>``: two lambdas of one function share a name, and compare equal)."""
     code = op_code(op)
     if code < _CALLABLE:
         return _value_name(_OP, code)
@@ -103,16 +105,17 @@ def _callable_name(op: Any) -> str:
 
 def op_code(op: Any) -> int:
     """The number checked mode exchanges for an op: -1 none, the index of a predefined op,
-    ``_USER_OP`` for any other ``MPI.Op``, ``_NOT_CALLABLE``, or for a Python callable
-    ``_CALLABLE`` + the CRC-32 of its :func:`op_name` (two callables of the same module and
-    qualified name compare equal)."""
+    ``_USER_OP`` / ``_USER_OP_NONCOMMUTATIVE`` for any other ``MPI.Op`` (by
+    ``Is_commutative()``), ``_NOT_CALLABLE``, or for a Python callable ``_CALLABLE`` + the
+    CRC-32 of its :func:`op_name` (two callables of the same module and qualified name compare
+    equal)."""
     if op is None:
         return -1
     if isinstance(op, MPI.Op):
         for i, name in enumerate(_PREDEFINED_OPS):
             if op == getattr(MPI, name):
                 return i
-        return _USER_OP
+        return _USER_OP if op.Is_commutative() else _USER_OP_NONCOMMUTATIVE
     if not callable(op):
         return _NOT_CALLABLE
     return _CALLABLE + zlib.crc32(_callable_name(op).encode())
@@ -180,6 +183,8 @@ def _value_name(field: int, v: int, names: dict[int, str] | None = None) -> str:
             return "a Python callable"
         if v == _USER_OP:
             return "a user op"
+        if v == _USER_OP_NONCOMMUTATIVE:
+            return "a non-commutative user op"
         if v == _NOT_CALLABLE:
             return "an op that is not callable"
         return "no op" if v < 0 else f"MPI.{_PREDEFINED_OPS[v]}"
@@ -426,9 +431,9 @@ class CheckedMode:
         this rank's outstanding schedule before it joins the agreement).
 
         Compared: the collective, blocking or non-blocking form (MPI never matches the two),
-        root, element count, dtype and item size, op (predefined
-        ops by name; any user op as "user op"), the forced algorithm (``algorithm=`` or
-        ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment size, and the counts of the
+        root, element count, dtype and item size, op (predefined ops by name; any other
+        ``MPI.Op`` as "a user op" with its commutativity), the forced algorithm (``algorithm=``
+        or ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment size, and the counts of the
         v-collectives:
 
         * allgatherv, reduce_scatter: every rank's full recvcounts list (a 64-bit hash of it);
@@ -489,7 +494,8 @@ class CheckedMode:
         """Checked mode of a lower-case object method (``bcast``, ``allreduce``, ...), before
         any of its messages: the ranks compare the method (an object method never matches a
         buffer one), ``root``, ``op`` (predefined ops by name, any other ``MPI.Op`` as "a user
-        op", a Python callable by its module and qualified name: see :func:`op_name`) and
+        op" with its commutativity, a Python callable by its module and qualified name: see
+        :func:`op_name`; a predefined op, a user op and a callable never compare equal) and
         ``algorithm=``, and learn whether any rank's arguments were refused (``error``: this
         rank's; it covers a root that is not a rank, an op that is not callable and a
         scatter/alltoall ``sendobj`` that is not a sequence of p items).  Same agreement and

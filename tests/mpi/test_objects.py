@@ -434,18 +434,30 @@ def test_root_only_errors() -> None:
     unp = self_type(lambda: MPI.COMM_SELF.allgather(Unpicklable()))
     expect(lambda: b.allgather(Unpicklable() if me == p - 1 else me), unp, "allgather")
     expect(lambda: b.allreduce(Unpicklable() if me == p - 1 else me), unp, "allreduce")
-    expect(lambda: b.scan(Unpicklable() if me == p - 1 else me), unp, "scan")
+    # scan / exscan: the ranks whose result needs the failed rank's object raise (all but
+    # rank 0 of exscan for rank 0; the failed rank alone when it is the last)
+    for method in ("scan", "exscan"):
+        expect(lambda m=method: getattr(b, m)(Unpicklable() if me == 0 else me),  # type: ignore[misc]
+               unp, f"{method} failing at rank 0")
+        expect(lambda m=method: getattr(b, m)(Unpicklable() if me == p - 1 else me),  # type: ignore[misc]
+               unp if me == p - 1 else None, f"{method} failing at the last rank")
     # gather / reduce: the failing rank and the root raise; the others have nothing to wait for
     for method in ("gather", "reduce"):
         want = unp if me in (0, p - 1) else None
         expect(lambda m=method: getattr(b, m)(Unpicklable() if me == p - 1 else me),  # type: ignore[misc]
                want, method)
-    # an op that raises, where it is applied (rank 0), reaches every rank of allreduce/scan
+    # an op that raises raises where it is applied (allreduce: at the first step of the
+    # binomial tree, the even ranks that have a partner; scan and exscan: at the first step
+    # of recursive doubling, every rank that has a partner) and reaches every other rank as
+    # ArithmeticError
     if p > 1:
         div = self_type(lambda: 1 // 0)
-        for method in ("allreduce", "scan", "exscan"):
-            expect(lambda m=method: getattr(b, m)(me, lambda a, c: a // 0), ArithmeticError
-                   if me else div, method)
+        applies = me % 2 == 0 and me + 1 < p
+        expect(lambda: b.allreduce(me, lambda a, c: a // 0),
+               div if applies else ArithmeticError, "allreduce")
+        for method in ("scan", "exscan"):
+            expect(lambda m=method: getattr(b, m)(me, lambda a, c: a // 0),
+                   div if me ^ 1 < p else ArithmeticError, method)
     # an op that is not callable: TypeError on every rank, before any message
     for method in ("reduce", "allreduce", "scan", "exscan"):
         expect(lambda m=method: getattr(b, m)(me, "not an op"), TypeError, method)

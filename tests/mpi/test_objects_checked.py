@@ -49,6 +49,8 @@ def _free() -> Iterator[None]:
     yield
     for kind in sorted(_BACKENDS):
         _BACKENDS.pop(kind).Free()
+    for op in _USER_OPS.values():
+        op.Free()
 
 
 def _plus(a: Any, b: Any) -> Any:
@@ -57,6 +59,15 @@ def _plus(a: Any, b: Any) -> Any:
 
 def _times(a: Any, b: Any) -> Any:
     return a * b
+
+
+def _user_plus(a: Any, b: Any, datatype: Any = None) -> Any:
+    return a + b
+
+
+#: user MPI.Ops over the same function: commutative (True) and not (False); freed at the end
+_USER_OPS = {True: MPI.Op.Create(_user_plus, commute=True),
+             False: MPI.Op.Create(_user_plus, commute=False)}
 
 
 def _agree(problems: list[str], what: str) -> None:
@@ -120,6 +131,7 @@ def test_agreeing_calls_give_mpi4py_results(kind: str) -> None:
         ("allreduce", lambda: ((me * 7) % 5,), {"op": MPI.MAX}),
         ("allreduce", lambda: ([me],), {"op": lambda a, c: a + c}),  # one qualified name
         ("allreduce", lambda: (me,), {"op": operator.add}),
+        ("allreduce", lambda: ([me],), {"op": _USER_OPS[False]}),  # the same user op
         ("scan", lambda: (me + 1,), {"op": _times}),
         ("exscan", lambda: ([me],), {}),
     )
@@ -162,6 +174,13 @@ def _cases() -> list[Case]:
             r + 1, op=_plus if r == 0 else _times), ("op", "_plus", "_times")),
         Case("allreduce_user_op_vs_predefined", lambda c, r, p: c.allreduce(
             r, op=_plus if r == 0 else MPI.SUM), ("op", "_plus", "MPI.SUM")),
+        Case("reduce_mpi_user_ops_of_differing_commutativity", lambda c, r, p: c.reduce(
+            r, op=_USER_OPS[r == 0]), ("op", "a user op", "a non-commutative user op")),
+        Case("scan_mpi_user_op_vs_predefined", lambda c, r, p: c.scan(
+            r, op=_USER_OPS[True] if r == p - 1 else MPI.SUM), ("op", "a user op", "MPI.SUM")),
+        Case("exscan_mpi_user_op_vs_callable", lambda c, r, p: c.exscan(
+            r, op=_USER_OPS[False] if r == 0 else _plus),
+             ("op", "a non-commutative user op", "_plus")),
         Case("bcast_root", lambda c, r, p: c.bcast(r, root=0 if r == 0 else 1),
              ("root", "rank 0")),
         Case("gather_root", lambda c, r, p: c.gather(r, root=p - 1 if r == 0 else 0),

@@ -23,10 +23,14 @@ def test_op_names() -> None:
     assert op_name(_plus) == f"{__name__}._plus"
     assert op_name(lambda a, b: a).endswith("test_op_names.<locals>.<lambda>")
     user = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    other = MPI.Op.Create(lambda a, b, t: None, commute=False)
     try:
         assert op_name(user) == "a user op"
+        assert op_name(other) == "a non-commutative user op"
+        assert op_code(user) != op_code(other)
     finally:
         user.Free()
+        other.Free()
     assert op_name("max") == "an op that is not callable"
     assert op_name(None) == "no op"
 
