@@ -181,18 +181,33 @@ class PerPeer(tuple):
 
 
 def typed_copy(src: np.ndarray, dst: np.ndarray, datatype: MPI.Datatype) -> None:
-    """``dst[:] = src`` for ``len(src)`` elements of a derived ``datatype``: the typemap's
-    bytes only (``datatype.Pack`` into a byte buffer, ``Unpack`` into ``dst``), so the holes of
-    ``dst`` stay untouched and overlapping ``src``/``dst`` are safe.  A :class:`TypedView`
-    uses its own datatype (``Alltoallw``: the send block's and the receive block's may differ,
-    with the same type signature)."""
+    """``dst[:] = src`` by type signature: ``src``'s elements are packed with its datatype
+    (``datatype.Pack`` into a byte buffer) and unpacked into ``dst`` with its own, so the
+    holes of ``dst`` stay untouched, overlapping ``src``/``dst`` are safe, and the two may be
+    different datatypes of the same signature (a :class:`TypedView` carries its own; a plain
+    view is of ``datatype``, the call's).
+
+    What does not fit is dropped, as MPICH's local copy of a collective drops it (a root's
+    own block of a Scatter whose recvcount is smaller than its sendcount): ``dst`` gets the
+    elements of its type that the packed bytes fill, in pack order, the last one partly
+    where the bytes end inside it, as MPI fills a receive of a shorter message (a datatype
+    of size 0 moves nothing); the rest of ``dst`` stays as it was."""
     n = int(src.size)
-    if not n:
+    if not n or not dst.size:
         return
-    # TypedViews (Alltoallw) pack with their own datatypes: len(dst) elements of dst's
-    stype, dtype_ = datatype_of_view(src, datatype), datatype_of_view(dst, datatype)
-    m = n if dtype_ is stype else int(dst.size)
+    stype, rtype = datatype_of_view(src, datatype), datatype_of_view(dst, datatype)
     packed = np.empty(stype.Pack_size(n, MPI.COMM_SELF), np.uint8)
     # mpi4py's Pack/Unpack take len(buffer) // extent elements: exactly n (m) of these views
     end = stype.Pack(np.asarray(src), packed, 0, MPI.COMM_SELF)
-    dtype_.Unpack(packed[:end], 0, np.asarray(dst)[:m], MPI.COMM_SELF)
+    size = int(rtype.Get_size())
+    m = n if rtype is stype and dst.size == n else (
+        min(int(dst.size), end // size) if size else 0)
+    out = np.asarray(dst)
+    if m:
+        rtype.Unpack(packed[: m * size], 0, out[:m], MPI.COMM_SELF)
+    part = end - m * size
+    if 0 < part < size and m < dst.size:  # a partial element: its first bytes, as MPI
+        mine = np.empty(rtype.Pack_size(1, MPI.COMM_SELF), np.uint8)
+        k = rtype.Pack(out[m : m + 1], mine, 0, MPI.COMM_SELF)
+        mine[:part] = packed[end - part : end]
+        rtype.Unpack(mine[:k], 0, out[m : m + 1], MPI.COMM_SELF)

@@ -260,10 +260,15 @@ class Context:
 
     # --- local work between rounds ---
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """``dst[:] = src`` (same length); for a derived datatype only the bytes of its
-        typemap (the holes of ``dst`` stay untouched)."""
+        """``dst[:] = src``; for a derived datatype only the bytes of its typemap (the holes
+        of ``dst`` stay untouched).  A :class:`~mpicoll.algorithms.datatypes.TypedView` on
+        either side (a buffer in a datatype other than the call's: a send buffer whose type
+        signature, not its datatype, matches the receive side's) or two lengths that differ
+        copy by type signature (:func:`~mpicoll.algorithms.datatypes.typed_copy`: what does
+        not fit is dropped, as MPI's local copy drops it)."""
         if src.size:
-            if self.derived or isinstance(src, TypedView):
+            if (self.derived or isinstance(src, TypedView) or isinstance(dst, TypedView)
+                    or src.size != dst.size):
                 typed_copy(src, dst, self.datatype)
             else:
                 np.copyto(dst, src)
@@ -484,7 +489,7 @@ def segments(ctx: Context, count: Any) -> int:
     """How many segments of at most :func:`segment_count` elements the largest of ``count``
     (an int, or per-rank ints in the vector engine) needs: at least 1."""
     top = int(np.max(count)) if type(count) is np.ndarray else count
-    seg = ctx.segment_bytes // ctx.unit  # segment_count(ctx), inlined: once a call
+    seg = ctx.segment_bytes // max(1, ctx.unit)  # segment_count(ctx), inlined: once a call
     return 1 if top <= seg else -(-top // max(1, seg))
 
 

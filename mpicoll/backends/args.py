@@ -37,6 +37,7 @@ from .buffers import (
     parse_v,
     parse_w,
     same_type,
+    sent_view,
 )
 from .buffers import nbytes as _nbytes
 from .ops import check_op
@@ -137,19 +138,20 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
         if is_in_place(recvbuf):
             n = _per_rank(s, size, "sendbuf", "Scatter")
             rarr, ref = s.array[rank * n : (rank + 1) * n], s
+            sarr, per_block = s.array, n
         else:
             rb = parse(recvbuf, "recvbuf", writable=True)
-            same_type(s, rb, "Scatter")
-            n = rb.count
-            check_counts("sendbuf", s.count, n * size, f"Scatter of {n} per rank to {size} ranks")
             _no_alias(s, rb, "Scatter")
+            n, per_block = rb.count, s.count // size
+            sarr = sent_view(s, rb.datatype, per_block, n)
             rarr, ref = rb.array, rb
-        sarr = s.array
     else:
         _no_in_place(recvbuf, "recvbuf", "Scatter", " at a non-root rank")
         rb = parse(recvbuf, "recvbuf", writable=True)
         n, rarr, ref = rb.count, rb.array, rb
-    counts, displs = _regular(n, size)
+        per_block = n
+    # the root's send blocks in its send datatype's units; elsewhere this rank's own count
+    counts, displs = _regular(per_block, size)
     return Call("scatter", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
                 nbytes=_nbytes(ref, n * size), count=n,
@@ -169,9 +171,8 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
             rarr, ref = s.block(rank), s
         else:
             rb = parse(recvbuf, "recvbuf", writable=True)
-            same_type(s, rb, "Scatterv")
-            check_counts("recvbuf", rb.count, s.counts[rank], "Scatterv at the root")
             _no_alias(s, rb, "Scatterv")
+            sarr = sent_view(s, rb.datatype, s.counts[rank], rb.count)
             rarr, ref = rb.array, rb
     else:
         _no_in_place(recvbuf, "recvbuf", "Scatterv", " at a non-root rank")
@@ -194,18 +195,16 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
             sarr = rb.array[rank * n : (rank + 1) * n]
         else:
             s = parse(sendbuf, "sendbuf")
-            same_type(s, rb, "Gather")
-            n = s.count
-            check_counts("recvbuf", rb.count, n * size, f"Gather of {n} per rank from {size} ranks")
             _no_alias(s, rb, "Gather")
-            sarr = s.array
+            n = rb.count // size  # the root's blocks, in its receive datatype's units
+            sarr = sent_view(s, rb.datatype, s.count, n)
         rarr, ref = rb.array, rb
     else:
         _no_in_place(sendbuf, "sendbuf", "Gather", " at a non-root rank")
         s = parse(sendbuf, "sendbuf")
         n, sarr, ref = s.count, s.array, s
     counts, displs = _regular(n, size)
-    return Call("gather", ref.datatype, sarr.dtype,
+    return Call("gather", ref.datatype, ref.array.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
                 nbytes=_nbytes(ref, n * size), count=n,
                 in_place=rank == root and is_in_place(sendbuf), root=root)
@@ -224,15 +223,13 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
             sarr, ref = rv.block(rank), rv
         else:
             s = parse(sendbuf, "sendbuf")
-            same_type(s, rv, "Gatherv")
-            check_counts("sendbuf", s.count, rv.counts[rank], "Gatherv at the root")
             _no_alias(s, rv, "Gatherv")
-            sarr, ref = s.array, s
+            sarr, ref = sent_view(s, rv.datatype, s.count, rv.counts[rank]), rv
     else:
         _no_in_place(sendbuf, "sendbuf", "Gatherv", " at a non-root rank")
         s = parse(sendbuf, "sendbuf")
         sarr, ref = s.array, s
-    return Call("gatherv", ref.datatype, sarr.dtype,
+    return Call("gatherv", ref.datatype, ref.array.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
                 uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root,
                 counts=None if counts is None else tuple(counts), own_count=int(sarr.size))
@@ -348,16 +345,12 @@ def reduce_scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any,
 
 def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
-    if is_in_place(sendbuf):
-        n = _per_rank(rb, size, "recvbuf", "Allgather")
-        src = None
-    else:
+    n = _per_rank(rb, size, "recvbuf", "Allgather")  # this rank's blocks, in its own units
+    src: np.ndarray | None = None
+    if not is_in_place(sendbuf):
         s = parse(sendbuf, "sendbuf")
-        same_type(s, rb, "Allgather")
-        n = s.count
-        check_counts("recvbuf", rb.count, n * size, f"Allgather of {n} per rank from {size} ranks")
         _no_alias(s, rb, "Allgather")
-        src = s.array
+        src = sent_view(s, rb.datatype, s.count, n)
     counts, displs = _regular(n, size)
     out = rb.array
 
@@ -376,10 +369,8 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         src = None
     else:
         s = parse(sendbuf, "sendbuf")
-        same_type(s, rv, "Allgatherv")
-        check_counts("sendbuf", s.count, rv.counts[rank], "Allgatherv (recvcounts[rank])")
         _no_alias(s, rv, "Allgatherv")
-        src = s.array
+        src = sent_view(s, rv.datatype, s.count, rv.counts[rank])
     counts, displs, out = rv.counts, rv.displs, rv.array
 
     def prepare(ctx: Context) -> tuple[Any, ...]:
@@ -396,18 +387,19 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
     n = _per_rank(rb, size, "recvbuf", "Alltoall")
     in_place = is_in_place(sendbuf)
+    counts, displs = _regular(n, size)
+    scounts, sdispls = counts, displs
     if in_place:
         make_send = _copy_of(rb.array)
     else:
         s = parse(sendbuf, "sendbuf", blocks=size)
-        same_type(s, rb, "Alltoall")
-        check_counts("sendbuf", s.count, rb.count, "Alltoall (recvbuf's count)")
         _no_alias(s, rb, "Alltoall")
-        make_send = _given(s.array)
-    counts, displs = _regular(n, size)
+        per_block = s.count // size  # the send blocks, in the send datatype's units
+        scounts, sdispls = _regular(per_block, size)
+        make_send = _given(sent_view(s, rb.datatype, per_block, n))
     out = rb.array
     return Call("alltoall", rb.datatype, out.dtype,
-                lambda ctx: (make_send(ctx), counts, displs, out, counts, displs),
+                lambda ctx: (make_send(ctx), scounts, sdispls, out, counts, displs),
                 nbytes=_nbytes(rb), count=n, in_place=in_place)
 
 
@@ -419,10 +411,9 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         make_send = _copy_of(rv.array)
     else:
         sv = parse_v(sendbuf, "sendbuf", size)
-        same_type(sv, rv, "Alltoallv")
         _no_alias(sv, rv, "Alltoallv")
         sc, sd = sv.counts, sv.displs
-        make_send = _given(sv.array)
+        make_send = _given(sent_view(sv, rv.datatype, sv.counts[rank], rv.counts[rank]))
     rc, rd, out = rv.counts, rv.displs, rv.array
     return Call("alltoallv", rv.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),

@@ -68,7 +68,7 @@ from ..algorithms.datatypes import (
 __all__ = [
     "ARG_ERRORS", "Buf", "MPITypeError", "MPIValueError", "VBuf", "check_counts", "datatype_of",
     "int_list", "is_in_place", "is_in_place_constant", "nbytes", "parse", "parse_v",
-    "parse_w", "same_type", "WBuf",
+    "parse_w", "same_type", "sent_view", "WBuf",
 ]
 
 
@@ -681,43 +681,61 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:
-    """Raise when send and receive element types differ (MPI needs them to match).
+    """A reduction's send and receive MPI datatypes must be the same handle, as mpi4py
+    requires them (it raises ``ValueError: mismatch in send and receive MPI datatypes`` on
+    that rank, before MPI sees the call; mpicoll raises it there too, so a program behaves
+    as under plain mpi4py).  ``[MPI.BOTTOM, count, datatype]`` compares the user's datatype.
 
-    ``reduction``: as mpi4py, the two MPI datatypes must be the same handle (ValueError
-    ``mismatch in send and receive MPI datatypes``); elsewhere mpicoll needs the same element
-    type (TypeError; mpi4py leaves that to MPI, which does not check signatures).
+    Check kind: mpi4py's own local check (the rank that passes two datatypes raises, as
+    plain mpi4py raises there), not an agreement across ranks.
 
-    With a derived datatype both sides must pass a derived datatype: the same, or one with
-    the same layout (:func:`~mpicoll.algorithms.datatypes.same_layout`: two vectors built
-    alike): the p2p schedules move whole elements between the two buffers with one datatype.
-    (MPI also allows two layouts with the same type signature; mpicoll does not yet.)
-    ``[MPI.BOTTOM, count, datatype]`` compares the user's datatype (``bottom``)."""
-    if reduction and (a.bottom is not None or b.bottom is not None):
-        given_a = a.datatype if a.bottom is None else a.bottom
-        given_b = b.datatype if b.bottom is None else b.bottom
-        if given_a != given_b:
-            raise ValueError(f"{what}: mismatch in send and receive MPI datatypes (with "
-                             "MPI.BOTTOM pass MPI.IN_PLACE, or the same datatype)")
-    if is_derived(a.datatype) or is_derived(b.datatype):
-        both = is_derived(a.datatype) and is_derived(b.datatype)
-        if not (both and same_layout(a.datatype, b.datatype)):
-            raise TypeError(
-                f"{what}: send datatype {_type_name(a.datatype)} and receive datatype "
-                f"{_type_name(b.datatype)} differ; with a derived datatype both sides must pass "
-                "the same datatype (or one with the same layout)"
-            )
+    ``reduction=False`` (the collectives with a send and a receive side): nothing is
+    checked.  MPI requires the two sides' type *signatures* to agree, not their datatypes,
+    and only across ranks (a strided derived send type against a predefined receive type is
+    a valid call); p2p moves the data by signature (:func:`sent_view`), MPI raises
+    ``MPI_ERR_TRUNCATE`` where a receive is too small."""
+    if not reduction:
         return
-    if reduction and a.datatype != b.datatype:
+    given_a = a.datatype if a.bottom is None else a.bottom
+    given_b = b.datatype if b.bottom is None else b.bottom
+    if given_a != given_b:
         raise ValueError(
             f"{what}: mismatch in send and receive MPI datatypes: send "
-            f"{a.datatype.Get_name()} ({a.array.dtype}), receive "
-            f"{b.datatype.Get_name()} ({b.array.dtype})"
+            f"{_type_name(given_a)} ({a.array.dtype}), receive {_type_name(given_b)} "
+            f"({b.array.dtype}) (mpi4py needs the same datatype on both sides of a reduction)"
         )
-    if a.array.dtype != b.array.dtype:
-        raise TypeError(
-            f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
-            f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
-        )
+
+
+def sent_view(s: Buf | VBuf, datatype: MPI.Datatype, per_block: int | None = None,
+              want: int | None = None) -> np.ndarray:
+    """The send side of a collective as the schedules see it: ``s.array`` itself where it is
+    in the call's unit (``datatype``, the receive side's, and ``per_block == want``), else a
+    :class:`~mpicoll.algorithms.datatypes.TypedView` carrying ``s``'s own datatype, so every
+    message of it is posted with that datatype and every local copy between it and a
+    receive-side buffer goes by type signature (pack, then unpack: never numpy assignment
+    across two typemaps).
+
+    Args:
+        s: the parsed send buffer.
+        datatype: the datatype the call's schedules work in (this rank's receive side's).
+        per_block / want: the send side's count per block and the receive side's, each in
+            its own datatype; when they differ the view is typed too (its copies then drop
+            what does not fit, as MPI's local copy does)."""
+    other = s.datatype
+    same = other == datatype or (not is_derived(other) and not is_derived(datatype)
+                                 and s.array.dtype == _np_dtype_or_none(datatype))
+    if not same and is_derived(other) and is_derived(datatype):
+        same = same_layout(other, datatype)
+    if same and per_block == want:
+        return s.array
+    return TypedView.of(s.array, other)
+
+
+def _np_dtype_or_none(datatype: MPI.Datatype) -> np.dtype | None:
+    try:
+        return _np_dtype(datatype)
+    except TypeError:
+        return None
 
 
 def _type_name(datatype: MPI.Datatype) -> str:

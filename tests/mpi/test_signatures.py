@@ -1,0 +1,391 @@
+"""Type signatures, not datatypes: send and receive sides of different datatypes whose type
+signatures agree, through every collective with both sides and every p2p algorithm, against
+plain mpi4py on the same inputs (issue 20, item 1).
+
+MPI requires the sender's and the receiver's type *signatures* to agree (the sequence of basic
+types), not their datatypes: a root may scatter elements of a strided derived type to ranks
+that receive plain ``MPI.INT64_T``, and a rank may pass a derived type where its peers pass a
+predefined one.  Every datatype here holds two ``int64`` per element (contiguous, vector,
+resized, indexed, subarray, a struct of one basic type), so ``c`` derived elements and ``2c``
+``INT64_T`` elements are the same signature.  Each case builds the same buffers twice (send
+bytes from a per-rank pattern, receive buffers filled with a sentinel, a margin past the
+end), runs plain mpi4py on one copy and mpicoll on the other, and compares every byte on
+every rank: the data that arrived, the holes of a strided receive buffer, the margin.
+
+Modes: ``send`` (derived send side, predefined receive side on every rank), ``recv`` (the
+reverse), ``mixed`` (the even ranks pass the derived type on both sides, the odd ranks the
+predefined one: peers pass different datatypes of one signature).  Forms: blocking, ``I``,
+``_init`` (started twice).  ``MPICOLL_TEST_FULL=1`` adds every type in every mode, every root
+and the ``I``/``_init`` forms for every algorithm.
+
+A signature mismatch that MPI answers with ``MPI_ERR_TRUNCATE`` raises an ``MPI.Exception``
+on the rank MPI raises it on, and no rank hangs (:func:`test_truncation_no_hang` runs under
+the per-test timeout).
+
+Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_signatures.py`` (P = 1..5).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicoll
+from mpicoll import RestrictionError, registry
+
+WORLD = MPI.COMM_WORLD
+P = WORLD.Get_size()
+RANK = WORLD.Get_rank()
+FULL = os.environ.get("MPICOLL_TEST_FULL", "") not in ("", "0")
+SENTINEL = 0xA5
+MARGIN = 16
+BASIC = MPI.INT64_T
+K = 2  # basic elements per derived element
+
+
+def _types() -> dict[str, MPI.Datatype]:
+    vec = BASIC.Create_vector(2, 1, 2)  # 2 int64 every other slot: extent 24
+    out = {
+        "contiguous": BASIC.Create_contiguous(2),
+        "vector": vec,
+        "resized": vec.Create_resized(0, 32),
+        "indexed": BASIC.Create_indexed([1, 1], [3, 0]),  # out of order, a hole between
+        "subarray": BASIC.Create_subarray([2, 3], [1, 2], [1, 0]),
+        "struct": MPI.Datatype.Create_struct([2], [8], [BASIC]),
+    }
+    for t in out.values():
+        t.Commit()
+    return out
+
+
+TYPES = _types()
+NAMES = list(TYPES) if FULL else ["vector", "resized", "subarray", "struct"]
+MODES = ["send", "recv", "mixed"]
+
+
+def _span(t: MPI.Datatype | None, count: int) -> int:
+    """Bytes a buffer of ``count`` elements of ``t`` (None: BASIC) needs, plus the margin."""
+    if t is None:
+        return count * 8 + MARGIN
+    _, extent = t.Get_extent()
+    tlb, text = t.Get_true_extent()
+    return max(count * extent, (count - 1) * extent + tlb + text if count else 0) + MARGIN
+
+
+class Side:
+    """One rank's buffer on one side: ``units`` derived elements' worth of data, of datatype
+    ``t`` (``units`` elements) or ``BASIC`` (``K * units`` elements) when ``t`` is None."""
+
+    def __init__(self, t: MPI.Datatype | None, units: int, fill: int | None) -> None:
+        self.t = t
+        n = units if t is not None else K * units
+        nbytes = _span(t, n)
+        if fill is None:
+            self.raw = np.full(nbytes, SENTINEL, np.uint8)
+        else:
+            self.raw = ((np.arange(nbytes) * 7 + fill * 31 + 3) % 251).astype(np.uint8)
+
+    def n(self, units: int) -> int:
+        return units if self.t is not None else K * units
+
+    def buf(self) -> Any:
+        return self.raw if self.t is not None else self.raw[: self.raw.size - MARGIN].view(
+            np.int64)
+
+    def dt(self) -> MPI.Datatype:
+        return BASIC if self.t is None else self.t
+
+    def spec(self, units: int) -> list[Any]:
+        return [self.buf(), self.n(units), self.dt()]
+
+    def vspec(self, units: list[int]) -> list[Any]:
+        counts = [self.n(u) for u in units]
+        displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int).tolist()
+        return [self.buf(), (counts, displs), self.dt()]
+
+
+def _kinds(mode: str, t: MPI.Datatype, rank: int) -> tuple[MPI.Datatype | None, ...]:
+    """(send type, receive type) of ``rank`` (None: BASIC)."""
+    if mode == "send":
+        return t, None
+    if mode == "recv":
+        return None, t
+    return (t, t) if rank % 2 == 0 else (None, None)
+
+
+def vunits(i: int) -> int:
+    return (i * 2 + 1) % 3  # 1, 0, 2, 1, 0, ...: a zero among them from P = 2
+
+
+def build(coll: str, mode: str, t: MPI.Datatype, u: int, root: int
+          ) -> tuple[tuple[Any, ...], list[np.ndarray]]:
+    """The arguments of one call on this rank and the raw arrays to compare afterwards."""
+    st, rt = _kinds(mode, t, RANK)
+    if coll in ("scatter", "scatterv"):
+        units = [u] * P if coll == "scatter" else [vunits(i) for i in range(P)]
+        mine = units[RANK]
+        s = Side(st, sum(units), RANK) if root == RANK else None
+        r = Side(rt, mine, None)
+        sendspec = None
+        if s is not None:
+            sendspec = s.spec(u) if coll == "scatter" else s.vspec(units)
+        return (sendspec, r.spec(mine), root), [r.raw]
+    if coll in ("gather", "gatherv"):
+        units = [u] * P if coll == "gather" else [vunits(i) for i in range(P)]
+        s = Side(st, units[RANK], RANK)
+        r = Side(rt, sum(units), None) if root == RANK else None
+        recvspec = None
+        if r is not None:
+            recvspec = r.spec(u) if coll == "gather" else r.vspec(units)
+        return (s.spec(units[RANK]), recvspec, root), ([r.raw] if r is not None else [])
+    if coll in ("allgather", "allgatherv"):
+        units = [u] * P if coll == "allgather" else [vunits(i) for i in range(P)]
+        s = Side(st, units[RANK], RANK)
+        r = Side(rt, sum(units), None)
+        recvspec = r.spec(u) if coll == "allgather" else r.vspec(units)
+        return (s.spec(units[RANK]), recvspec), [r.raw]
+    if coll == "alltoall":
+        s, r = Side(st, u * P, RANK), Side(rt, u * P, None)
+        return (s.spec(u), r.spec(u)), [r.raw]
+    assert coll == "alltoallv"
+    sent = [(RANK + 2 * j) % 3 for j in range(P)]
+    got = [(i + 2 * RANK) % 3 for i in range(P)]
+    s, r = Side(st, sum(sent), RANK), Side(rt, sum(got), None)
+    return (s.vspec(sent), r.vspec(got)), [r.raw]
+
+
+COLLECTIVES = ["scatter", "scatterv", "gather", "gatherv", "allgather", "allgatherv",
+               "alltoall", "alltoallv"]
+METHOD = {c: c.capitalize() for c in COLLECTIVES}
+
+
+def _reference(coll: str, mode: str, t: MPI.Datatype, u: int, root: int) -> list[np.ndarray]:
+    args, outs = build(coll, mode, t, u, root)
+    getattr(WORLD, METHOD[coll])(*args)
+    return outs
+
+
+def _run(backend: Any, coll: str, form: str, args: tuple[Any, ...], **kw: Any) -> None:
+    name = METHOD[coll]
+    if form == "blocking":
+        getattr(backend, name)(*args, **kw)
+    elif form == "I":
+        getattr(backend, "I" + name[0].lower() + name[1:])(*args, **kw).Wait()
+    else:
+        req = getattr(backend, name + "_init")(*args, **kw)
+        try:
+            for _ in range(2):
+                req.Start()
+                req.Wait()
+        finally:
+            req.Free()
+
+
+@pytest.fixture(scope="module")
+def p2p() -> Any:
+    b = mpicoll.p2p(WORLD)
+    yield b
+    b.Free()
+
+
+def _algorithms(coll: str) -> list[str]:
+    return ["auto"] + [a.name for a in registry.algorithms(coll)]
+
+
+def _cases() -> list[Any]:
+    out = []
+    for coll in COLLECTIVES:
+        for name in NAMES:
+            for mode in MODES:
+                if not FULL and mode != "mixed" and name not in ("resized", "struct") and \
+                        (name, mode) != ("vector", "send") and \
+                        (name, mode) != ("subarray", "recv"):
+                    continue
+                out.append(pytest.param(coll, name, mode, id=f"{coll}-{name}-{mode}"))
+    return out
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("coll", "name", "mode"), _cases())
+def test_signature_pairs(p2p: Any, coll: str, name: str, mode: str) -> None:
+    """Every p2p algorithm (auto and forced; blocking, and the I- and _init forms for auto
+    and, with MPICOLL_TEST_FULL, for all) gives plain mpi4py's bytes on every rank."""
+    t = TYPES[name]
+    rooted = coll in ("scatter", "scatterv", "gather", "gatherv")
+    roots = sorted({0, P - 1}) if rooted else [0]
+    if FULL and rooted:
+        roots = list(range(P))
+    for root in roots:
+        for u in (0, 1, 3) if FULL else (1, 3):
+            want = _reference(coll, mode, t, u, root)
+            for alg in _algorithms(coll):
+                forms = ["blocking", "I", "_init"] if (FULL or alg == "auto") else ["blocking"]
+                for form in forms:
+                    args, outs = build(coll, mode, t, u, root)
+                    kw = {} if alg == "auto" else {"algorithm": alg}
+                    try:
+                        _run(p2p, coll, form, args, **kw)
+                    except RestrictionError:
+                        assert registry.get(coll, alg).why_not(
+                            P, uniform=coll not in ("scatterv", "gatherv", "allgatherv",
+                                                    "alltoallv")
+                            or len({vunits(i) for i in range(P)}) <= 1) is not None
+                        continue
+                    for got, ref in zip(outs, want, strict=True):
+                        assert got.tobytes() == ref.tobytes(), (coll, name, mode, alg, form,
+                                                                root, u)
+
+
+@pytest.mark.mpi
+def test_issue_examples(p2p: Any) -> None:
+    """The issue's two calls: a root scattering one element of a strided type (3 int64 every
+    other slot, resized to the row) to ranks receiving 3 INT64_T; a column gathered as plain
+    doubles (``Allgather([a, 1, col], [out, 2, MPI.DOUBLE])``)."""
+    row = MPI.INT64_T.Create_vector(3, 1, 2).Create_resized(0, 48).Commit()
+    col = MPI.DOUBLE.Create_vector(2, 1, 2).Create_resized(0, 8).Commit()
+    try:
+        for backend in (WORLD, p2p):
+            src = np.arange(6 * P, dtype=np.int64) if RANK == 0 else None
+            got = np.zeros(3, np.int64)
+            backend.Scatter([src, 1, row] if RANK == 0 else None, [got, MPI.INT64_T], root=0)
+            assert got.tolist() == [6 * RANK, 6 * RANK + 2, 6 * RANK + 4]
+            a = np.arange(4.0) + 10 * RANK
+            out = np.zeros(2 * P)
+            backend.Allgather([a, 1, col], [out, 2, MPI.DOUBLE])
+            assert out.tolist() == [v for r in range(P) for v in (10.0 * r, 10.0 * r + 2)]
+    finally:
+        row.Free()
+        col.Free()
+
+
+def _truncating(coll: str) -> tuple[Callable[[Any], None], bool]:
+    """A call in which rank 1 (P > 1) receives less than is sent to it; returns the call and
+    whether this rank is where MPI raises ``MPI_ERR_TRUNCATE``."""
+    if coll == "scatter":
+        def call(b: Any) -> None:
+            src = np.arange(4.0 * P) if RANK == 0 else None
+            b.Scatter(src, np.zeros(3 if RANK == 1 else 4), root=0)
+        return call, RANK == 1
+    if coll == "gather":
+        def call(b: Any) -> None:
+            out = np.zeros(3 * P) if RANK == 0 else None
+            b.Gather(np.arange(4.0), [out, 3, MPI.DOUBLE] if RANK == 0 else None, root=0)
+        return call, RANK == 0 and P > 1
+    raise AssertionError(coll)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("coll", ["scatter", "gather"])
+@pytest.mark.parametrize("algorithm", ["linear"])
+def test_truncation_no_hang(p2p: Any, coll: str, algorithm: str) -> None:
+    """A receive smaller than what is sent to it raises ``MPI.Exception`` (MPI_ERR_TRUNCATE)
+    on the rank plain mpi4py raises it on, and every rank returns (the per-test timeout
+    proves that none hangs).  The same call on plain mpi4py is the reference."""
+    call, raises = _truncating(coll)
+    for backend, kw in ((WORLD, {}), (p2p, {"algorithm": algorithm})):
+        def go(b: Any = backend, kw: dict[str, Any] = kw) -> None:
+            if kw:
+                call(_Forced(b, kw))
+            else:
+                call(b)
+        if raises:
+            with pytest.raises(MPI.Exception) as info:
+                go()
+            assert info.value.Get_error_class() in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS,
+                                                    MPI.ERR_OTHER)
+        else:
+            go()
+    WORLD.Barrier()
+
+
+class _Forced:
+    """A backend whose collective methods get ``algorithm=`` added."""
+
+    def __init__(self, backend: Any, kw: dict[str, Any]) -> None:
+        self._b, self._kw = backend, kw
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._b, name)
+        return lambda *a, **k: fn(*a, **{**self._kw, **k})
+
+
+def _mismatches() -> dict[str, Callable[[int, int], tuple[Callable[[Any], None], list[Any]]]]:
+    """Calls whose signatures do not agree, each ``make(rank, p) -> (call, outputs)``."""
+
+    def int_float(r: int, p: int) -> tuple[Callable[[Any], None], list[Any]]:
+        s, rb = np.full(2, r + 1, np.int32), np.full(2 * p, -7, np.float32)
+        return (lambda b: b.Allgather([s, MPI.INT], [rb, MPI.FLOAT])), [rb]
+
+    def i64_f64(r: int, p: int) -> tuple[Callable[[Any], None], list[Any]]:
+        # (int32 against int64 would make MPICH 5.0.2 itself abort: a partial element)
+        s, rb = np.arange(p, dtype=np.int64) + 10 * r, np.full(p, -7.0)
+        return (lambda b: b.Alltoall(s, rb)), [rb]
+
+    def f32_f64_root(r: int, p: int) -> tuple[Callable[[Any], None], list[Any]]:
+        s = np.full(2, r + 0.5, np.float32)
+        rb = np.full(2 * p, -7.0) if r == 0 else None
+        return (lambda b: b.Gather(s, rb, root=0)), ([rb] if rb is not None else [])
+
+    def short_send_root(r: int, p: int) -> tuple[Callable[[Any], None], list[Any]]:
+        s = np.arange(3.0 * p) if r == 0 else None
+        rb = np.full(4, -7.0)
+        return (lambda b: b.Scatter([s, 3, MPI.DOUBLE] if r == 0 else None,
+                                    [rb, 4, MPI.DOUBLE], root=0)), [rb]
+
+    def root_own_small(r: int, p: int) -> tuple[Callable[[Any], None], list[Any]]:
+        s = np.arange(4.0 * p) if r == 0 else None
+        rb = np.full(4, -7.0)
+        return (lambda b: b.Scatter([s, 4, MPI.DOUBLE] if r == 0 else None,
+                                    [rb, 3 if r == 0 else 4, MPI.DOUBLE], root=0)), [rb]
+
+    def alltoall_short(r: int, p: int) -> tuple[Callable[[Any], None], list[Any]]:
+        s, rb = np.full(2 * p, r + 1.0), np.full(p, -7.0)
+        return (lambda b: b.Alltoall(s, rb)), [rb]
+
+    return {"allgather_int_float": int_float, "alltoall_i64_f64": i64_f64,
+            "gather_f32_f64_root": f32_f64_root, "scatter_send_shorter": short_send_root,
+            "scatter_root_own_small": root_own_small, "alltoall_truncated": alltoall_short}
+
+
+MISMATCHES = _mismatches()
+
+
+def _outcome(backend: Any, make: Callable[..., Any], kw: dict[str, Any]
+             ) -> tuple[str, list[bytes]]:
+    call, outs = make(RANK, P)
+    try:
+        call(_Forced(backend, kw) if kw else backend)
+    except MPI.Exception as exc:
+        known = exc.Get_error_class() in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS, MPI.ERR_OTHER)
+        return f"MPI.Exception {known}", []
+    return "ok", [o.tobytes() for o in outs]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_mismatch_as_mpi4py(p2p: Any, case: str) -> None:
+    """Send and receive signatures that differ (int against float of one size, float32 against
+    float64, a shorter or longer message than the receive): no refusal before MPI; the ranks
+    plain mpi4py completes on complete (with its bytes, where the call moves whole
+    elements of one size), the ranks it raises ``MPI_ERR_TRUNCATE`` on
+    raise an ``MPI.Exception`` (the direct algorithms: one round, so no peer waits on a rank
+    that stopped)."""
+    make = MISMATCHES[case]
+    want = _outcome(WORLD, make, {})
+    if case in ("scatter_send_shorter", "scatter_root_own_small"):
+        # MPI leaves what lands where of an erroneous call to the algorithm (a relay of a
+        # tree lays blocks out by its own count): only who raises is compared
+        want = (want[0], [])
+    coll = {"allgather_int_float": "allgather"}.get(case, case.split("_")[0])
+    alg = {"allgather": "ring", "alltoall": "scattered"}.get(coll, "linear")
+    for kw in ({}, {"algorithm": alg}) if coll != "allgather" else ({"algorithm": alg},):
+        got = _outcome(p2p, make, kw)
+        if not want[1]:
+            got = (got[0], [])
+        assert got == want, (case, kw)
+    WORLD.Barrier()
