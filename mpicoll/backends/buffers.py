@@ -192,13 +192,28 @@ def _datatype(spec: Any, what: str) -> MPI.Datatype:
         raise KeyError(f"{what}: cannot map {spec!r} to MPI datatype") from None
 
 
+def _null_type(dt: Any, what: str, inferred: bool) -> None:
+    """``MPI.DATATYPE_NULL`` as a message's datatype: with the count to infer from a buffer,
+    mpi4py's ``ValueError`` (``message: cannot infer count, datatype is null``); with a count
+    (or a null buffer, whose count is 0), what MPI
+    raises for it (``MPI_ERR_TYPE``, an :class:`MPITypeError`).  Check kind: mpi4py's and
+    MPI's own local refusal, on the rank that passes it, before any message."""
+    if isinstance(dt, MPI.Datatype) and dt == MPI.DATATYPE_NULL:
+        if inferred:
+            raise ValueError(f"{what}: message: cannot infer count, datatype is null "
+                             "(MPI.DATATYPE_NULL)")
+        raise MPITypeError(MPI.ERR_TYPE, f"{what}: invalid datatype: MPI.DATATYPE_NULL is "
+                           "a null datatype (MPI refuses it)")
+
+
 def _is_datatype(x: Any) -> bool:
     return isinstance(x, (MPI.Datatype, str))
 
 
 def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
-    if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
+    if not isinstance(datatype, MPI.Datatype):
         raise TypeError(f"expected an mpi4py MPI.Datatype, got {datatype!r}")
+    _null_type(datatype, "datatype", False)
     try:
         return np.dtype(dtlib.to_numpy_dtype(datatype))
     except Exception as exc:  # dtlib raises ValueError/TypeError for types it cannot map
@@ -388,6 +403,7 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         ValueError: a count at a displacement that ends past the buffer.
     """
     obj, cnt, dsp, dt, is_list = _unpack(spec, what, vector=False)
+    _null_type(dt, what, cnt is None and not (is_list and _is_bottom(obj)))
     if is_list and _is_bottom_constant(obj) and dt is not None:  # absolute addresses
         n = 0 if cnt is None else _index(cnt, what)
         at = 0 if dsp is None else _index(dsp, what, "displacement")
@@ -500,6 +516,14 @@ def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
     return out
 
 
+def _scalar(x: Any) -> Any:
+    """A 0-d numpy array as the one int it holds (mpi4py takes ``np.array(3)`` as a count or
+    a displacement stride, as it takes ``3``)."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item() if x.dtype.kind in "iub" else x
+    return x
+
+
 def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
     """Parse a vector spec (mpi4py's ``BufSpecV``) into a :class:`VBuf`.
 
@@ -516,6 +540,8 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         a receive buffer (ValueError: MPI would corrupt memory).
     """
     obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
+    counts_spec, displs_spec = _scalar(counts_spec), _scalar(displs_spec)
+    _null_type(dt, what, counts_spec is None and not (is_list and _is_bottom(obj)))
     bottom = is_list and _is_bottom_constant(obj) and dt is not None  # absolute addresses
     derived = isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None \
         and not _is_bottom(obj)
@@ -619,6 +645,22 @@ class WBuf:
         return self.counts[i] * int(self.datatypes[i].Get_size())
 
 
+def _one_block(raw: np.ndarray, origin: int, count: int, datatype: MPI.Datatype
+               ) -> TypedView:
+    """``count`` elements of a datatype whose extent is 0 (or negative) from byte ``origin``
+    of ``raw``, as one element of a twin type (``Create_contiguous(count)`` of it, resized to
+    extent 1: the same type signature and the same bytes from the same origin, which a view
+    of elements cannot hold).  The twin is freed with the view."""
+    one = datatype.Create_contiguous(count)
+    try:
+        twin = one.Create_resized(int(one.Get_extent()[0]), 1).Commit()
+    finally:
+        one.Free()
+    view = TypedView.of(typed_view(raw, origin, 1, 1), twin)
+    weakref.finalize(view, _free_type, twin).atexit = False
+    return view
+
+
 def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     """Parse an ``Alltoallw`` spec, mpi4py's two forms: ``[buf, (counts, displs), datatypes]``
     and ``[buf, counts, displs, datatypes]`` (displacements in bytes, one datatype per rank:
@@ -661,8 +703,9 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     blocks = []
     used = list(types)
     for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
-        if not isinstance(t, MPI.Datatype) or t == MPI.DATATYPE_NULL:
+        if not isinstance(t, MPI.Datatype):
             raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
+        _null_type(t, f"{what}: datatypes[{i}]", False)
         if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom)
             if c and d < 0:
                 raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement ({d} for "
@@ -672,8 +715,11 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
                 used[i] = twin
             blocks.append(TypedView.of(view, twin))
             continue
-        extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
         check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
+        if c and t.Get_extent()[1] <= 0:  # extent 0 (or negative): one element of c of them
+            blocks.append(_one_block(raw, d, c, t))
+            continue
+        extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
         blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
     # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
     # two of them write one byte twice is the user's to keep, as in MPI; not checked)

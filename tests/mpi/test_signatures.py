@@ -389,3 +389,143 @@ def test_mismatch_as_mpi4py(p2p: Any, case: str) -> None:
             got = (got[0], [])
         assert got == want, (case, kw)
     WORLD.Barrier()
+
+
+# ---- mpi4py's own two cases (issue 20, item 2) -------------------------------------------
+
+
+def _error_kind(fn: Callable[[], Any]) -> str:
+    try:
+        fn()
+    except MPI.Exception as exc:  # (an MPITypeError is a TypeError too: MPI's class first)
+        return f"MPI.Exception {exc.Get_error_class()}"
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc).__name__
+    return "ok"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("form", ["inferred", "none_buffer", "explicit"])
+def test_datatype_null_as_mpi4py(p2p: Any, form: str) -> None:
+    """``MPI.DATATYPE_NULL`` as a message's datatype: with the count to infer from a buffer,
+    ValueError (mpi4py's ``cannot infer count, datatype is null``); with a count or a null
+    buffer, MPI's MPI_ERR_TYPE; on every rank, as plain mpi4py."""
+    buf = np.zeros(3)
+    spec = {"inferred": [buf, None, [0] * P, MPI.DATATYPE_NULL],
+            "none_buffer": [None, None, [0] * P, MPI.DATATYPE_NULL],
+            "explicit": [buf, [0] * P, [0] * P, MPI.DATATYPE_NULL]}[form]
+    got = [_error_kind(lambda b=b: b.Alltoallv(spec, [np.zeros(P), MPI.DOUBLE]))
+           for b in (WORLD, p2p)]
+    assert got[0] == got[1], got
+    assert got[0] != "ok"
+    if form == "inferred":
+        with pytest.raises(ValueError, match="datatype is null"):
+            p2p.Alltoallv(spec, [np.zeros(P), MPI.DOUBLE])
+
+
+@pytest.mark.mpi
+def test_zero_d_count_as_mpi4py(p2p: Any) -> None:
+    """A 0-d numpy array as the count (and the displacement stride) of a vector spec is
+    taken as the int it holds, as mpi4py takes it."""
+    for counts, displs in ((np.array(2), None), (np.array(2), np.array(2)),
+                           (np.array(2), [2 * i for i in range(P)])):
+        outs = []
+        for b in (WORLD, p2p):
+            s = np.arange(2.0 * P) + 10 * RANK
+            r = np.full(2 * P, -1.0)
+            b.Alltoallv([s, (2, [2 * i for i in range(P)])],
+                        [r, (counts, displs) if displs is not None else counts])
+            outs.append(r)
+        assert outs[0].tolist() == outs[1].tolist()
+
+
+# ---- zero-size and extent-0 datatypes (issue 20, item 8) ---------------------------------
+
+
+def _zero_size() -> MPI.Datatype:
+    """Size 0, extent 8: ``INT32_T.Create_contiguous(0)`` resized to 8 bytes."""
+    zero = MPI.INT32_T.Create_contiguous(0)
+    out = zero.Create_resized(0, 8).Commit()
+    zero.Free()
+    return out
+
+
+ZERO = _zero_size()
+NOOP = MPI.Op.Create(lambda a, b, dt: None, commute=True)
+
+ZERO_CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray, int, dict[str, Any]], None]] = {
+    "allreduce": lambda b, x, y, n, kw: b.Allreduce([x, n, ZERO], [y, n, ZERO], op=NOOP, **kw),
+    "reduce": lambda b, x, y, n, kw: b.Reduce([x, n, ZERO], [y, n, ZERO], op=NOOP,
+                                              root=P - 1, **kw),
+    "reduce_scatter_block": lambda b, x, y, n, kw: b.Reduce_scatter_block(
+        [x, n, ZERO], [y, n, ZERO], op=NOOP, **kw),
+    "reduce_scatter": lambda b, x, y, n, kw: b.Reduce_scatter(
+        [x, n * P, ZERO], [y, n, ZERO], [n] * P, op=NOOP, **kw),
+    "scan": lambda b, x, y, n, kw: b.Scan([x, n, ZERO], [y, n, ZERO], op=NOOP, **kw),
+    "exscan": lambda b, x, y, n, kw: b.Exscan([x, n, ZERO], [y, n, ZERO], op=NOOP, **kw),
+    "bcast": lambda b, x, y, n, kw: b.Bcast([y, n, ZERO], root=P - 1, **kw),
+    "scatter": lambda b, x, y, n, kw: b.Scatter([x, n, ZERO], [y, n, ZERO], root=0, **kw),
+    "scatterv": lambda b, x, y, n, kw: b.Scatterv([x, [n] * P, ZERO], [y, n, ZERO], root=0,
+                                                  **kw),
+    "gather": lambda b, x, y, n, kw: b.Gather([x, n, ZERO], [y, n, ZERO], root=0, **kw),
+    "gatherv": lambda b, x, y, n, kw: b.Gatherv([x, n, ZERO], [y, [n] * P, ZERO], root=0, **kw),
+    "allgather": lambda b, x, y, n, kw: b.Allgather([x, n, ZERO], [y, n, ZERO], **kw),
+    "allgatherv": lambda b, x, y, n, kw: b.Allgatherv([x, n, ZERO], [y, [n] * P, ZERO], **kw),
+    "alltoall": lambda b, x, y, n, kw: b.Alltoall([x, n, ZERO], [y, n, ZERO], **kw),
+    "alltoallv": lambda b, x, y, n, kw: b.Alltoallv([x, [n] * P, ZERO], [y, [n] * P, ZERO],
+                                                    **kw),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("coll", list(ZERO_CALLS))
+def test_zero_size_datatype(p2p: Any, coll: str) -> None:
+    """3 elements of a datatype of size 0 and extent 8 (a user op for the reductions): MPI
+    moves nothing; every p2p algorithm completes on every rank (no ZeroDivisionError in the
+    segment arithmetic, no rank left in Rabenseifner's fold at P = 3, 5) and leaves every byte
+    as plain mpi4py does (the per-test timeout catches a hang)."""
+    n = 3
+
+    def bufs() -> tuple[np.ndarray, np.ndarray]:
+        return (np.full(8 * n * P, RANK + 1, np.uint8), np.full(8 * n * P, SENTINEL, np.uint8))
+
+    x, y = bufs()
+    ZERO_CALLS[coll](WORLD, x, y, n, {})
+    want = y.tobytes()
+    for alg in _algorithms(coll):
+        x, y = bufs()
+        try:
+            ZERO_CALLS[coll](p2p, x, y, n, {} if alg == "auto" else {"algorithm": alg})
+        except RestrictionError:
+            continue
+        assert y.tobytes() == want, alg
+    WORLD.Barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("side", ["send", "recv", "both"])
+def test_extent_zero_alltoallw(p2p: Any, side: str) -> None:
+    """Alltoallw blocks of an extent-0 type with a count above 0 (a one-int type resized to
+    extent 0, count 1; the send side's count 2 where only one side has it: the same bytes
+    twice in a row is still one int's signature per element), through every algorithm,
+    against plain mpi4py; at P = 2 only some ranks' blocks are of that type, so a refusal on
+    those ranks alone would leave the others waiting."""
+    e0 = MPI.INT32_T.Create_resized(0, 0).Commit()
+    try:
+        def call(b: Any, kw: dict[str, Any]) -> np.ndarray:
+            s = np.arange(4 * P, dtype=np.int32) + 100 * RANK
+            r = np.full(4 * P, -1, np.int32)
+            sdt = [e0 if side in ("send", "both") and (i + RANK) % 2 == 0 else MPI.INT32_T
+                   for i in range(P)]
+            rdt = [e0 if side in ("recv", "both") and (i + RANK) % 2 == 0 else MPI.INT32_T
+                   for i in range(P)]
+            b.Alltoallw([s, ([1] * P, [4 * i for i in range(P)]), sdt],
+                        [r, ([1] * P, [8 * i for i in range(P)]), rdt], **kw)
+            return r
+
+        want = call(WORLD, {})
+        for alg in _algorithms("alltoallw"):
+            got = call(p2p, {} if alg == "auto" else {"algorithm": alg})
+            assert got.tolist() == want.tolist(), alg
+    finally:
+        e0.Free()
