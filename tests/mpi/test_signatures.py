@@ -399,7 +399,7 @@ def _error_kind(fn: Callable[[], Any]) -> str:
         fn()
     except MPI.Exception as exc:  # (an MPITypeError is a TypeError too: MPI's class first)
         return f"MPI.Exception {exc.Get_error_class()}"
-    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+    except Exception as exc:  # the type is what is compared
         return type(exc).__name__
     return "ok"
 

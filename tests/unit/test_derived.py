@@ -222,6 +222,7 @@ def test_same_layout_types_match() -> None:
     s2, r2 = parse([buf, 2, MPI.DOUBLE], "s"), parse([buf, 1, VEC], "r")
     same_type(s2, r2, "Gather")  # not a reduction: nothing to refuse
     view = sent_view(s2, VEC, 2, 1)
-    assert type(view) is TypedView and view.datatype == MPI.DOUBLE
+    assert type(view) is TypedView
+    assert view.datatype == MPI.DOUBLE
     with pytest.raises(ValueError, match="mismatch in send and receive MPI datatypes"):
         same_type(s2, r2, "Allreduce", reduction=True)
