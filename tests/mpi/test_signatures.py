@@ -529,3 +529,55 @@ def test_extent_zero_alltoallw(p2p: Any, side: str) -> None:
             assert got.tolist() == want.tolist(), alg
     finally:
         e0.Free()
+
+
+# ---- Bcast: peers pass different datatypes of one signature (issue 20, item 5) ----------
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [0, 1, 7, 20_000])
+def test_bcast_mixed_datatypes(p2p: Any, n: int) -> None:
+    """The root passes ``n`` elements of a 10-INT contiguous type, the even ranks ``10 n``
+    INT, the odd ranks ``n`` of a strided 10-INT vector: one signature, three datatypes and
+    counts.  Every algorithm, auto and forced, every segment split, gives every rank plain
+    mpi4py's bytes (the split is made on the message's bytes, which every rank shares)."""
+    root = P - 1
+    contig = MPI.INT.Create_contiguous(10).Commit()
+    vec = MPI.INT.Create_vector(10, 1, 2).Commit()
+    try:
+        def call(b: Any, kw: dict[str, Any]) -> np.ndarray:
+            if RANK == root:
+                a = np.arange(10 * n, dtype=np.int32) + 7
+                b.Bcast([a, n, contig], root=root, **kw)
+            elif RANK % 2 == 0:
+                a = np.full(10 * n, -1, np.int32)
+                b.Bcast([a, MPI.INT], root=root, **kw)
+            else:
+                a = np.full(20 * n + 1, -1, np.int32)
+                b.Bcast([a, n, vec], root=root, **kw)
+            return a
+
+        want = call(WORLD, {})
+        for alg in _algorithms("bcast"):
+            for form in ("blocking", "I") if alg == "auto" else ("blocking",):
+                if form == "I":
+                    got = call(_Nonblocking(p2p), {})
+                else:
+                    try:
+                        got = call(p2p, {} if alg == "auto" else {"algorithm": alg})
+                    except RestrictionError:
+                        continue
+                assert got.tobytes() == want.tobytes(), (alg, form)
+    finally:
+        contig.Free()
+        vec.Free()
+
+
+class _Nonblocking:
+    """A backend whose ``Bcast`` is its ``Ibcast(...).Wait()``."""
+
+    def __init__(self, backend: Any) -> None:
+        self._b = backend
+
+    def Bcast(self, *args: Any, **kw: Any) -> None:  # noqa: N802 - mpi4py's name
+        self._b.Ibcast(*args, **kw).Wait()
