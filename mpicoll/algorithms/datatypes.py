@@ -17,6 +17,8 @@ typemap are ever touched, and :func:`check_span` is what keeps those inside the 
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,7 +26,8 @@ from mpi4py import MPI
 
 __all__ = [
     "Extents", "PerPeer", "TypedView", "check_span", "datatype_of_view", "extents", "is_derived",
-    "same_layout", "typed_copy", "typed_scratch", "typed_view",
+    "same_layout", "signature_unit", "type_signature", "typed_copy", "typed_scratch",
+    "typed_view",
 ]
 
 
@@ -211,3 +214,90 @@ def typed_copy(src: np.ndarray, dst: np.ndarray, datatype: MPI.Datatype) -> None
         k = rtype.Pack(out[m : m + 1], mine, 0, MPI.COMM_SELF)
         mine[:part] = packed[end - part : end]
         rtype.Unpack(mine[:k], 0, out[m : m + 1], MPI.COMM_SELF)
+
+
+def type_signature(datatype: MPI.Datatype) -> list[tuple[str, int]]:
+    """The type signature of one element of ``datatype``: its basic types in order, as
+    (name, repeat) runs (displacements, holes and resizing do not count: MPI matches
+    signatures, not layouts).  ``DARRAY`` types count as their bytes."""
+    out: list[tuple[str, int]] = []
+
+    def add(name: str, n: int) -> None:
+        if n <= 0:
+            return
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + n)
+        else:
+            out.append((name, n))
+
+    def walk(dt: MPI.Datatype, reps: int) -> None:
+        if dt.is_predefined:
+            add(dt.Get_name() or str(dt.Get_size()), reps)
+            return
+        base, combiner, params = dt.decode()
+        try:
+            if combiner == "STRUCT":
+                one = _sub(params["datatypes"], params["blocklengths"])
+                for _ in range(min(reps, 64)):  # repeated structs: a bounded prefix
+                    for name, k in one:
+                        add(name, k)
+                if reps > 64:
+                    add("x", reps)
+                return
+            n: int | None = {"DUP": 1, "RESIZED": 1,
+                             "CONTIGUOUS": params.get("count", 1)}.get(combiner)
+            if n is None and combiner in ("VECTOR", "HVECTOR"):
+                n = params["count"] * params["blocklength"]
+            elif n is None and combiner in ("INDEXED", "HINDEXED"):
+                n = sum(params["blocklengths"])
+            elif n is None and combiner in ("INDEXED_BLOCK", "HINDEXED_BLOCK"):
+                n = params["blocklength"] * len(params["displacements"])
+            elif n is None and combiner == "SUBARRAY":
+                n = int(np.prod(params["subsizes"]))
+            if n is None:
+                add(f"{dt.Get_size()} bytes", reps)
+            else:
+                walk(base, reps * int(n))
+        finally:
+            for b in ([base] if isinstance(base, MPI.Datatype) else list(base)):
+                if not b.is_predefined:
+                    b.Free()
+
+    def _sub(types: Sequence[MPI.Datatype], counts: Sequence[int]) -> list[tuple[str, int]]:
+        saved = list(out)
+        out.clear()
+        for t, c in zip(types, counts, strict=True):
+            walk(t, int(c))
+        one = list(out)
+        out[:] = saved
+        return one
+
+    walk(datatype, 1)
+    return out
+
+
+def signature_unit(datatype: MPI.Datatype) -> tuple[int, int]:
+    """``(code, k)``: one element of ``datatype`` is ``k`` copies of the signature named by
+    ``code`` (a CRC of it), its shortest repeating unit: ``k`` basic elements of one basic type
+    for a homogeneous signature (a vector of 2 int64 is ``(INT64_T, 2)``), else the whole
+    element's signature and ``k = 1``.  ``count`` elements of two datatypes have the same type
+    signature when their codes agree and ``count * k`` does (what MPI matches: checked mode
+    compares these).  Remembered by handle for predefined datatypes."""
+    if datatype.is_predefined:
+        found = _PREDEFINED_UNITS.get(datatype.handle)
+        if found is None:
+            found = _PREDEFINED_UNITS[datatype.handle] = _unit(type_signature(datatype))
+        return found
+    return _unit(type_signature(datatype))
+
+
+#: predefined datatype handle -> :func:`signature_unit`
+_PREDEFINED_UNITS: dict[int, tuple[int, int]] = {}
+
+
+def _unit(runs: Sequence[tuple[str, int]]) -> tuple[int, int]:
+    if len(runs) == 1:
+        return zlib.crc32(runs[0][0].encode()), int(runs[0][1])
+    if not runs:
+        return 0, 0
+    return zlib.crc32(repr(list(runs)).encode()), 1

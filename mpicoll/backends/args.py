@@ -7,9 +7,27 @@ so both backends refuse the same inputs with the same errors; the p2p backend al
 context, so the simulator can account for them).
 
 Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
-defined for the datatype, send and receive types that differ); ``ValueError`` for a wrong
-value (root outside [0, p), sizes that do not fit, ``MPI.IN_PLACE`` where MPI forbids it,
-non-contiguous or read-only buffers, aliased send and receive buffers).
+defined for the datatype, a reduction's send and receive datatypes that differ);
+``ValueError`` for a wrong value (root outside [0, p), a count past the buffer,
+``MPI.IN_PLACE`` where MPI forbids it, aliased send and receive buffers).
+
+Every check here is of one kind, named in a comment (``# check (A)``, ...) where it is made;
+``docs/errors.md`` lists them with the reason:
+
+* **(A) agreed**: it reads only values MPI requires every rank to pass alike (root, op, the
+  collective, a reduction's datatype and count), so every rank raises, before any message;
+* **(M) mpi4py's or MPI's own local refusal**: plain mpi4py raises the same error on the
+  same rank before any message (its spec grammar, a reduction's two datatypes or counts,
+  ``MPI_ERR_COUNT``/``MPI_ERR_TYPE``/``MPI_ERR_BUFFER`` from MPI's argument checks), so a
+  program behaves as under plain mpi4py;
+* **(B) bounds**: a count or displacement that would make MPI read or write outside the
+  user's buffer (mpi4py hands it to MPI unchecked: corrupted memory); refused on that rank;
+* **(b) checked mode only**: :mod:`mpicoll.backends.checked`.
+
+What the ranks may pass differently (their datatypes and counts of one type signature, a
+send side against a receive side, a shorter message than the receive) is never checked: the
+call goes, p2p moves the data by signature, and MPI raises ``MPI_ERR_TRUNCATE`` where a
+message does not fit its receive.
 """
 
 from __future__ import annotations
@@ -47,7 +65,8 @@ __all__ = ["Call", "PARSERS", "root_of", "select"]
 
 def root_of(root: Any, size: int) -> int:
     """``root`` converted as mpi4py converts it (to a C int: ints, numpy ints, and floats
-    truncated like ``int()``, e.g. ``root=1.0``).
+    truncated like ``int()``, e.g. ``root=1.0``).  Check (A): MPI requires every rank to pass
+    the same root.
 
     Raises:
         TypeError: not a number (``"an integer is required"``, as mpi4py).
@@ -70,11 +89,15 @@ def root_of(root: Any, size: int) -> int:
 
 
 def _no_in_place(spec: Any, what: str, coll: str, where: str = "") -> None:
+    """Check (M): ``MPI.IN_PLACE`` where MPI does not define it (mpi4py refuses it there
+    too: it is no buffer)."""
     if is_in_place_constant(spec):
         raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here in {coll}{where}")
 
 
 def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
+    """Check (M): send and receive buffers that share memory: MPI's argument check
+    (MPICH: ``MPI_ERR_BUFFER``, aliased buffers) on the same rank, before any message."""
     if a.array.size and b.array.size and np.shares_memory(a.array, b.array):
         raise MPIValueError(
             MPI.ERR_BUFFER,
@@ -84,6 +107,7 @@ def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
 
 
 def _op(op: Any, buf: Buf | VBuf) -> MPI.Op:
+    """Check (A): the op and the reduction's datatype, which MPI requires to agree."""
     return check_op(op, buf.datatype, buf.array.dtype)
 
 
@@ -107,6 +131,9 @@ def _regular(n: int, p: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _per_rank(buf: Buf, p: int, what: str, coll: str) -> int:
+    """One block's count of a buffer of p blocks.  Check (M): a count that does not split
+    into p blocks (mpi4py's ``cannot infer count``; an explicit count is one block's, so it
+    always splits)."""
     if buf.count % p:
         raise ValueError(
             f"{what}: {buf.count} elements do not split into {p} equal blocks for {coll}"
@@ -137,7 +164,7 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
     if not is_derived(b.datatype):
         raw = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
         return Call("bcast", MPI.BYTE, raw.dtype, lambda ctx: (raw, root),
-                    nbytes=nbytes, count=nbytes, root=root)
+                    nbytes=nbytes, count=b.count, root=root, sig_datatype=b.datatype)
     user = TypedView.of(arr, b.datatype)
 
     def prepare(ctx: Context) -> tuple[Any, ...]:
@@ -150,8 +177,8 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
         if rank != root:
             ctx.copy(args[0], user)
 
-    return Call("bcast", MPI.BYTE, np.dtype(np.uint8), prepare, nbytes=nbytes, count=nbytes,
-                root=root, finish=finish)
+    return Call("bcast", MPI.BYTE, np.dtype(np.uint8), prepare, nbytes=nbytes, count=b.count,
+                root=root, finish=finish, sig_datatype=b.datatype)
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -188,9 +215,10 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
     displs: list[int] | None = None
     sarr: np.ndarray | None = None
     ref: Buf | VBuf
+    sendtype = None  # the root's counts: in its send datatype's units
     if rank == root:
         s = parse_v(sendbuf, "sendbuf", size)
-        counts, displs, sarr = s.counts, s.displs, s.array
+        counts, displs, sarr, sendtype = s.counts, s.displs, s.array, s.datatype
         if is_in_place(recvbuf):
             rarr, ref = s.block(rank), s
         else:
@@ -206,7 +234,7 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
                 lambda ctx: (sarr, counts, displs, rarr, root),
                 count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf),
                 root=root, counts=None if counts is None else tuple(counts),
-                own_count=int(rarr.size))
+                own_count=int(rarr.size), count_types=(sendtype, None, None))
 
 
 def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -240,6 +268,7 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     displs: list[int] | None = None
     rarr: np.ndarray | None = None
     ref: Buf | VBuf
+    own_type = None  # the root's own count: in its send datatype's units
     if rank == root:
         rv = parse_v(recvbuf, "recvbuf", size, writable=True)
         counts, displs, rarr = rv.counts, rv.displs, rv.array
@@ -249,6 +278,7 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
             s = parse(sendbuf, "sendbuf")
             _no_alias(s, rv, "Gatherv")
             sarr, ref = sent_view(s, rv.datatype, s.count, rv.counts[rank]), rv
+            own_type = s.datatype
     else:
         _no_in_place(sendbuf, "sendbuf", "Gatherv", " at a non-root rank")
         s = parse(sendbuf, "sendbuf")
@@ -256,7 +286,8 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     return Call("gatherv", ref.datatype, ref.array.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
                 uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root,
-                counts=None if counts is None else tuple(counts), own_count=int(sarr.size))
+                counts=None if counts is None else tuple(counts), own_count=int(sarr.size),
+                count_types=(None, None, own_type))
 
 
 def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
@@ -269,7 +300,7 @@ def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
         return parse(recvbuf, "recvbuf", writable=True, blocks=send_blocks), None, True
     rb = parse(recvbuf, "recvbuf", writable=True)
     s = parse(sendbuf, "sendbuf", blocks=send_blocks)
-    same_type(s, rb, coll, reduction=True)
+    same_type(s, rb, coll, reduction=True)  # check (M): mpi4py's, one datatype
     _no_alias(s, rb, coll)
     return rb, s, False
 
@@ -281,6 +312,7 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
     if rank == root:
         rb, s, in_place = _input_output("Reduce", sendbuf, recvbuf)
         if s is not None:
+            # check (M): mpi4py's "mismatch in send count and receive count"
             check_counts("recvbuf", rb.count, s.count, "Reduce (sendbuf's count)")
         ref: Buf = rb
         rarr = rb.array
@@ -302,6 +334,7 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
 def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
     rb, s, in_place = _input_output("Allreduce", sendbuf, recvbuf)
     if s is not None:
+        # check (M): mpi4py's "mismatch in send count and receive count"
         check_counts("recvbuf", rb.count, s.count, "Allreduce (sendbuf's count)")
     mop = _op(op, rb)
     out = rb.array
@@ -326,7 +359,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         n = _per_rank(rb, size, "recvbuf", name) if in_place else rb.count
         counts = [n] * size
         total_known = n * size
-    if in_place:
+    if in_place:  # check (B): the input is read from recvbuf, past its end otherwise
         if rb.count < total_known:  # type: ignore[operator]
             raise ValueError(
                 f"recvbuf: has {rb.count} elements, {name} with MPI.IN_PLACE needs the whole "
@@ -335,9 +368,10 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         src = rb.array[:total_known]
     else:
         assert s is not None
+        # check (M): mpi4py's "mismatch in send count and sum of receive counts"; (B) too
         check_counts("sendbuf", s.count, int(total_known),  # type: ignore[arg-type]
                      f"{name} (sum of the counts)")
-        if rb.count < counts[rank]:
+        if rb.count < counts[rank]:  # check (M): mpi4py's "mismatch in receive count"
             raise ValueError(
                 f"recvbuf: has {rb.count} elements, {name} gives this rank {counts[rank]}"
             )
@@ -430,19 +464,20 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
 def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rv = parse_v(recvbuf, "recvbuf", size, writable=True)
     in_place = is_in_place(sendbuf)
+    sendtype = None  # sendcounts: in the send datatype's units
     if in_place:
         sc, sd = rv.counts, rv.displs
         make_send = _copy_of(rv.array)
     else:
         sv = parse_v(sendbuf, "sendbuf", size)
         _no_alias(sv, rv, "Alltoallv")
-        sc, sd = sv.counts, sv.displs
+        sc, sd, sendtype = sv.counts, sv.displs, sv.datatype
         make_send = _given(sent_view(sv, rv.datatype, sv.counts[rank], rv.counts[rank]))
     rc, rd, out = rv.counts, rv.displs, rv.array
     return Call("alltoallv", rv.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
                 nbytes=0, count=None, in_place=in_place, uniform=False, counts=tuple(rc),
-                send_counts=tuple(sc))
+                send_counts=tuple(sc), count_types=(None, sendtype, None))
 
 
 def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -466,8 +501,9 @@ def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     else:
         sw = parse_w(sendbuf, "sendbuf", size)
         if sw.array.size and rw.array.size and np.shares_memory(sw.array, rw.array):
-            raise ValueError("Alltoallw: sendbuf and recvbuf overlap; MPI forbids aliased "
-                             "buffers (pass MPI.IN_PLACE as sendbuf instead)")
+            raise MPIValueError(  # check (M), as _no_alias
+                MPI.ERR_BUFFER, "Alltoallw: sendbuf and recvbuf overlap; MPI forbids aliased "
+                "buffers (pass MPI.IN_PLACE as sendbuf instead)")
 
         def make_send(ctx: Context) -> PerPeer:
             return sw.blocks
@@ -483,6 +519,7 @@ def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
 def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     rb, s, in_place = _input_output(name, sendbuf, recvbuf)
     if s is not None:
+        # check (M): mpi4py's "mismatch in send count and receive count"
         check_counts("recvbuf", rb.count, s.count, f"{name} (sendbuf's count)")
     mop = _op(op, rb)
     out = rb.array

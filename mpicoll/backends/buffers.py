@@ -39,6 +39,20 @@ of bounds).  :class:`MPIValueError`/:class:`MPITypeError` are both the Python ty
 ``MPI.Exception`` MPI raises through mpi4py for the same input (a root outside [0, p), a
 negative count, an op MPI does not define for the datatype).
 
+Check kinds (the legend is in :mod:`mpicoll.backends.args`; ``docs/errors.md`` lists them):
+every error of the grammar above, negative counts (``MPI_ERR_COUNT``), ``MPI.DATATYPE_NULL``
+(:func:`_null_type`), read-only or non-contiguous buffers, a displacement past a predefined
+buffer, ``MPI.BOTTOM`` with a predefined datatype (``MPI_ERR_BUFFER``) are **(M)**: what plain
+mpi4py (or MPI's argument check) raises on the same rank.  A count, a block or a derived
+datatype's typemap that reaches past the buffer (:func:`parse`, :func:`parse_v`,
+:func:`~mpicoll.algorithms.datatypes.check_span`) is **(B)**: MPI would read or write outside
+the user's memory.  Three are **(L)**, limits of the internal form, on one rank's values: a
+derived datatype of extent <= 0 outside ``Alltoallw`` (:func:`_derived_extent`),
+``MPI.BOTTOM`` with a negative displacement, and overlapping receive blocks of a
+v-collective (the forwarding schedules read blocks back from the receive buffer).  Nothing
+here compares a send side with a receive side (:func:`same_type` only for reductions, as
+mpi4py).
+
 The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
 datatype) and :class:`VBuf` (the whole view plus one count and displacement per rank).  Numpy
 dtypes of MPI datatypes come from :func:`mpi4py.util.dtlib.to_numpy_dtype`.
@@ -460,7 +474,8 @@ def _raw(arr: np.ndarray) -> np.ndarray:
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
     """The extent of a derived datatype, refused (TypeError) where the internal form cannot
     hold it: a null or non-positive extent (elements would not be in increasing address
-    order)."""
+    order).  Check (L): one rank's datatype (``Alltoallw`` takes such blocks: see
+    :func:`_one_block`)."""
     if datatype == MPI.DATATYPE_NULL:
         raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
     extent = datatype.Get_extent()[1]
@@ -615,7 +630,7 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                 f"{flat.size} elements (MPI would go out of bounds; check the counts and "
                 "displacements)"
             )
-    if writable:  # MPI: no location of a receive buffer may be written twice
+    if writable:  # check (L): MPI forbids writing a location twice; schedules read back
         blocks = enumerate(zip(counts, displs, strict=True))
         spans = sorted((d, d + c, i) for i, (c, d) in blocks if c)
         for (_, end, i), (start, _, j) in pairwise(spans):
@@ -801,6 +816,7 @@ def nbytes(buf: Buf | VBuf, count: int | None = None) -> int:
 
 
 def check_counts(name: str, got: int, want: int, what: str) -> None:
-    """Raise ValueError when a buffer holds a different number of elements than the call needs."""
+    """Raise ValueError when a buffer holds a different number of elements than the call needs.
+    Used only for a reduction's send and receive counts (check (M): mpi4py's own)."""
     if got != want:
         raise ValueError(f"{name}: has {got} elements, {what} needs {want}")

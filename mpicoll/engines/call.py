@@ -60,6 +60,12 @@ class Call:
     #: root's counts[rank]
     own_count: int | None = None
     finish: Callable[[Context, tuple[Any, ...]], None] | None = field(default=None, repr=False)
+    #: the datatype checked mode reads the type signature of (None: ``datatype``; Bcast's
+    #: user datatype, whose messages go as bytes)
+    sig_datatype: MPI.Datatype | None = field(default=None, repr=False)
+    #: the datatypes the units of ``counts``, ``send_counts`` and ``own_count`` are of (None:
+    #: the signature's datatype): a root's counts and its own count may be in two datatypes
+    count_types: tuple[MPI.Datatype | None, ...] = field(default=(None, None, None), repr=False)
 
     def schedule(self, ctx: Context, algorithm: Algorithm) -> Schedule:
         """``algorithm``'s schedule for this call on ``ctx``: its arguments from

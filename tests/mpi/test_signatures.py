@@ -546,7 +546,7 @@ def test_bcast_mixed_datatypes(p2p: Any, n: int) -> None:
     vec = MPI.INT.Create_vector(10, 1, 2).Commit()
     try:
         def call(b: Any, kw: dict[str, Any]) -> np.ndarray:
-            if RANK == root:
+            if root == RANK:
                 a = np.arange(10 * n, dtype=np.int32) + 7
                 b.Bcast([a, n, contig], root=root, **kw)
             elif RANK % 2 == 0:
@@ -579,5 +579,30 @@ class _Nonblocking:
     def __init__(self, backend: Any) -> None:
         self._b = backend
 
-    def Bcast(self, *args: Any, **kw: Any) -> None:  # noqa: N802 - mpi4py's name
+    def Bcast(self, *args: Any, **kw: Any) -> None:
         self._b.Ibcast(*args, **kw).Wait()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("coll", COLLECTIVES)
+def test_checked_mode_signatures(coll: str) -> None:
+    """Checked mode compares type signatures, not datatypes: the mixed calls above (peers
+    passing a derived type and INT64_T of one signature) pass its agreement and give plain
+    mpi4py's bytes; one rank passing one element too few per block is a MismatchError on
+    every rank (before any message: the output stays as it was)."""
+    checked = mpicoll.p2p(WORLD, check=True)
+    try:
+        t = TYPES["resized"]
+        want = _reference(coll, "mixed", t, 2, P - 1)
+        args, outs = build(coll, "mixed", t, 2, P - 1)
+        _run(checked, coll, "blocking", args)
+        for got, ref in zip(outs, want, strict=True):
+            assert got.tobytes() == ref.tobytes()
+        if P > 1 and coll in ("allgather", "alltoall", "scatter", "gather"):
+            args, outs = build(coll, "mixed", t, 2 if RANK != 1 else 1, P - 1)
+            before = [o.tobytes() for o in outs]
+            with pytest.raises(mpicoll.MismatchError):
+                _run(checked, coll, "blocking", args)
+            assert [o.tobytes() for o in outs] == before
+    finally:
+        checked.Free()
