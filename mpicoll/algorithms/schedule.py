@@ -32,6 +32,15 @@ Rules a schedule keeps, so that every engine can run it:
 4. Zero-length messages are still sent: both sides then agree without looking at counts.
 5. Operations are made with ``ctx.send``/``ctx.recv``/``ctx.sendrecv`` (never ``Send(...)``
    directly), so :meth:`Context.relative` can renumber ranks for rooted trees.
+6. Counts are in this rank's own units.  MPI matches type signatures, not datatypes, so the
+   ranks may pass different datatypes (and counts) of one signature: a schedule sizes a
+   block, a scratch buffer or a message from the tables it is given for that buffer (the
+   receive side's counts for the receive buffer and scratch, the send side's for the send
+   buffer), never from another buffer's length, and never splits one rank's block in a way
+   another rank cannot reproduce (Bcast, which splits, runs on bytes).  A send buffer in a
+   datatype other than the call's is a
+   :class:`~mpicoll.algorithms.datatypes.TypedView` carrying its own: messages of it carry
+   that datatype, copies from it go by signature (:meth:`Context.copy`).
 """
 
 from __future__ import annotations

@@ -226,3 +226,32 @@ def test_same_layout_types_match() -> None:
     assert view.datatype == MPI.DOUBLE
     with pytest.raises(ValueError, match="mismatch in send and receive MPI datatypes"):
         same_type(s2, r2, "Allreduce", reduction=True)
+
+
+def test_copy_by_signature() -> None:
+    """Context.copy between a send side of one datatype (a TypedView) and a receive side of
+    another copies by type signature: a strided vector's int64s land packed in an int64
+    array; a longer source is cut to what fits; a shorter one fills the front, the last
+    element partly (its first bytes in pack order), the rest untouched, as MPI fills it."""
+    from mpicoll.algorithms.datatypes import TypedView
+    from mpicoll.algorithms.schedule import Context
+
+    ctx = Context(0, 1, MPI.INT64_T, np.dtype(np.int64))
+    vec = MPI.INT64_T.Create_vector(2, 1, 2).Create_resized(0, 32).Commit()
+    try:
+        src = np.arange(8, dtype=np.int64)
+        view = TypedView.of(parse([src, 2, vec], "s").array, vec)
+        out = np.full(4, -1, np.int64)
+        ctx.copy(view, out)
+        assert out.tolist() == [0, 2, 4, 6]
+        short = np.full(3, -1, np.int64)
+        ctx.copy(view, short)  # 4 int64 into 3: cut
+        assert short.tolist() == [0, 2, 4]
+    finally:
+        vec.Free()
+    half = TypedView.of(np.array([7, 9, 11], np.int32), MPI.INT32_T)
+    dst = np.full(3, -1, np.int64)
+    ctx.copy(half, dst)  # 12 bytes into 24: one int64 and the first half of the next
+    raw = np.full(3, -1, np.int64)
+    raw.view(np.int32)[:3] = [7, 9, 11]
+    assert dst.tobytes() == raw.tobytes()
