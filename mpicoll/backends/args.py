@@ -174,8 +174,8 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
         return (tmp, root)
 
     def finish(ctx: Context, args: tuple[Any, ...]) -> None:
-        if rank != root:
-            ctx.copy(args[0], user)
+        if rank != root:  # (a typed source: a compiled plan replays it through ctx.copy)
+            ctx.copy(TypedView.of(args[0], MPI.BYTE), user)
 
     return Call("bcast", MPI.BYTE, np.dtype(np.uint8), prepare, nbytes=nbytes, count=b.count,
                 root=root, finish=finish, sig_datatype=b.datatype)
