@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util import dtlib
 
 from ..algorithms.collectives import BY_NAME, NAMES
 from ..algorithms.datatypes import is_derived, signature_unit, type_signature
@@ -203,6 +204,14 @@ def _by_value(field: int, col: np.ndarray, names: dict[int, str] | None = None) 
         a, b = (_value_name(field, v, names) for v in groups)
         text += f" ({a} vs {b})"
     return text
+
+
+def _numpy_of(datatype: MPI.Datatype, default: np.dtype) -> np.dtype:
+    """The numpy dtype of a predefined datatype (``default`` if numpy has none)."""
+    try:
+        return np.dtype(dtlib.to_numpy_dtype(datatype))
+    except (TypeError, ValueError, KeyError):
+        return default
 
 
 def _in_units(counts: Any, datatype: MPI.Datatype) -> Any:
@@ -421,8 +430,10 @@ class CheckedMode:
                 (call.counts, call.send_counts, call.own_count), call.count_types, strict=True))
             sig[_ROOT] = call.root
             sig[_COUNT] = -1 if call.count is None else call.count * k
-            sig[_DTYPE] = _VOID if is_derived(dt) else call.dtype.num
-            sig[_ITEMSIZE] = call.dtype.itemsize
+            dtype = call.dtype if call.sig_datatype is None or is_derived(dt) else \
+                _numpy_of(dt, call.dtype)
+            sig[_DTYPE] = _VOID if is_derived(dt) else dtype.num
+            sig[_ITEMSIZE] = dtype.itemsize
             sig[_TSIZE] = dt.Get_size()
             sig[_TSIG] = _signature_hash(dt)
             sig[_BSIG] = code
