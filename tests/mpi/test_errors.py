@@ -167,7 +167,8 @@ def _(r: int, p: int) -> Attempt:
     return Attempt(lambda b: b.Iallgather(s, rb), [s, rb])
 
 
-@bad("recv_too_small", "gather_root", ValueError, "recvbuf")
+@bad("recv_too_small", "gather_root", ValueError, "recvbuf",
+     when=lambda p: (2 * p - 1) % p != 0)  # P = 1: it splits, and MPI cuts the own block
 def _(r: int, p: int) -> Attempt | None:
     if r != p - 1:  # only the root has a receive buffer; the others send and return
         s = fill(2, r)
