@@ -109,7 +109,7 @@ def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
     About n/2 bytes move per step.
     """
     p, r = ctx.size, ctx.rank
-    n = scounts[0] if scounts else 0
+    n = rcounts[0] if rcounts else 0  # in the receive datatype's units (the call's)
     rot_counts, rot_displs = equal_blocks(n, p)
     tmp = ctx.scratch(p * n)
     for i in range(p):

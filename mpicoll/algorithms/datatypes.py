@@ -17,6 +17,8 @@ typemap are ever touched, and :func:`check_span` is what keeps those inside the 
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,7 +26,8 @@ from mpi4py import MPI
 
 __all__ = [
     "Extents", "PerPeer", "TypedView", "check_span", "datatype_of_view", "extents", "is_derived",
-    "same_layout", "typed_copy", "typed_scratch", "typed_view",
+    "same_layout", "signature_unit", "type_signature", "typed_copy", "typed_scratch",
+    "typed_view",
 ]
 
 
@@ -181,18 +184,120 @@ class PerPeer(tuple):
 
 
 def typed_copy(src: np.ndarray, dst: np.ndarray, datatype: MPI.Datatype) -> None:
-    """``dst[:] = src`` for ``len(src)`` elements of a derived ``datatype``: the typemap's
-    bytes only (``datatype.Pack`` into a byte buffer, ``Unpack`` into ``dst``), so the holes of
-    ``dst`` stay untouched and overlapping ``src``/``dst`` are safe.  A :class:`TypedView`
-    uses its own datatype (``Alltoallw``: the send block's and the receive block's may differ,
-    with the same type signature)."""
+    """``dst[:] = src`` by type signature: ``src``'s elements are packed with its datatype
+    (``datatype.Pack`` into a byte buffer) and unpacked into ``dst`` with its own, so the
+    holes of ``dst`` stay untouched, overlapping ``src``/``dst`` are safe, and the two may be
+    different datatypes of the same signature (a :class:`TypedView` carries its own; a plain
+    view is of ``datatype``, the call's).
+
+    What does not fit is dropped, as MPICH's local copy of a collective drops it (a root's
+    own block of a Scatter whose recvcount is smaller than its sendcount): ``dst`` gets the
+    elements of its type that the packed bytes fill, in pack order, the last one partly
+    where the bytes end inside it, as MPI fills a receive of a shorter message (a datatype
+    of size 0 moves nothing); the rest of ``dst`` stays as it was."""
     n = int(src.size)
-    if not n:
+    if not n or not dst.size:
         return
-    # TypedViews (Alltoallw) pack with their own datatypes: len(dst) elements of dst's
-    stype, dtype_ = datatype_of_view(src, datatype), datatype_of_view(dst, datatype)
-    m = n if dtype_ is stype else int(dst.size)
+    stype, rtype = datatype_of_view(src, datatype), datatype_of_view(dst, datatype)
     packed = np.empty(stype.Pack_size(n, MPI.COMM_SELF), np.uint8)
     # mpi4py's Pack/Unpack take len(buffer) // extent elements: exactly n (m) of these views
     end = stype.Pack(np.asarray(src), packed, 0, MPI.COMM_SELF)
-    dtype_.Unpack(packed[:end], 0, np.asarray(dst)[:m], MPI.COMM_SELF)
+    size = int(rtype.Get_size())
+    m = n if rtype is stype and dst.size == n else (
+        min(int(dst.size), end // size) if size else 0)
+    out = np.asarray(dst)
+    if m:
+        rtype.Unpack(packed[: m * size], 0, out[:m], MPI.COMM_SELF)
+    part = end - m * size
+    if 0 < part < size and m < dst.size:  # a partial element: its first bytes, as MPI
+        mine = np.empty(rtype.Pack_size(1, MPI.COMM_SELF), np.uint8)
+        k = rtype.Pack(out[m : m + 1], mine, 0, MPI.COMM_SELF)
+        mine[:part] = packed[end - part : end]
+        rtype.Unpack(mine[:k], 0, out[m : m + 1], MPI.COMM_SELF)
+
+
+def type_signature(datatype: MPI.Datatype) -> list[tuple[str, int]]:
+    """The type signature of one element of ``datatype``: its basic types in order, as
+    (name, repeat) runs (displacements, holes and resizing do not count: MPI matches
+    signatures, not layouts).  ``DARRAY`` types count as their bytes."""
+    out: list[tuple[str, int]] = []
+
+    def add(name: str, n: int) -> None:
+        if n <= 0:
+            return
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + n)
+        else:
+            out.append((name, n))
+
+    def walk(dt: MPI.Datatype, reps: int) -> None:
+        if dt.is_predefined:
+            add(dt.Get_name() or str(dt.Get_size()), reps)
+            return
+        base, combiner, params = dt.decode()
+        try:
+            if combiner == "STRUCT":
+                one = _sub(params["datatypes"], params["blocklengths"])
+                for _ in range(min(reps, 64)):  # repeated structs: a bounded prefix
+                    for name, k in one:
+                        add(name, k)
+                if reps > 64:
+                    add("x", reps)
+                return
+            n: int | None = {"DUP": 1, "RESIZED": 1,
+                             "CONTIGUOUS": params.get("count", 1)}.get(combiner)
+            if n is None and combiner in ("VECTOR", "HVECTOR"):
+                n = params["count"] * params["blocklength"]
+            elif n is None and combiner in ("INDEXED", "HINDEXED"):
+                n = sum(params["blocklengths"])
+            elif n is None and combiner in ("INDEXED_BLOCK", "HINDEXED_BLOCK"):
+                n = params["blocklength"] * len(params["displacements"])
+            elif n is None and combiner == "SUBARRAY":
+                n = int(np.prod(params["subsizes"]))
+            if n is None:
+                add(f"{dt.Get_size()} bytes", reps)
+            else:
+                walk(base, reps * int(n))
+        finally:
+            for b in ([base] if isinstance(base, MPI.Datatype) else list(base)):
+                if not b.is_predefined:
+                    b.Free()
+
+    def _sub(types: Sequence[MPI.Datatype], counts: Sequence[int]) -> list[tuple[str, int]]:
+        saved = list(out)
+        out.clear()
+        for t, c in zip(types, counts, strict=True):
+            walk(t, int(c))
+        one = list(out)
+        out[:] = saved
+        return one
+
+    walk(datatype, 1)
+    return out
+
+
+def signature_unit(datatype: MPI.Datatype) -> tuple[int, int]:
+    """``(code, k)``: one element of ``datatype`` is ``k`` copies of the signature named by
+    ``code`` (a CRC of it), its shortest repeating unit: ``k`` basic elements of one basic type
+    for a homogeneous signature (a vector of 2 int64 is ``(INT64_T, 2)``), else the whole
+    element's signature and ``k = 1``.  ``count`` elements of two datatypes have the same type
+    signature when their codes agree and ``count * k`` does (what MPI matches: checked mode
+    compares these).  Remembered by handle for predefined datatypes."""
+    if datatype.is_predefined:
+        found = _PREDEFINED_UNITS.get(datatype.handle)
+        if found is None:
+            found = _PREDEFINED_UNITS[datatype.handle] = _unit(type_signature(datatype))
+        return found
+    return _unit(type_signature(datatype))
+
+
+#: predefined datatype handle -> :func:`signature_unit`
+_PREDEFINED_UNITS: dict[int, tuple[int, int]] = {}
+
+
+def _unit(runs: Sequence[tuple[str, int]]) -> tuple[int, int]:
+    if len(runs) == 1:
+        return zlib.crc32(runs[0][0].encode()), int(runs[0][1])
+    if not runs:
+        return 0, 0
+    return zlib.crc32(repr(list(runs)).encode()), 1

@@ -54,7 +54,8 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size
-    n = sendbuf.size
+    assert counts is not None
+    n = counts[0]  # one block, in this rank's units (the root's: its receive datatype's)
     rel_counts, rel_displs = equal_blocks(n, p)
     kids = tree.children(vr, p)
     if not kids and vr != 0:

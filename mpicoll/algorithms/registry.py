@@ -380,7 +380,9 @@ _AUTO: dict[str, AutoRule] = {}
 
 
 def default_rule(*collectives: str) -> Callable[[AutoRule], AutoRule]:
-    """Decorator registering ``rule(p, nbytes, commutative) -> name`` as the static default."""
+    """Decorator registering ``rule(p, nbytes, commutative) -> name`` as the static default.
+    A rule reads only those three values, which every rank shares (``nbytes``: the type
+    signature's size in bytes, see :func:`choose`)."""
 
     def deco(fn: AutoRule) -> AutoRule:
         for c in collectives:
@@ -403,6 +405,16 @@ def choose(
     """The algorithm ``"auto"`` runs: the static rule's pick, or, if a calibrated model is
     loaded (:mod:`mpicoll.model`), the lowest predicted time; never one whose restrictions the
     call breaks (the first applicable one in registration order is the fallback).
+
+    It reads only values every rank shares, so every rank picks the same algorithm: ``p``,
+    ``nbytes`` (the message's type signature in bytes, count x the datatype's size: the same
+    on every rank even where the ranks pass different datatypes and counts of one signature;
+    0 for the v-collectives), ``commutative`` (the op, which MPI requires to agree), the
+    model (agreed at construction) and, for the restrictions, ``in_place``/``uniform`` only
+    where MPI requires them to agree; ``count`` is read by the ``count_ge_p`` restriction,
+    which no algorithm has today (a rank's own element count is not shared: a new
+    restriction on it must read a count of the signature's units).  Never the local count
+    or element size.
     """
     _load()
     kw: dict[str, Any] = dict(commutative=commutative, count=count, in_place=in_place,

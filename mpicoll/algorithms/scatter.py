@@ -76,17 +76,19 @@ def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | N
     """
     c = ctx.relative(root)
     vr, p = c.rank, c.size
-    n = recvbuf.size  # equal blocks: every rank's count is its own recvbuf's
+    n = recvbuf.size  # equal blocks: every rank's count is its own recvbuf's, in its units
     rel_counts, rel_displs = equal_blocks(n, p)
-    if vr == 0:
+    if vr == 0:  # the root's send blocks: counts/displs, in its send datatype's units
         assert sendbuf is not None
+        assert counts is not None
         assert displs is not None
-        if root == 0 and (tuple(displs) == tuple(rel_displs) if n else True):
+        if root == 0 and (tuple(displs) == tuple(rel_displs) and tuple(counts) ==
+                          tuple(rel_counts) if n else True):
             tmp = sendbuf
         else:
             tmp = c.scratch(p * n)
             for i in range(p):
-                c.copy(block(sendbuf, rel_counts, displs, (i + root) % p),
+                c.copy(block(sendbuf, counts, displs, (i + root) % p),
                        block(tmp, rel_counts, rel_displs, i))
     else:
         tmp = c.scratch(tree.subtree(vr, p) * n)

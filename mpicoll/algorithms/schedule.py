@@ -32,6 +32,15 @@ Rules a schedule keeps, so that every engine can run it:
 4. Zero-length messages are still sent: both sides then agree without looking at counts.
 5. Operations are made with ``ctx.send``/``ctx.recv``/``ctx.sendrecv`` (never ``Send(...)``
    directly), so :meth:`Context.relative` can renumber ranks for rooted trees.
+6. Counts are in this rank's own units.  MPI matches type signatures, not datatypes, so the
+   ranks may pass different datatypes (and counts) of one signature: a schedule sizes a
+   block, a scratch buffer or a message from the tables it is given for that buffer (the
+   receive side's counts for the receive buffer and scratch, the send side's for the send
+   buffer), never from another buffer's length, and never splits one rank's block in a way
+   another rank cannot reproduce (Bcast, which splits, runs on bytes).  A send buffer in a
+   datatype other than the call's is a
+   :class:`~mpicoll.algorithms.datatypes.TypedView` carrying its own: messages of it carry
+   that datatype, copies from it go by signature (:meth:`Context.copy`).
 """
 
 from __future__ import annotations
@@ -260,10 +269,15 @@ class Context:
 
     # --- local work between rounds ---
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """``dst[:] = src`` (same length); for a derived datatype only the bytes of its
-        typemap (the holes of ``dst`` stay untouched)."""
+        """``dst[:] = src``; for a derived datatype only the bytes of its typemap (the holes
+        of ``dst`` stay untouched).  A :class:`~mpicoll.algorithms.datatypes.TypedView` on
+        either side (a buffer in a datatype other than the call's: a send buffer whose type
+        signature, not its datatype, matches the receive side's) or two lengths that differ
+        copy by type signature (:func:`~mpicoll.algorithms.datatypes.typed_copy`: what does
+        not fit is dropped, as MPI's local copy drops it)."""
         if src.size:
-            if self.derived or isinstance(src, TypedView):
+            if (self.derived or isinstance(src, TypedView) or isinstance(dst, TypedView)
+                    or src.size != dst.size):
                 typed_copy(src, dst, self.datatype)
             else:
                 np.copyto(dst, src)
@@ -476,7 +490,12 @@ def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: i
 
 def segment_count(ctx: Context) -> int:
     """Elements per pipeline segment: ``ctx.segment_bytes`` bytes (the backend's
-    ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element."""
+    ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element.
+
+    It reads the segment size (agreed at construction) and ``ctx.unit``, the element's size:
+    the same on every rank where a segmented schedule runs (a reduction's datatype, which MPI
+    requires to agree; a Bcast, which runs on bytes); a datatype of size 0 counts as 1 byte
+    (it moves nothing)."""
     return max(1, ctx.segment_bytes // max(1, ctx.unit))
 
 
@@ -484,7 +503,7 @@ def segments(ctx: Context, count: Any) -> int:
     """How many segments of at most :func:`segment_count` elements the largest of ``count``
     (an int, or per-rank ints in the vector engine) needs: at least 1."""
     top = int(np.max(count)) if type(count) is np.ndarray else count
-    seg = ctx.segment_bytes // ctx.unit  # segment_count(ctx), inlined: once a call
+    seg = ctx.segment_bytes // max(1, ctx.unit)  # segment_count(ctx), inlined: once a call
     return 1 if top <= seg else -(-top // max(1, seg))
 
 

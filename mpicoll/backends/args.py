@@ -7,9 +7,27 @@ so both backends refuse the same inputs with the same errors; the p2p backend al
 context, so the simulator can account for them).
 
 Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
-defined for the datatype, send and receive types that differ); ``ValueError`` for a wrong
-value (root outside [0, p), sizes that do not fit, ``MPI.IN_PLACE`` where MPI forbids it,
-non-contiguous or read-only buffers, aliased send and receive buffers).
+defined for the datatype, a reduction's send and receive datatypes that differ);
+``ValueError`` for a wrong value (root outside [0, p), a count past the buffer,
+``MPI.IN_PLACE`` where MPI forbids it, aliased send and receive buffers).
+
+Every check here is of one kind, named in a comment (``# check (A)``, ...) where it is made;
+``docs/errors.md`` lists them with the reason:
+
+* **(A) agreed**: it reads only values MPI requires every rank to pass alike (root, op, the
+  collective, a reduction's datatype and count), so every rank raises, before any message;
+* **(M) mpi4py's or MPI's own local refusal**: plain mpi4py raises the same error on the
+  same rank before any message (its spec grammar, a reduction's two datatypes or counts,
+  ``MPI_ERR_COUNT``/``MPI_ERR_TYPE``/``MPI_ERR_BUFFER`` from MPI's argument checks), so a
+  program behaves as under plain mpi4py;
+* **(B) bounds**: a count or displacement that would make MPI read or write outside the
+  user's buffer (mpi4py hands it to MPI unchecked: corrupted memory); refused on that rank;
+* **(b) checked mode only**: :mod:`mpicoll.backends.checked`.
+
+What the ranks may pass differently (their datatypes and counts of one type signature, a
+send side against a receive side, a shorter message than the receive) is never checked: the
+call goes, p2p moves the data by signature, and MPI raises ``MPI_ERR_TRUNCATE`` where a
+message does not fit its receive.
 """
 
 from __future__ import annotations
@@ -22,7 +40,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import registry
-from ..algorithms.datatypes import PerPeer, TypedView, typed_scratch
+from ..algorithms.datatypes import PerPeer, TypedView, is_derived, typed_scratch
 from ..algorithms.schedule import Context, block_counts, displacements
 from ..engines.call import Call
 from .buffers import (
@@ -37,6 +55,7 @@ from .buffers import (
     parse_v,
     parse_w,
     same_type,
+    sent_view,
 )
 from .buffers import nbytes as _nbytes
 from .ops import check_op
@@ -46,7 +65,8 @@ __all__ = ["Call", "PARSERS", "root_of", "select"]
 
 def root_of(root: Any, size: int) -> int:
     """``root`` converted as mpi4py converts it (to a C int: ints, numpy ints, and floats
-    truncated like ``int()``, e.g. ``root=1.0``).
+    truncated like ``int()``, e.g. ``root=1.0``).  Check (A): MPI requires every rank to pass
+    the same root.
 
     Raises:
         TypeError: not a number (``"an integer is required"``, as mpi4py).
@@ -69,11 +89,15 @@ def root_of(root: Any, size: int) -> int:
 
 
 def _no_in_place(spec: Any, what: str, coll: str, where: str = "") -> None:
+    """Check (M): ``MPI.IN_PLACE`` where MPI does not define it (mpi4py refuses it there
+    too: it is no buffer)."""
     if is_in_place_constant(spec):
         raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here in {coll}{where}")
 
 
 def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
+    """Check (M): send and receive buffers that share memory: MPI's argument check
+    (MPICH: ``MPI_ERR_BUFFER``, aliased buffers) on the same rank, before any message."""
     if a.array.size and b.array.size and np.shares_memory(a.array, b.array):
         raise MPIValueError(
             MPI.ERR_BUFFER,
@@ -83,6 +107,7 @@ def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
 
 
 def _op(op: Any, buf: Buf | VBuf) -> MPI.Op:
+    """Check (A): the op and the reduction's datatype, which MPI requires to agree."""
     return check_op(op, buf.datatype, buf.array.dtype)
 
 
@@ -106,6 +131,9 @@ def _regular(n: int, p: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _per_rank(buf: Buf, p: int, what: str, coll: str) -> int:
+    """One block's count of a buffer of p blocks.  Check (M): a count that does not split
+    into p blocks (mpi4py's ``cannot infer count``; an explicit count is one block's, so it
+    always splits)."""
     if buf.count % p:
         raise ValueError(
             f"{what}: {buf.count} elements do not split into {p} equal blocks for {coll}"
@@ -121,12 +149,36 @@ def barrier(size: int, rank: int) -> Call:
 
 
 def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
+    """``Bcast``: the schedules move bytes (``MPI.BYTE``) on every rank, as MPICH does for
+    a non-contiguous datatype: the ranks may pass different datatypes (and counts) of one
+    type signature (200,000 ``INT`` on some, 20,000 of a 10-``INT`` contiguous type on the
+    root), and only the message's bytes are the same everywhere, so every split into blocks
+    or segments is made in bytes.  A predefined buffer is viewed as its bytes (no copy); a
+    derived one is packed into a scratch of bytes at the root (``prepare``) and unpacked from
+    one elsewhere (``finish``), holes untouched."""
     root = root_of(root, size)
     _no_in_place(buf, "buf", "Bcast")
     b = parse(buf, "buf", writable=rank != root)
+    nbytes = _nbytes(b)
     arr = b.array
-    return Call("bcast", b.datatype, arr.dtype, lambda ctx: (arr, root),
-                nbytes=_nbytes(b), count=b.count, root=root)
+    if not is_derived(b.datatype):
+        raw = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+        return Call("bcast", MPI.BYTE, raw.dtype, lambda ctx: (raw, root),
+                    nbytes=nbytes, count=b.count, root=root, sig_datatype=b.datatype)
+    user = TypedView.of(arr, b.datatype)
+
+    def prepare(ctx: Context) -> tuple[Any, ...]:
+        tmp = ctx.scratch(nbytes)
+        if rank == root:
+            ctx.copy(user, tmp)
+        return (tmp, root)
+
+    def finish(ctx: Context, args: tuple[Any, ...]) -> None:
+        if rank != root:  # (a typed source: a compiled plan replays it through ctx.copy)
+            ctx.copy(TypedView.of(args[0], MPI.BYTE), user)
+
+    return Call("bcast", MPI.BYTE, np.dtype(np.uint8), prepare, nbytes=nbytes, count=b.count,
+                root=root, finish=finish, sig_datatype=b.datatype)
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -137,19 +189,20 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
         if is_in_place(recvbuf):
             n = _per_rank(s, size, "sendbuf", "Scatter")
             rarr, ref = s.array[rank * n : (rank + 1) * n], s
+            sarr, per_block = s.array, n
         else:
             rb = parse(recvbuf, "recvbuf", writable=True)
-            same_type(s, rb, "Scatter")
-            n = rb.count
-            check_counts("sendbuf", s.count, n * size, f"Scatter of {n} per rank to {size} ranks")
             _no_alias(s, rb, "Scatter")
+            n, per_block = rb.count, s.count // size
+            sarr = sent_view(s, rb.datatype, per_block, n)
             rarr, ref = rb.array, rb
-        sarr = s.array
     else:
         _no_in_place(recvbuf, "recvbuf", "Scatter", " at a non-root rank")
         rb = parse(recvbuf, "recvbuf", writable=True)
         n, rarr, ref = rb.count, rb.array, rb
-    counts, displs = _regular(n, size)
+        per_block = n
+    # the root's send blocks in its send datatype's units; elsewhere this rank's own count
+    counts, displs = _regular(per_block, size)
     return Call("scatter", ref.datatype, rarr.dtype,
                 lambda ctx: (sarr, counts, displs, rarr, root),
                 nbytes=_nbytes(ref, n * size), count=n,
@@ -162,16 +215,16 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
     displs: list[int] | None = None
     sarr: np.ndarray | None = None
     ref: Buf | VBuf
+    sendtype = None  # the root's counts: in its send datatype's units
     if rank == root:
         s = parse_v(sendbuf, "sendbuf", size)
-        counts, displs, sarr = s.counts, s.displs, s.array
+        counts, displs, sarr, sendtype = s.counts, s.displs, s.array, s.datatype
         if is_in_place(recvbuf):
             rarr, ref = s.block(rank), s
         else:
             rb = parse(recvbuf, "recvbuf", writable=True)
-            same_type(s, rb, "Scatterv")
-            check_counts("recvbuf", rb.count, s.counts[rank], "Scatterv at the root")
             _no_alias(s, rb, "Scatterv")
+            sarr = sent_view(s, rb.datatype, s.counts[rank], rb.count)
             rarr, ref = rb.array, rb
     else:
         _no_in_place(recvbuf, "recvbuf", "Scatterv", " at a non-root rank")
@@ -181,7 +234,7 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
                 lambda ctx: (sarr, counts, displs, rarr, root),
                 count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf),
                 root=root, counts=None if counts is None else tuple(counts),
-                own_count=int(rarr.size))
+                own_count=int(rarr.size), count_types=(sendtype, None, None))
 
 
 def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -194,18 +247,16 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
             sarr = rb.array[rank * n : (rank + 1) * n]
         else:
             s = parse(sendbuf, "sendbuf")
-            same_type(s, rb, "Gather")
-            n = s.count
-            check_counts("recvbuf", rb.count, n * size, f"Gather of {n} per rank from {size} ranks")
             _no_alias(s, rb, "Gather")
-            sarr = s.array
+            n = rb.count // size  # the root's blocks, in its receive datatype's units
+            sarr = sent_view(s, rb.datatype, s.count, n)
         rarr, ref = rb.array, rb
     else:
         _no_in_place(sendbuf, "sendbuf", "Gather", " at a non-root rank")
         s = parse(sendbuf, "sendbuf")
         n, sarr, ref = s.count, s.array, s
     counts, displs = _regular(n, size)
-    return Call("gather", ref.datatype, sarr.dtype,
+    return Call("gather", ref.datatype, ref.array.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
                 nbytes=_nbytes(ref, n * size), count=n,
                 in_place=rank == root and is_in_place(sendbuf), root=root)
@@ -217,6 +268,7 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     displs: list[int] | None = None
     rarr: np.ndarray | None = None
     ref: Buf | VBuf
+    own_type = None  # the root's own count: in its send datatype's units
     if rank == root:
         rv = parse_v(recvbuf, "recvbuf", size, writable=True)
         counts, displs, rarr = rv.counts, rv.displs, rv.array
@@ -224,18 +276,18 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
             sarr, ref = rv.block(rank), rv
         else:
             s = parse(sendbuf, "sendbuf")
-            same_type(s, rv, "Gatherv")
-            check_counts("sendbuf", s.count, rv.counts[rank], "Gatherv at the root")
             _no_alias(s, rv, "Gatherv")
-            sarr, ref = s.array, s
+            sarr, ref = sent_view(s, rv.datatype, s.count, rv.counts[rank]), rv
+            own_type = s.datatype
     else:
         _no_in_place(sendbuf, "sendbuf", "Gatherv", " at a non-root rank")
         s = parse(sendbuf, "sendbuf")
         sarr, ref = s.array, s
-    return Call("gatherv", ref.datatype, sarr.dtype,
+    return Call("gatherv", ref.datatype, ref.array.dtype,
                 lambda ctx: (sarr, rarr, counts, displs, root),
                 uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root,
-                counts=None if counts is None else tuple(counts), own_count=int(sarr.size))
+                counts=None if counts is None else tuple(counts), own_count=int(sarr.size),
+                count_types=(None, None, own_type))
 
 
 def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
@@ -248,7 +300,7 @@ def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
         return parse(recvbuf, "recvbuf", writable=True, blocks=send_blocks), None, True
     rb = parse(recvbuf, "recvbuf", writable=True)
     s = parse(sendbuf, "sendbuf", blocks=send_blocks)
-    same_type(s, rb, coll, reduction=True)
+    same_type(s, rb, coll, reduction=True)  # check (M): mpi4py's, one datatype
     _no_alias(s, rb, coll)
     return rb, s, False
 
@@ -260,6 +312,7 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
     if rank == root:
         rb, s, in_place = _input_output("Reduce", sendbuf, recvbuf)
         if s is not None:
+            # check (M): mpi4py's "mismatch in send count and receive count"
             check_counts("recvbuf", rb.count, s.count, "Reduce (sendbuf's count)")
         ref: Buf = rb
         rarr = rb.array
@@ -281,6 +334,7 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
 def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
     rb, s, in_place = _input_output("Allreduce", sendbuf, recvbuf)
     if s is not None:
+        # check (M): mpi4py's "mismatch in send count and receive count"
         check_counts("recvbuf", rb.count, s.count, "Allreduce (sendbuf's count)")
     mop = _op(op, rb)
     out = rb.array
@@ -305,7 +359,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         n = _per_rank(rb, size, "recvbuf", name) if in_place else rb.count
         counts = [n] * size
         total_known = n * size
-    if in_place:
+    if in_place:  # check (B): the input is read from recvbuf, past its end otherwise
         if rb.count < total_known:  # type: ignore[operator]
             raise ValueError(
                 f"recvbuf: has {rb.count} elements, {name} with MPI.IN_PLACE needs the whole "
@@ -314,9 +368,10 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         src = rb.array[:total_known]
     else:
         assert s is not None
+        # check (M): mpi4py's "mismatch in send count and sum of receive counts"; (B) too
         check_counts("sendbuf", s.count, int(total_known),  # type: ignore[arg-type]
                      f"{name} (sum of the counts)")
-        if rb.count < counts[rank]:
+        if rb.count < counts[rank]:  # check (M): mpi4py's "mismatch in receive count"
             raise ValueError(
                 f"recvbuf: has {rb.count} elements, {name} gives this rank {counts[rank]}"
             )
@@ -348,16 +403,12 @@ def reduce_scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any,
 
 def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
-    if is_in_place(sendbuf):
-        n = _per_rank(rb, size, "recvbuf", "Allgather")
-        src = None
-    else:
+    n = _per_rank(rb, size, "recvbuf", "Allgather")  # this rank's blocks, in its own units
+    src: np.ndarray | None = None
+    if not is_in_place(sendbuf):
         s = parse(sendbuf, "sendbuf")
-        same_type(s, rb, "Allgather")
-        n = s.count
-        check_counts("recvbuf", rb.count, n * size, f"Allgather of {n} per rank from {size} ranks")
         _no_alias(s, rb, "Allgather")
-        src = s.array
+        src = sent_view(s, rb.datatype, s.count, n)
     counts, displs = _regular(n, size)
     out = rb.array
 
@@ -376,10 +427,8 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         src = None
     else:
         s = parse(sendbuf, "sendbuf")
-        same_type(s, rv, "Allgatherv")
-        check_counts("sendbuf", s.count, rv.counts[rank], "Allgatherv (recvcounts[rank])")
         _no_alias(s, rv, "Allgatherv")
-        src = s.array
+        src = sent_view(s, rv.datatype, s.count, rv.counts[rank])
     counts, displs, out = rv.counts, rv.displs, rv.array
 
     def prepare(ctx: Context) -> tuple[Any, ...]:
@@ -396,38 +445,39 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
     n = _per_rank(rb, size, "recvbuf", "Alltoall")
     in_place = is_in_place(sendbuf)
+    counts, displs = _regular(n, size)
+    scounts, sdispls = counts, displs
     if in_place:
         make_send = _copy_of(rb.array)
     else:
         s = parse(sendbuf, "sendbuf", blocks=size)
-        same_type(s, rb, "Alltoall")
-        check_counts("sendbuf", s.count, rb.count, "Alltoall (recvbuf's count)")
         _no_alias(s, rb, "Alltoall")
-        make_send = _given(s.array)
-    counts, displs = _regular(n, size)
+        per_block = s.count // size  # the send blocks, in the send datatype's units
+        scounts, sdispls = _regular(per_block, size)
+        make_send = _given(sent_view(s, rb.datatype, per_block, n))
     out = rb.array
     return Call("alltoall", rb.datatype, out.dtype,
-                lambda ctx: (make_send(ctx), counts, displs, out, counts, displs),
+                lambda ctx: (make_send(ctx), scounts, sdispls, out, counts, displs),
                 nbytes=_nbytes(rb), count=n, in_place=in_place)
 
 
 def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rv = parse_v(recvbuf, "recvbuf", size, writable=True)
     in_place = is_in_place(sendbuf)
+    sendtype = None  # sendcounts: in the send datatype's units
     if in_place:
         sc, sd = rv.counts, rv.displs
         make_send = _copy_of(rv.array)
     else:
         sv = parse_v(sendbuf, "sendbuf", size)
-        same_type(sv, rv, "Alltoallv")
         _no_alias(sv, rv, "Alltoallv")
-        sc, sd = sv.counts, sv.displs
-        make_send = _given(sv.array)
+        sc, sd, sendtype = sv.counts, sv.displs, sv.datatype
+        make_send = _given(sent_view(sv, rv.datatype, sv.counts[rank], rv.counts[rank]))
     rc, rd, out = rv.counts, rv.displs, rv.array
     return Call("alltoallv", rv.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
                 nbytes=0, count=None, in_place=in_place, uniform=False, counts=tuple(rc),
-                send_counts=tuple(sc))
+                send_counts=tuple(sc), count_types=(None, sendtype, None))
 
 
 def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -451,8 +501,9 @@ def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     else:
         sw = parse_w(sendbuf, "sendbuf", size)
         if sw.array.size and rw.array.size and np.shares_memory(sw.array, rw.array):
-            raise ValueError("Alltoallw: sendbuf and recvbuf overlap; MPI forbids aliased "
-                             "buffers (pass MPI.IN_PLACE as sendbuf instead)")
+            raise MPIValueError(  # check (M), as _no_alias
+                MPI.ERR_BUFFER, "Alltoallw: sendbuf and recvbuf overlap; MPI forbids aliased "
+                "buffers (pass MPI.IN_PLACE as sendbuf instead)")
 
         def make_send(ctx: Context) -> PerPeer:
             return sw.blocks
@@ -468,6 +519,7 @@ def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
 def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     rb, s, in_place = _input_output(name, sendbuf, recvbuf)
     if s is not None:
+        # check (M): mpi4py's "mismatch in send count and receive count"
         check_counts("recvbuf", rb.count, s.count, f"{name} (sendbuf's count)")
     mop = _op(op, rb)
     out = rb.array

@@ -39,6 +39,20 @@ of bounds).  :class:`MPIValueError`/:class:`MPITypeError` are both the Python ty
 ``MPI.Exception`` MPI raises through mpi4py for the same input (a root outside [0, p), a
 negative count, an op MPI does not define for the datatype).
 
+Check kinds (the legend is in :mod:`mpicoll.backends.args`; ``docs/errors.md`` lists them):
+every error of the grammar above, negative counts (``MPI_ERR_COUNT``), ``MPI.DATATYPE_NULL``
+(:func:`_null_type`), read-only or non-contiguous buffers, a displacement past a predefined
+buffer, ``MPI.BOTTOM`` with a predefined datatype (``MPI_ERR_BUFFER``) are **(M)**: what plain
+mpi4py (or MPI's argument check) raises on the same rank.  A count, a block or a derived
+datatype's typemap that reaches past the buffer (:func:`parse`, :func:`parse_v`,
+:func:`~mpicoll.algorithms.datatypes.check_span`) is **(B)**: MPI would read or write outside
+the user's memory.  Three are **(L)**, limits of the internal form, on one rank's values: a
+derived datatype of extent <= 0 outside ``Alltoallw`` (:func:`_derived_extent`),
+``MPI.BOTTOM`` with a negative displacement, and overlapping receive blocks of a
+v-collective (the forwarding schedules read blocks back from the receive buffer).  Nothing
+here compares a send side with a receive side (:func:`same_type` only for reductions, as
+mpi4py).
+
 The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
 datatype) and :class:`VBuf` (the whole view plus one count and displacement per rank).  Numpy
 dtypes of MPI datatypes come from :func:`mpi4py.util.dtlib.to_numpy_dtype`.
@@ -68,7 +82,7 @@ from ..algorithms.datatypes import (
 __all__ = [
     "ARG_ERRORS", "Buf", "MPITypeError", "MPIValueError", "VBuf", "check_counts", "datatype_of",
     "int_list", "is_in_place", "is_in_place_constant", "nbytes", "parse", "parse_v",
-    "parse_w", "same_type", "WBuf",
+    "parse_w", "same_type", "sent_view", "WBuf",
 ]
 
 
@@ -192,13 +206,28 @@ def _datatype(spec: Any, what: str) -> MPI.Datatype:
         raise KeyError(f"{what}: cannot map {spec!r} to MPI datatype") from None
 
 
+def _null_type(dt: Any, what: str, inferred: bool) -> None:
+    """``MPI.DATATYPE_NULL`` as a message's datatype: with the count to infer from a buffer,
+    mpi4py's ``ValueError`` (``message: cannot infer count, datatype is null``); with a count
+    (or a null buffer, whose count is 0), what MPI
+    raises for it (``MPI_ERR_TYPE``, an :class:`MPITypeError`).  Check kind: mpi4py's and
+    MPI's own local refusal, on the rank that passes it, before any message."""
+    if isinstance(dt, MPI.Datatype) and dt == MPI.DATATYPE_NULL:
+        if inferred:
+            raise ValueError(f"{what}: message: cannot infer count, datatype is null "
+                             "(MPI.DATATYPE_NULL)")
+        raise MPITypeError(MPI.ERR_TYPE, f"{what}: invalid datatype: MPI.DATATYPE_NULL is "
+                           "a null datatype (MPI refuses it)")
+
+
 def _is_datatype(x: Any) -> bool:
     return isinstance(x, (MPI.Datatype, str))
 
 
 def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
-    if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
+    if not isinstance(datatype, MPI.Datatype):
         raise TypeError(f"expected an mpi4py MPI.Datatype, got {datatype!r}")
+    _null_type(datatype, "datatype", False)
     try:
         return np.dtype(dtlib.to_numpy_dtype(datatype))
     except Exception as exc:  # dtlib raises ValueError/TypeError for types it cannot map
@@ -388,6 +417,7 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         ValueError: a count at a displacement that ends past the buffer.
     """
     obj, cnt, dsp, dt, is_list = _unpack(spec, what, vector=False)
+    _null_type(dt, what, cnt is None and not (is_list and _is_bottom(obj)))
     if is_list and _is_bottom_constant(obj) and dt is not None:  # absolute addresses
         n = 0 if cnt is None else _index(cnt, what)
         at = 0 if dsp is None else _index(dsp, what, "displacement")
@@ -444,7 +474,8 @@ def _raw(arr: np.ndarray) -> np.ndarray:
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
     """The extent of a derived datatype, refused (TypeError) where the internal form cannot
     hold it: a null or non-positive extent (elements would not be in increasing address
-    order)."""
+    order).  Check (L): one rank's datatype (``Alltoallw`` takes such blocks: see
+    :func:`_one_block`)."""
     if datatype == MPI.DATATYPE_NULL:
         raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
     extent = datatype.Get_extent()[1]
@@ -500,6 +531,14 @@ def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
     return out
 
 
+def _scalar(x: Any) -> Any:
+    """A 0-d numpy array as the one int it holds (mpi4py takes ``np.array(3)`` as a count or
+    a displacement stride, as it takes ``3``)."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item() if x.dtype.kind in "iub" else x
+    return x
+
+
 def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
     """Parse a vector spec (mpi4py's ``BufSpecV``) into a :class:`VBuf`.
 
@@ -516,6 +555,8 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         a receive buffer (ValueError: MPI would corrupt memory).
     """
     obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
+    counts_spec, displs_spec = _scalar(counts_spec), _scalar(displs_spec)
+    _null_type(dt, what, counts_spec is None and not (is_list and _is_bottom(obj)))
     bottom = is_list and _is_bottom_constant(obj) and dt is not None  # absolute addresses
     derived = isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None \
         and not _is_bottom(obj)
@@ -589,7 +630,7 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                 f"{flat.size} elements (MPI would go out of bounds; check the counts and "
                 "displacements)"
             )
-    if writable:  # MPI: no location of a receive buffer may be written twice
+    if writable:  # check (L): MPI forbids writing a location twice; schedules read back
         blocks = enumerate(zip(counts, displs, strict=True))
         spans = sorted((d, d + c, i) for i, (c, d) in blocks if c)
         for (_, end, i), (start, _, j) in pairwise(spans):
@@ -617,6 +658,22 @@ class WBuf:
     def nbytes(self, i: int) -> int:
         """Bytes of data in block ``i`` (``counts[i] * datatypes[i].Get_size()``)."""
         return self.counts[i] * int(self.datatypes[i].Get_size())
+
+
+def _one_block(raw: np.ndarray, origin: int, count: int, datatype: MPI.Datatype
+               ) -> TypedView:
+    """``count`` elements of a datatype whose extent is 0 (or negative) from byte ``origin``
+    of ``raw``, as one element of a twin type (``Create_contiguous(count)`` of it, resized to
+    extent 1: the same type signature and the same bytes from the same origin, which a view
+    of elements cannot hold).  The twin is freed with the view."""
+    one = datatype.Create_contiguous(count)
+    try:
+        twin = one.Create_resized(int(one.Get_extent()[0]), 1).Commit()
+    finally:
+        one.Free()
+    view = TypedView.of(typed_view(raw, origin, 1, 1), twin)
+    weakref.finalize(view, _free_type, twin).atexit = False
+    return view
 
 
 def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
@@ -661,8 +718,9 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     blocks = []
     used = list(types)
     for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
-        if not isinstance(t, MPI.Datatype) or t == MPI.DATATYPE_NULL:
+        if not isinstance(t, MPI.Datatype):
             raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
+        _null_type(t, f"{what}: datatypes[{i}]", False)
         if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom)
             if c and d < 0:
                 raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement ({d} for "
@@ -672,8 +730,11 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
                 used[i] = twin
             blocks.append(TypedView.of(view, twin))
             continue
-        extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
         check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
+        if c and t.Get_extent()[1] <= 0:  # extent 0 (or negative): one element of c of them
+            blocks.append(_one_block(raw, d, c, t))
+            continue
+        extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
         blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
     # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
     # two of them write one byte twice is the user's to keep, as in MPI; not checked)
@@ -681,43 +742,61 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:
-    """Raise when send and receive element types differ (MPI needs them to match).
+    """A reduction's send and receive MPI datatypes must be the same handle, as mpi4py
+    requires them (it raises ``ValueError: mismatch in send and receive MPI datatypes`` on
+    that rank, before MPI sees the call; mpicoll raises it there too, so a program behaves
+    as under plain mpi4py).  ``[MPI.BOTTOM, count, datatype]`` compares the user's datatype.
 
-    ``reduction``: as mpi4py, the two MPI datatypes must be the same handle (ValueError
-    ``mismatch in send and receive MPI datatypes``); elsewhere mpicoll needs the same element
-    type (TypeError; mpi4py leaves that to MPI, which does not check signatures).
+    Check kind: mpi4py's own local check (the rank that passes two datatypes raises, as
+    plain mpi4py raises there), not an agreement across ranks.
 
-    With a derived datatype both sides must pass a derived datatype: the same, or one with
-    the same layout (:func:`~mpicoll.algorithms.datatypes.same_layout`: two vectors built
-    alike): the p2p schedules move whole elements between the two buffers with one datatype.
-    (MPI also allows two layouts with the same type signature; mpicoll does not yet.)
-    ``[MPI.BOTTOM, count, datatype]`` compares the user's datatype (``bottom``)."""
-    if reduction and (a.bottom is not None or b.bottom is not None):
-        given_a = a.datatype if a.bottom is None else a.bottom
-        given_b = b.datatype if b.bottom is None else b.bottom
-        if given_a != given_b:
-            raise ValueError(f"{what}: mismatch in send and receive MPI datatypes (with "
-                             "MPI.BOTTOM pass MPI.IN_PLACE, or the same datatype)")
-    if is_derived(a.datatype) or is_derived(b.datatype):
-        both = is_derived(a.datatype) and is_derived(b.datatype)
-        if not (both and same_layout(a.datatype, b.datatype)):
-            raise TypeError(
-                f"{what}: send datatype {_type_name(a.datatype)} and receive datatype "
-                f"{_type_name(b.datatype)} differ; with a derived datatype both sides must pass "
-                "the same datatype (or one with the same layout)"
-            )
+    ``reduction=False`` (the collectives with a send and a receive side): nothing is
+    checked.  MPI requires the two sides' type *signatures* to agree, not their datatypes,
+    and only across ranks (a strided derived send type against a predefined receive type is
+    a valid call); p2p moves the data by signature (:func:`sent_view`), MPI raises
+    ``MPI_ERR_TRUNCATE`` where a receive is too small."""
+    if not reduction:
         return
-    if reduction and a.datatype != b.datatype:
+    given_a = a.datatype if a.bottom is None else a.bottom
+    given_b = b.datatype if b.bottom is None else b.bottom
+    if given_a != given_b:
         raise ValueError(
             f"{what}: mismatch in send and receive MPI datatypes: send "
-            f"{a.datatype.Get_name()} ({a.array.dtype}), receive "
-            f"{b.datatype.Get_name()} ({b.array.dtype})"
+            f"{_type_name(given_a)} ({a.array.dtype}), receive {_type_name(given_b)} "
+            f"({b.array.dtype}) (mpi4py needs the same datatype on both sides of a reduction)"
         )
-    if a.array.dtype != b.array.dtype:
-        raise TypeError(
-            f"{what}: send datatype {a.datatype.Get_name()} ({a.array.dtype}) and receive "
-            f"datatype {b.datatype.Get_name()} ({b.array.dtype}) differ"
-        )
+
+
+def sent_view(s: Buf | VBuf, datatype: MPI.Datatype, per_block: int | None = None,
+              want: int | None = None) -> np.ndarray:
+    """The send side of a collective as the schedules see it: ``s.array`` itself where it is
+    in the call's unit (``datatype``, the receive side's, and ``per_block == want``), else a
+    :class:`~mpicoll.algorithms.datatypes.TypedView` carrying ``s``'s own datatype, so every
+    message of it is posted with that datatype and every local copy between it and a
+    receive-side buffer goes by type signature (pack, then unpack: never numpy assignment
+    across two typemaps).
+
+    Args:
+        s: the parsed send buffer.
+        datatype: the datatype the call's schedules work in (this rank's receive side's).
+        per_block / want: the send side's count per block and the receive side's, each in
+            its own datatype; when they differ the view is typed too (its copies then drop
+            what does not fit, as MPI's local copy does)."""
+    other = s.datatype
+    same = other == datatype or (not is_derived(other) and not is_derived(datatype)
+                                 and s.array.dtype == _np_dtype_or_none(datatype))
+    if not same and is_derived(other) and is_derived(datatype):
+        same = same_layout(other, datatype)
+    if same and per_block == want:
+        return s.array
+    return TypedView.of(s.array, other)
+
+
+def _np_dtype_or_none(datatype: MPI.Datatype) -> np.dtype | None:
+    try:
+        return _np_dtype(datatype)
+    except TypeError:
+        return None
 
 
 def _type_name(datatype: MPI.Datatype) -> str:
@@ -737,6 +816,7 @@ def nbytes(buf: Buf | VBuf, count: int | None = None) -> int:
 
 
 def check_counts(name: str, got: int, want: int, what: str) -> None:
-    """Raise ValueError when a buffer holds a different number of elements than the call needs."""
+    """Raise ValueError when a buffer holds a different number of elements than the call needs.
+    Used only for a reduction's send and receive counts (check (M): mpi4py's own)."""
     if got != want:
         raise ValueError(f"{name}: has {got} elements, {what} needs {want}")

@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
+from mpi4py.util import dtlib
 
 from ..algorithms.collectives import BY_NAME, NAMES
+from ..algorithms.datatypes import is_derived, signature_unit, type_signature
 from ..engines.mpi import Waitall
 from .args import PARSERS, Call
 from .buffers import ARG_ERRORS, Buf, is_in_place, parse
@@ -64,12 +66,17 @@ _PREDEFINED_OPS = (
 )
 _FIELDS = ("collective", "root", "count", "dtype", "item size", "op", "argument error",
            "forced algorithm", "segment size", "counts", "peer counts", "recvcounts given",
-           "non-blocking", "datatype size", "datatype signature")
+           "non-blocking", "datatype size", "datatype signature", "type signature")
 # column of each field in the table of checked mode
 (_COLL, _ROOT, _COUNT, _DTYPE, _ITEMSIZE, _OP, _ERROR, _FORCED, _SEGMENT, _COUNTS, _PEER,
- _STAGE, _NB, _TSIZE, _TSIG) = range(len(_FIELDS))
+ _STAGE, _NB, _TSIZE, _TSIG, _BSIG) = range(len(_FIELDS))
 # compared field by field (every rank must have the same value)
 _UNIFORM = (_ROOT, _COUNT, _DTYPE, _ITEMSIZE, _TSIZE, _TSIG, _OP, _FORCED, _SEGMENT)
+# compared instead where a rank passes a derived datatype to a collective without an op: MPI
+# matches type signatures (its shortest repeating unit and the count of them), not datatypes
+_BY_SIGNATURE = (_ROOT, _COUNT, _BSIG, _OP, _FORCED, _SEGMENT)
+#: the _DTYPE of a derived datatype (its elements are numpy voids)
+_VOID = np.dtype(np.void).num
 # collectives whose every rank passes the same full counts list (compared by hash)
 _SAME_COUNTS = {"allgatherv": "recvcounts", "reduce_scatter": "recvcounts"}
 # collectives whose per-rank count is compared with the root's counts
@@ -204,64 +211,24 @@ def _by_value(field: int, col: np.ndarray, names: dict[int, str] | None = None) 
     return text
 
 
-def type_signature(datatype: MPI.Datatype) -> list[tuple[str, int]]:
-    """The type signature of one element of ``datatype``: its basic types in order, as
-    (name, repeat) runs (displacements, holes and resizing do not count: MPI matches
-    signatures, not layouts).  ``DARRAY`` types count as their bytes."""
-    out: list[tuple[str, int]] = []
+def _numpy_of(datatype: MPI.Datatype, default: np.dtype) -> np.dtype:
+    """The numpy dtype of a predefined datatype (``default`` if numpy has none)."""
+    try:
+        return np.dtype(dtlib.to_numpy_dtype(datatype))
+    except (TypeError, ValueError, KeyError):
+        return default
 
-    def add(name: str, n: int) -> None:
-        if n <= 0:
-            return
-        if out and out[-1][0] == name:
-            out[-1] = (name, out[-1][1] + n)
-        else:
-            out.append((name, n))
 
-    def walk(dt: MPI.Datatype, reps: int) -> None:
-        if dt.is_predefined:
-            add(dt.Get_name() or str(dt.Get_size()), reps)
-            return
-        base, combiner, params = dt.decode()
-        try:
-            if combiner == "STRUCT":
-                one = _sub(params["datatypes"], params["blocklengths"])
-                for _ in range(min(reps, 64)):  # repeated structs: a bounded prefix
-                    for name, k in one:
-                        add(name, k)
-                if reps > 64:
-                    add("x", reps)
-                return
-            n: int | None = {"DUP": 1, "RESIZED": 1,
-                             "CONTIGUOUS": params.get("count", 1)}.get(combiner)
-            if n is None and combiner in ("VECTOR", "HVECTOR"):
-                n = params["count"] * params["blocklength"]
-            elif n is None and combiner in ("INDEXED", "HINDEXED"):
-                n = sum(params["blocklengths"])
-            elif n is None and combiner in ("INDEXED_BLOCK", "HINDEXED_BLOCK"):
-                n = params["blocklength"] * len(params["displacements"])
-            elif n is None and combiner == "SUBARRAY":
-                n = int(np.prod(params["subsizes"]))
-            if n is None:
-                add(f"{dt.Get_size()} bytes", reps)
-            else:
-                walk(base, reps * int(n))
-        finally:
-            for b in ([base] if isinstance(base, MPI.Datatype) else list(base)):
-                if not b.is_predefined:
-                    b.Free()
-
-    def _sub(types: Sequence[MPI.Datatype], counts: Sequence[int]) -> list[tuple[str, int]]:
-        saved = list(out)
-        out.clear()
-        for t, c in zip(types, counts, strict=True):
-            walk(t, int(c))
-        one = list(out)
-        out[:] = saved
-        return one
-
-    walk(datatype, 1)
-    return out
+def _in_units(counts: Any, datatype: MPI.Datatype) -> Any:
+    """Counts (a sequence, one int or None) of ``datatype`` as counts of its signature's
+    repeating unit (:func:`~mpicoll.algorithms.datatypes.signature_unit`): what two ranks
+    passing different datatypes of one signature agree on."""
+    if counts is None:
+        return None
+    k = signature_unit(datatype)[1]
+    if isinstance(counts, int):
+        return counts * k
+    return counts if k == 1 else tuple(c * k for c in counts)
 
 
 def _signature_hash(datatype: MPI.Datatype) -> int:
@@ -426,14 +393,17 @@ class CheckedMode:
                stage: int = 0, nonblocking: bool = False) -> np.ndarray:
         """Checked mode: every rank compares its call with the others' and all raise the same
         :class:`MismatchError` if they disagree, or if any rank's arguments were refused (that
-        rank re-raises its own error).  Costs one ``MPI_Iallgather`` of 13 integers per rank,
+        rank re-raises its own error).  Costs one ``MPI_Iallgather`` of 16 integers per rank,
         completed while progressing every p2p schedule in flight (a peer may be waiting for
         this rank's outstanding schedule before it joins the agreement).
 
         Compared: the collective, blocking or non-blocking form (MPI never matches the two),
-        root, element count, dtype and item size, op (predefined ops by name; any other
-        ``MPI.Op`` as "a user op" with its commutativity), the forced algorithm (``algorithm=``
-        or ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment size, and the counts of the
+        root, element count, dtype and item size (where a rank of a collective without an op
+        passes a derived datatype: the type signature instead, its shortest repeating unit
+        and the count of them, as MPI matches signatures, not datatypes), op (predefined
+        ops by name; any other ``MPI.Op`` as "a user op" with its commutativity), the forced
+        algorithm (``algorithm=`` or ``$MPICOLL_<COLLECTIVE>_ALGORITHM``), the p2p segment
+        size, and the counts of the
         v-collectives:
 
         * allgatherv, reduce_scatter: every rank's full recvcounts list (a 64-bit hash of it);
@@ -467,25 +437,32 @@ class CheckedMode:
             sig[_TSIG] = _signature_hash(gathering.datatype)
             sig[_PEER] = gathering.count
         elif call is not None:
+            dt = call.datatype if call.sig_datatype is None else call.sig_datatype
+            code, k = signature_unit(dt)
+            counts, send_counts, own = (_in_units(v, dt if t is None else t) for v, t in zip(
+                (call.counts, call.send_counts, call.own_count), call.count_types, strict=True))
             sig[_ROOT] = call.root
-            sig[_COUNT] = -1 if call.count is None else call.count
-            sig[_DTYPE] = call.dtype.num
-            sig[_ITEMSIZE] = call.dtype.itemsize
-            sig[_TSIZE] = call.datatype.Get_size()
-            sig[_TSIG] = _signature_hash(call.datatype)
+            sig[_COUNT] = -1 if call.count is None else call.count * k
+            dtype = call.dtype if call.sig_datatype is None or is_derived(dt) else \
+                _numpy_of(dt, call.dtype)
+            sig[_DTYPE] = _VOID if is_derived(dt) else dtype.num
+            sig[_ITEMSIZE] = dtype.itemsize
+            sig[_TSIZE] = dt.Get_size()
+            sig[_TSIG] = _signature_hash(dt)
+            sig[_BSIG] = code
             sig[_OP] = op_code(call.op)
             if collective in ("alltoallv", "alltoallw"):  # alltoallw: in bytes
-                assert call.counts is not None
-                assert call.send_counts is not None
+                assert counts is not None
+                assert send_counts is not None
                 me, p = self.rank, self.size
                 peers = np.arange(p, dtype=np.uint64)
-                sig[_COUNTS] = _weighted(call.send_counts, np.uint64(me) * np.uint64(p) + peers)
-                sig[_PEER] = _weighted(call.counts, peers * np.uint64(p) + np.uint64(me))
+                sig[_COUNTS] = _weighted(send_counts, np.uint64(me) * np.uint64(p) + peers)
+                sig[_PEER] = _weighted(counts, peers * np.uint64(p) + np.uint64(me))
             else:
-                if call.counts is not None:
-                    sig[_COUNTS] = _list_hash(call.counts)
-                if call.own_count is not None:
-                    sig[_PEER] = call.own_count
+                if counts is not None:
+                    sig[_COUNTS] = _list_hash(counts)
+                if own is not None:
+                    sig[_PEER] = own
         return self._exchange(collective, sig, call, error, gathering is not None,
                               str(forced), None if call is None else call.op)
 
@@ -585,6 +562,8 @@ class CheckedMode:
                 + f"; ranks {_ranks(others)} force other algorithms (or none)")
 
         uniform: tuple[int, ...] = _UNIFORM
+        if not BY_NAME[collective].reduction and (table[:, _DTYPE] == _VOID).any():
+            uniform = _BY_SIGNATURE
         if gathering or collective in ("scatterv", "gatherv", "alltoallv", "alltoallw",
                                        *_SAME_COUNTS):
             uniform = tuple(f for f in uniform if f != _COUNT)  # compared through the counts

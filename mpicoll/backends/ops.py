@@ -36,6 +36,9 @@ def check_op(op: object, datatype: MPI.Datatype, dtype: np.dtype) -> MPI.Op:
     ``MPI_Reduce_local`` and collectives raise ``MPI_ERR_OP`` for them).  User ops are
     accepted as given.
 
+    Check (A): MPI requires every rank to pass the same op and, for a reduction, the same
+    datatype, so every rank reaches the same answer without communicating.
+
     Raises:
         TypeError: ``op`` is not an ``MPI.Op``, or MPI does not define it for ``datatype``.
     """

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms.schedule import Context
+from ..algorithms.registry import Algorithm
+from ..algorithms.schedule import Context, Schedule
 
 __all__ = ["Call"]
 
@@ -28,6 +29,9 @@ class Call:
         collective: registry name (``allreduce``, ...).
         datatype / dtype: the MPI and numpy element type every message of the call uses.
         prepare: ``prepare(ctx) -> args`` for the schedule (does in-place copies via ctx).
+        finish: ``finish(ctx, args)``, local work after the schedule's last round on the
+            arguments ``prepare`` made (a Bcast of a derived datatype unpacks what arrived as
+            bytes), or None.
         nbytes: the message size the ``auto`` choice uses; identical on every rank.
         count: element count for the ``count_ge_p`` restriction (None if not meaningful).
         commutative / in_place / uniform: what the restrictions are checked against.
@@ -55,3 +59,26 @@ class Call:
     #: scatterv/gatherv: this rank's own count (recvbuf's / sendbuf's), which must equal the
     #: root's counts[rank]
     own_count: int | None = None
+    finish: Callable[[Context, tuple[Any, ...]], None] | None = field(default=None, repr=False)
+    #: the datatype checked mode reads the type signature of (None: ``datatype``; Bcast's
+    #: user datatype, whose messages go as bytes)
+    sig_datatype: MPI.Datatype | None = field(default=None, repr=False)
+    #: the datatypes the units of ``counts``, ``send_counts`` and ``own_count`` are of (None:
+    #: the signature's datatype): a root's counts and its own count may be in two datatypes
+    count_types: tuple[MPI.Datatype | None, ...] = field(default=(None, None, None), repr=False)
+
+    def schedule(self, ctx: Context, algorithm: Algorithm) -> Schedule:
+        """``algorithm``'s schedule for this call on ``ctx``: its arguments from
+        :attr:`prepare`, then :attr:`finish` after its last round (so a compiled plan records
+        it as the tail's local work)."""
+        args = self.prepare(ctx)
+        gen = algorithm.schedule(ctx, *args)
+        if self.finish is None:
+            return gen
+        return _then(gen, ctx, args, self.finish)
+
+
+def _then(gen: Schedule, ctx: Context, args: tuple[Any, ...],
+          finish: Callable[[Context, tuple[Any, ...]], None]) -> Schedule:
+    yield from gen
+    finish(ctx, args)

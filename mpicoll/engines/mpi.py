@@ -581,7 +581,7 @@ class Engine:
         self.clear_tag(tag)
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
-        return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
+        return ctx, call.schedule(ctx, algorithm)
 
     def clear_tag(self, tag: int) -> None:
         """Make ``tag`` ready for a new call: drop what peers sent for calls this rank refused

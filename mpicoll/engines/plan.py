@@ -147,7 +147,7 @@ def compile_plan(call: Call, algorithm: Algorithm, rank: int, size: int,
     steps: list[tuple[tuple[Local, ...], tuple[Send | Recv, ...], tuple[Local, ...]]] = []
     rounds = 0
     sent = recv = bsent = brecv = inter = 0
-    for rnd in algorithm.schedule(rec, *call.prepare(rec)):
+    for rnd in call.schedule(rec, algorithm):
         rounds += 1
         during: tuple[Local, ...] = ()
         if isinstance(rnd, Overlap):  # its work, recorded apart: it runs while rnd is in flight

@@ -196,7 +196,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         if chosen_alg is None:
             chosen_alg, nbytes = chosen, call.nbytes
         ctx = sim.context(rank, call.datatype, call.dtype)
-        gens.append(chosen.schedule(ctx, *call.prepare(ctx)))
+        gens.append(call.schedule(ctx, chosen))
         outputs.append(out)
     assert chosen_alg is not None
     stats = sim.run(gens)

@@ -153,19 +153,22 @@ def noncommutative_op() -> MPI.Op:
 # ---- receive buffer too small for count x P ------------------------------------------------
 
 
-@bad("recv_too_small", "allgather", ValueError, "recvbuf", "needs")
+@bad("recv_too_small", "allgather", ValueError, "recvbuf", "needs",
+     when=lambda p: (3 * p - 1) % p != 0)  # else it splits: MPI_ERR_TRUNCATE (signatures)
 def _(r: int, p: int) -> Attempt:
     s, rb = fill(3, r, np.int32), fill(3 * p - 1, -7, np.int32)
     return Attempt(lambda b: b.Allgather(s, rb), [s, rb])
 
 
-@bad("recv_too_small", "iallgather", ValueError, "recvbuf", "needs")
+@bad("recv_too_small", "iallgather", ValueError, "recvbuf", "needs",
+     when=lambda p: (3 * p - 2) % p != 0)
 def _(r: int, p: int) -> Attempt:
     s, rb = fill(3, r), fill(3 * p - 2, -7)
     return Attempt(lambda b: b.Iallgather(s, rb), [s, rb])
 
 
-@bad("recv_too_small", "gather_root", ValueError, "recvbuf")
+@bad("recv_too_small", "gather_root", ValueError, "recvbuf",
+     when=lambda p: (2 * p - 1) % p != 0)  # P = 1: it splits, and MPI cuts the own block
 def _(r: int, p: int) -> Attempt | None:
     if r != p - 1:  # only the root has a receive buffer; the others send and return
         s = fill(2, r)
@@ -178,12 +181,6 @@ def _(r: int, p: int) -> Attempt | None:
 def _(r: int, p: int) -> Attempt:
     s, rb = fill(4, r), fill(3, -7)
     return Attempt(lambda b: b.Allreduce(s, rb), [s, rb])
-
-
-@bad("recv_too_small", "alltoall", ValueError, "recvbuf")
-def _(r: int, p: int) -> Attempt:
-    s, rb = fill(2 * p, r), fill(p, -7)
-    return Attempt(lambda b: b.Alltoall(s, rb), [s, rb])
 
 
 @bad("recv_too_small", "reduce_scatter", ValueError, "recvbuf")
@@ -235,6 +232,9 @@ def _(r: int, p: int) -> Attempt:
 
 
 # ---- send and receive datatypes that differ ------------------------------------------------
+# (the reductions only: mpi4py itself refuses two datatypes there.  Elsewhere MPI matches type
+# signatures across ranks, not datatypes, and the call goes: tests/mpi/test_signatures.py
+# compares such calls, and mismatched signatures, with plain mpi4py)
 
 
 @bad("dtype_mismatch", "allreduce_f64_i64", ValueError, "datatype", "float64", "int64")
@@ -243,32 +243,10 @@ def _(r: int, p: int) -> Attempt:
     return Attempt(lambda b: b.Allreduce(s, rb), [s, rb])
 
 
-@bad("dtype_mismatch", "allgather_typed_int_float", TypeError, "datatype", "MPI_INT",
-     "MPI_FLOAT")
-def _(r: int, p: int) -> Attempt:
-    s, rb = fill(2, r, np.int32), fill(2 * p, -7, np.float32)
-    return Attempt(lambda b: b.Allgather([s, MPI.INT], [rb, MPI.FLOAT]), [s, rb])
-
-
-@bad("dtype_mismatch", "alltoall_i32_i64", TypeError, "datatype")
-def _(r: int, p: int) -> Attempt:
-    s, rb = fill(p, r, np.int32), fill(p, -7, np.int64)
-    return Attempt(lambda b: b.Alltoall(s, rb), [s, rb])
-
-
 @bad("dtype_mismatch", "scan_c128_c64", ValueError, "datatype")
 def _(r: int, p: int) -> Attempt:
     s, rb = fill(3, r, np.complex128), fill(3, -7, np.complex64)
     return Attempt(lambda b: b.Scan(s, rb), [s, rb])
-
-
-@bad("dtype_mismatch", "gather_root", TypeError, "datatype")
-def _(r: int, p: int) -> Attempt | None:
-    if r != 0:  # only the root sees both types
-        s = fill(2, r, np.float32)
-        return Attempt(lambda b: b.Gather(s, None, root=0), ok=True)
-    s, rb = fill(2, r, np.float32), fill(2 * p, -7)
-    return Attempt(lambda b: b.Gather(s, rb, root=0), [s, rb])
 
 
 @bad("dtype_mismatch", "reduce_root_pair_types", ValueError, "datatype")
@@ -968,7 +946,8 @@ def test_recv_buffer_too_small(case: Bad, kind: str) -> None:
 @pytest.mark.mpi
 @pytest.mark.parametrize(("case", "kind"), _params("dtype_mismatch"))
 def test_send_recv_dtypes_differ(case: Bad, kind: str) -> None:
-    """Send and receive datatypes that differ: TypeError naming both datatypes."""
+    """A reduction's send and receive datatypes that differ: ValueError naming both, as
+    mpi4py raises it (the other collectives match type signatures: test_signatures.py)."""
     check_bad(case, kind)
 
 

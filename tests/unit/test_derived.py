@@ -200,10 +200,12 @@ def test_case_dtype_names() -> None:
 
 
 def test_same_layout_types_match() -> None:
-    """Two vectors built alike are one layout (a send and a receive side may pass each);
-    another shape, or a predefined type on the other side, is refused (TypeError)."""
-    from mpicoll.algorithms.datatypes import same_layout
-    from mpicoll.backends.buffers import same_type
+    """Two vectors built alike are one layout: the send side is then used as it is; a send
+    side of another datatype with the same type signature goes as a TypedView of its own
+    datatype (MPI matches signatures, not datatypes); only a reduction refuses two datatypes,
+    as mpi4py (ValueError)."""
+    from mpicoll.algorithms.datatypes import TypedView, same_layout
+    from mpicoll.backends.buffers import same_type, sent_view
 
     twin = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
     assert same_layout(VEC, twin)
@@ -214,6 +216,42 @@ def test_same_layout_types_match() -> None:
     # same extents, same low offset bytes in pack order; only the second pass tells them apart
     assert not same_layout(big, MPI.BYTE.Create_indexed_block(1, [0, 300, 44]).Commit())
     buf = np.zeros(12)
-    same_type(parse([buf, 1, VEC], "s"), parse([buf, 1, twin], "r"), "Gather")
-    with pytest.raises(TypeError, match="differ"):
-        same_type(parse([buf, 2, MPI.DOUBLE], "s"), parse([buf, 2, VEC], "r"), "Gather")
+    s, r = parse([buf, 1, VEC], "s"), parse([buf, 1, twin], "r")
+    same_type(s, r, "Gather")
+    assert type(sent_view(s, twin, 1, 1)) is np.ndarray
+    s2, r2 = parse([buf, 2, MPI.DOUBLE], "s"), parse([buf, 1, VEC], "r")
+    same_type(s2, r2, "Gather")  # not a reduction: nothing to refuse
+    view = sent_view(s2, VEC, 2, 1)
+    assert type(view) is TypedView
+    assert view.datatype == MPI.DOUBLE
+    with pytest.raises(ValueError, match="mismatch in send and receive MPI datatypes"):
+        same_type(s2, r2, "Allreduce", reduction=True)
+
+
+def test_copy_by_signature() -> None:
+    """Context.copy between a send side of one datatype (a TypedView) and a receive side of
+    another copies by type signature: a strided vector's int64s land packed in an int64
+    array; a longer source is cut to what fits; a shorter one fills the front, the last
+    element partly (its first bytes in pack order), the rest untouched, as MPI fills it."""
+    from mpicoll.algorithms.datatypes import TypedView
+    from mpicoll.algorithms.schedule import Context
+
+    ctx = Context(0, 1, MPI.INT64_T, np.dtype(np.int64))
+    vec = MPI.INT64_T.Create_vector(2, 1, 2).Create_resized(0, 32).Commit()
+    try:
+        src = np.arange(8, dtype=np.int64)
+        view = TypedView.of(parse([src, 2, vec], "s").array, vec)
+        out = np.full(4, -1, np.int64)
+        ctx.copy(view, out)
+        assert out.tolist() == [0, 2, 4, 6]
+        short = np.full(3, -1, np.int64)
+        ctx.copy(view, short)  # 4 int64 into 3: cut
+        assert short.tolist() == [0, 2, 4]
+    finally:
+        vec.Free()
+    half = TypedView.of(np.array([7, 9, 11], np.int32), MPI.INT32_T)
+    dst = np.full(3, -1, np.int64)
+    ctx.copy(half, dst)  # 12 bytes into 24: one int64 and the first half of the next
+    raw = np.full(3, -1, np.int64)
+    raw.view(np.int32)[:3] = [7, 9, 11]
+    assert dst.tobytes() == raw.tobytes()
