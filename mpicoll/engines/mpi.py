@@ -59,9 +59,9 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["Engine", "Replayed", "ScheduleRequest", "Testall", "Testany", "Testsome",
-           "ThreadLevelError", "Traffic", "Waitall", "Waitany", "Waitsome", "check_thread",
-           "progress_all"]
+__all__ = ["CompletedRequest", "Engine", "Replayed", "ScheduleRequest", "Testall", "Testany",
+           "Testsome", "ThreadLevelError", "Traffic", "Waitall", "Waitany", "Waitsome",
+           "check_thread", "progress_all"]
 
 
 class Traffic:
@@ -398,9 +398,13 @@ class ScheduleRequest:
             self._engine._retire(self)
         return moved
 
+    #: what the request keeps alive until it is complete (exports of a call's mmaps)
+    held: Any = None
+
     def _complete(self, status: MPI.Status | None = None) -> None:
         """Report completion: the request becomes inactive."""
         self._inactive = True
+        self.held = None
         _empty_status(status)
 
     def Test(self, status: MPI.Status | None = None) -> bool:
@@ -477,6 +481,19 @@ class ScheduleRequest:
         """False once inactive, as ``MPI.Request``'s (``!= MPI.REQUEST_NULL``)."""
         return not self._inactive
 
+
+
+class CompletedRequest(ScheduleRequest):
+    """The request of a p2p collective that moves nothing (every count 0 on every rank):
+    complete when made, never in flight; ``Wait``/``Test`` report it at once."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._reqs = []
+        self._claim = threading.Lock()
+        self.done = True
+        self._inactive = False
+        self._listed = False
 
 
 #: Every live engine: a wait on one progresses all of them (MPI's progress is global: a rank
