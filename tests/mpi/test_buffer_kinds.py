@@ -101,7 +101,8 @@ def test_memoryview_is_cached_and_held(kind: str) -> None:
     for k in range(2):
         x[0] = RANK + 1.0 + k
         _expect(b, lambda: b.Allreduce(mx, my), hit=k > 0)
-        assert y[0] == TOTAL + P * k and y[1] == TOTAL
+        assert y[0] == TOTAL + P * k
+        assert y[1] == TOTAL
     with pytest.raises(BufferError):
         my.release()
     b.front_door.clear()

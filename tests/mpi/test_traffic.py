@@ -8,8 +8,8 @@ import pytest
 from mpi4py import MPI
 
 import mpicoll
-from mpicoll.backends.p2p import ZERO_SIZE_COLLECTIVES
 from mpicoll import registry
+from mpicoll.backends.p2p import ZERO_SIZE_COLLECTIVES
 from mpicoll.tools.simulate import make_args, simulate
 
 COMM = MPI.COMM_WORLD
