@@ -46,6 +46,7 @@ user, e.g. with a lock).
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -59,9 +60,9 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 
-__all__ = ["CompletedRequest", "Engine", "Replayed", "ScheduleRequest", "Testall", "Testany",
-           "Testsome", "ThreadLevelError", "Traffic", "Waitall", "Waitany", "Waitsome",
-           "check_thread", "progress_all"]
+__all__ = ["CompletedRequest", "Engine", "MessageError", "Replayed", "ScheduleRequest",
+           "Testall", "Testany", "Testsome", "ThreadLevelError", "Traffic", "Waitall", "Waitany",
+           "Waitsome", "check_thread", "explain", "progress_all"]
 
 
 class Traffic:
@@ -165,6 +166,8 @@ class MPIContext(Context):
         self.comm = comm
         self.tag = tag
         self.traffic = traffic
+        #: the collective it runs (for error messages)
+        self.collective = ""
 
     def post(self, rnd: Round | Overlap) -> list[MPI.Request]:
         """Start every operation of a round: receives first, then sends; then, for an
@@ -312,6 +315,79 @@ def _overlap(what: str) -> ThreadLevelError:
 
 
 # --------------------------------------------------------------------------------------------
+# MPI errors, said readably
+
+
+class MessageError(MPI.Exception):
+    """An MPI error on one of a p2p collective's messages (a truncation: a peer sent more
+    bytes than this rank's receive buffer holds), said as MPI said it: the collective, the
+    peer, the bytes, MPI's own words.  An ``MPI.Exception`` whose ``Get_error_class()`` is
+    MPI's (``MPI.ERR_TRUNCATE`` for a truncation), raised on the rank MPI raises it on."""
+
+    def __init__(self, code: int, message: str) -> None:
+        MPI.Exception.__init__(self, code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_TRUNCATED = re.compile(r"(?:[Mm]essage from rank (\d+) and tag \d+ truncated; )?"
+                        r"(\d+) bytes received but buffer size is (\d+)")
+
+
+def explain(exc: MPI.Exception, what: str, statuses: Sequence[MPI.Status] = (),
+            peers: Sequence[int] = ()) -> MPI.Exception:
+    """``exc`` (raised by a wait on ``what``'s messages) as a :class:`MessageError` that says
+    what MPI said: the failing message's status (from ``statuses``, when the wait filled
+    them: ``MPI_ERR_IN_STATUS``), else ``exc`` itself; ``peers``: the ranks of the round,
+    named when the status does not say which one failed."""
+    code = exc.Get_error_code()
+    peer: int | None = None
+    got: int | None = None
+    for st in statuses:
+        err = st.Get_error()
+        if err not in (MPI.SUCCESS, MPI.ERR_PENDING):
+            code, peer = err, st.Get_source()
+            try:
+                got = st.Get_count(MPI.BYTE)
+            except MPI.Exception:
+                got = None
+            break
+    text = MPI.Get_error_string(code)
+    m = _TRUNCATED.search(text) or _TRUNCATED.search(str(exc))
+    if MPI.Get_error_class(code) == MPI.ERR_TRUNCATE or m:
+        if m is not None:
+            if m.group(1) is not None and peer is None:
+                peer = int(m.group(1))
+            # a truncation is always the larger count into the smaller buffer (MPICH's
+            # sentence names them the other way round)
+            a, b = int(m.group(2)), int(m.group(3))
+            said = f"message truncated: {max(a, b)} bytes into a buffer of {min(a, b)}"
+        else:
+            said = "message truncated" + (f": {got} bytes received" if got else "")
+        frm = (f" from rank {peer}" if peer is not None and peer >= 0 else
+               f" from one of ranks {sorted(set(peers))}" if peers else "")
+        msg = (f"{what}: {said}{frm} (the ranks passed different amounts of data: MPI requires "
+               "the type signatures of sender and receiver to match)")
+    else:
+        first = text.splitlines()[0] if text else str(exc)
+        msg = f"{what}: MPI error on a message" + (f" with rank {peer}" if peer is not None
+                                                    else "") + f": {first}"
+    return MessageError(code, msg)
+
+
+def _name(ctx: Any) -> str:
+    """The collective a context or tag record runs, for an error message."""
+    c = getattr(ctx, "collective", None)
+    return "mpicoll.p2p " + (c.capitalize() if c else "collective")
+
+
+def _peers(reqs_ops: Any) -> list[int]:
+    return [o.peer for o in reqs_ops] if reqs_ops else []
+
+
+# --------------------------------------------------------------------------------------------
 # Requests
 
 #: Guards the engines' lists of schedules in flight and :data:`_ENGINES`; held only for list
@@ -391,15 +467,31 @@ class ScheduleRequest:
         """Advance as far as completed messages allow; True if the schedule moved.  Only the
         thread holding ``_claim`` calls this."""
         moved = False
-        while not self.done and MPI.Request.Testall(self._reqs):
-            self._advance()
-            moved = True
+        try:
+            while not self.done and MPI.Request.Testall(self._reqs, st := self._statuses()):
+                self._advance()
+                moved = True
+        except MPI.Exception as exc:
+            self._failed()
+            raise explain(exc, _name(self._ctx), st) from None
         if self.done:
             self._engine._retire(self)
         return moved
 
     #: what the request keeps alive until it is complete (exports of a call's mmaps)
     held: Any = None
+
+    def _statuses(self) -> list[MPI.Status]:
+        """Statuses for a wait on the posted round (read only on an MPI error: which message
+        failed, and how)."""
+        return [MPI.Status() for _ in self._reqs]
+
+    def _failed(self) -> None:
+        """An MPI error on a message of this request: it is over (done and out of the list
+        of schedules in flight, so no other wait spins on it); the error goes to the caller."""
+        self.done = True
+        self._reqs = []
+        self._engine._retire(self)
 
     def _complete(self, status: MPI.Status | None = None) -> None:
         """Report completion: the request becomes inactive."""
@@ -427,7 +519,11 @@ class ScheduleRequest:
                 and self._listed and self._claim.acquire(blocking=False)):
             try:  # the only schedule in flight anywhere: nothing else needs progress
                 while not self.done:
-                    MPI.Request.Waitall(self._reqs)
+                    try:
+                        MPI.Request.Waitall(self._reqs, st := self._statuses())
+                    except MPI.Exception as exc:
+                        self._failed()
+                        raise explain(exc, _name(self._ctx), st) from None
                     self._advance()
                 self._engine._retire(self)
             finally:
@@ -598,6 +694,7 @@ class Engine:
         self.clear_tag(tag)
         ctx = MPIContext(self.comm, tag, call.datatype, call.dtype, self.traffic, self.nodes,
                          self.segment_bytes)
+        ctx.collective = call.collective
         return ctx, algorithm.schedule(ctx, *call.prepare(ctx))
 
     def clear_tag(self, tag: int) -> None:
@@ -674,7 +771,11 @@ class Engine:
             for rnd in gen:
                 reqs = ctx.post(rnd)
                 if reqs:
-                    MPI.Request.Waitall(reqs)
+                    statuses = [MPI.Status() for _ in reqs]
+                    try:
+                        MPI.Request.Waitall(reqs, statuses)
+                    except MPI.Exception as exc:
+                        raise explain(exc, _name(ctx), statuses) from None
 
     def progress(self) -> bool:
         """One pass over this engine's schedules in flight (those no other thread holds);
@@ -782,7 +883,11 @@ def _step(mine: Sequence[ScheduleRequest], plain: Sequence[MPI.Request],
             if not rounds:
                 i = MPI.Request.Waitany(left, status)
             elif len(claimed) == 1 and not left:
-                MPI.Request.Waitall(rounds)  # one schedule, nothing else: sleep on its round
+                try:  # one schedule, nothing else: sleep on its round
+                    MPI.Request.Waitall(rounds, st := claimed[0]._statuses())
+                except MPI.Exception as exc:
+                    claimed[0]._failed()
+                    raise explain(exc, _name(claimed[0]._ctx), st) from None
                 return None
             else:
                 i = MPI.Request.Waitany(rounds + left, status) - len(rounds)

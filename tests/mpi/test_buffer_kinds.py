@@ -261,3 +261,44 @@ def test_zero_only_here_is_not_zero_size() -> None:
     b.traffic.reset()
     b.Barrier()
     assert P == 1 or b.traffic.messages_sent > 0
+
+
+# ------------------------------------------------------------------------------------------
+# MPI's errors from p2p, said readably
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["blocking", "nonblocking"])
+def test_a_truncation_says_what_mpi_said(form: str) -> None:
+    """Allreduce of 2 float64 on rank 0 and 2 float32 on rank 1 (ranks 0 and 1 of the
+    world; the others wait): rank 1 receives 16 bytes into a buffer of 8, and raises MPI's
+    ``MPI.ERR_TRUNCATE`` as an ``MPI.Exception`` saying so, at every call (the first run, the
+    compiled replays); rank 0 completes, as on MPI; no rank hangs."""
+    import mpicoll
+
+    sub = WORLD.Split(0 if RANK < 2 else 1, RANK)
+    if RANK < 2 and sub.size == 2:
+        b = mpicoll.p2p(sub)
+        dt = np.float64 if RANK == 0 else np.float32
+        x, y = np.ones(2, dt), np.zeros(2, dt)
+        for _ in range(3):
+            try:
+                if form == "blocking":
+                    b.Allreduce(x, y, algorithm="recursive_doubling")
+                else:
+                    b.Iallreduce(x, y, algorithm="recursive_doubling").Wait()
+            except MPI.Exception as exc:
+                assert RANK == 1
+                assert exc.Get_error_class() == MPI.ERR_TRUNCATE
+                assert "Allreduce" in str(exc)
+                assert "truncated" in str(exc)
+                if form == "blocking":
+                    assert "16 bytes into a buffer of 8" in str(exc)
+                    assert "from rank 0" in str(exc)
+            else:
+                assert RANK == 0
+        sub.Barrier()
+        b.Free()
+    sub.Free()
+    WORLD.Barrier()
