@@ -283,21 +283,21 @@ def test_a_truncation_says_what_mpi_said(form: str) -> None:
         dt = np.float64 if RANK == 0 else np.float32
         x, y = np.ones(2, dt), np.zeros(2, dt)
         for _ in range(3):
+            raised: MPI.Exception | None = None
             try:
                 if form == "blocking":
                     b.Allreduce(x, y, algorithm="recursive_doubling")
                 else:
                     b.Iallreduce(x, y, algorithm="recursive_doubling").Wait()
             except MPI.Exception as exc:
-                assert RANK == 1
-                assert exc.Get_error_class() == MPI.ERR_TRUNCATE
-                assert "Allreduce" in str(exc)
-                assert "truncated" in str(exc)
-                if form == "blocking":
-                    assert "16 bytes into a buffer of 8" in str(exc)
-                    assert "from rank 0" in str(exc)
-            else:
-                assert RANK == 0
+                raised = exc
+            assert (raised is not None) == (RANK == 1)
+            if raised is not None:
+                assert raised.Get_error_class() == MPI.ERR_TRUNCATE
+                text = str(raised)
+                assert "Allreduce" in text
+                assert "16 bytes into a buffer of 8" in text
+                assert "from rank 0" in text
         sub.Barrier()
         b.Free()
     sub.Free()
