@@ -27,7 +27,7 @@ from .args import PARSERS
 from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
-from .frontdoor import FrontDoor, UncacheableError, holds, key_of, unexported
+from .frontdoor import FrontDoor, UncacheableError, holds, key_of, same_specs, unexported
 
 __all__ = ["Collectives", "MismatchError", "NotProvidedError"]
 
@@ -167,7 +167,8 @@ class Collectives(CheckedMode):
         # unchecked calls are cached, and Free empties the cache, so neither needs a test
         # here); nothing here can raise, so the p2p tag is taken after it
         last = self._last[nonblocking].get(collective)
-        if last is not None and algorithm is last[1] and all(map(_is, args, last[0])):
+        if last is not None and algorithm is last[1] and (
+                all(map(_is, args, last[0])) if last[6] is None else same_specs(args, last)):
             for a, shape, dtype, flags in last[2]:
                 if a.shape != shape or a.dtype is not dtype or a.flags.num != flags:
                     break

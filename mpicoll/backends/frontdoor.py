@@ -49,13 +49,14 @@ from __future__ import annotations
 import array
 import mmap
 from collections.abc import Callable
+from operator import is_ as _is
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 __all__ = ["PINNED_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "holds",
-           "key_of", "last_of", "unexported"]
+           "key_of", "last_of", "same_specs", "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -162,9 +163,24 @@ def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
     if not x:
         return (type(x),)
     out: list[Any] = [type(x), len(x)]
-    _buffer(x[0], out.append)
-    for v in x[1:]:
-        out.append(_value(v))
+    add = out.append
+    b = x[0]
+    if type(b) is _ND and b.base is None:  # the common buffer, inline
+        add(b.dtype)
+        add(id(b))
+        add(b.shape)
+        add(b.flags.num)
+    else:
+        _buffer(b, add)
+    for i in range(1, len(x)):
+        v = x[i]
+        t = type(v)
+        if t is _DT:
+            add((id(v), v.handle))
+        elif t is int:
+            add(v)
+        else:
+            add(_value(v))
     return tuple(out)
 
 
@@ -177,7 +193,10 @@ def _value(v: Any) -> Any:
         return ("values", v.dtype, v.shape, v.tobytes())
     if t is list or t is tuple:
         return (t, *[_value(w) for w in v])
-    return key_of((), (v,))[0]
+    part = _PARTS.get(t)
+    if part is None:
+        raise UncacheableError(t.__name__)
+    return part(v)
 
 
 _PARTS: dict[type, Callable[[Any], Any]] = {
@@ -232,12 +251,16 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
     return tuple(key)
 
 
-#: a last call: ``(args, algorithm, arrays, handles, run, lists)``; ``arrays`` holds
+#: a last call: ``(args, algorithm, arrays, handles, run, lists, specs)``; ``arrays`` holds
 #: ``(array, shape, dtype, flags)`` of its arrays (in its list specs too), ``handles``
 #: ``(object, handle)`` of its user-defined ops and derived datatypes, ``lists``
-#: ``(list, items)`` of its list and tuple arguments, nested ones included (see the module)
+#: ``(list, items)`` of its list and tuple arguments, nested ones included, and ``specs``
+#: per argument the items of a list or tuple argument (None for the others; None for all if
+#: the call has no list or tuple argument): a spec list
+#: built anew at each call with the very same items is the last call too (see the module)
 Last = tuple[tuple[Any, ...], Any, tuple[tuple[Any, ...], ...], tuple[tuple[Any, int], ...],
-             Callable[..., Any], tuple[tuple[Any, tuple[Any, ...]], ...]]
+             Callable[..., Any], tuple[tuple[Any, tuple[Any, ...]], ...],
+             tuple[tuple[Any, ...] | None, ...] | None]
 
 #: arguments a last call compares by identity alone (immutable, or pinned by an export)
 _FIXED = (int, str, type(None), bytes, bytearray, array.array, type(MPI.IN_PLACE))
@@ -257,9 +280,28 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any]) -> L
             if not a.ndim:
                 return None
             arrays.append((a, a.shape, a.dtype, a.flags.num))
+        elif t is list or t is tuple:
+            if not all(_last_part(v, type(v), arrays, handles, lists, i == 0)
+                       for i, v in enumerate(a)):
+                return None
         elif not _last_part(a, t, arrays, handles, lists, False):
             return None
-    return (args, algorithm, tuple(arrays), tuple(handles), run, tuple(lists))
+    specs = tuple(tuple(a) if type(a) is list or type(a) is tuple else None for a in args)
+    return (args, algorithm, tuple(arrays), tuple(handles), run, tuple(lists),
+            None if all(x is None for x in specs) else specs)
+
+
+def same_specs(args: tuple[Any, ...], last: Last) -> bool:
+    """Whether ``args`` are the last call's (``is``), a list or tuple argument compared item
+    by item instead (``is``, one level: the same list changed in place, or one built anew
+    with other items, is not; a nested sequence is checked through ``lists``)."""
+    for a, old, items in zip(args, last[0], last[6] or (), strict=True):
+        if items is None:
+            if a is not old:
+                return False
+        elif type(a) is not type(old) or len(a) != len(items) or not all(map(_is, a, items)):
+            return False
+    return True
 
 
 def _last_part(a: Any, t: type, arrays: list[tuple[Any, ...]],
@@ -279,8 +321,7 @@ def _last_part(a: Any, t: type, arrays: list[tuple[Any, ...]],
     if t is list or t is tuple:
         items = tuple(a)
         lists.append((a, items))
-        return all(_last_part(v, type(v), arrays, handles, lists, i == 0 and not buffer)
-                   for i, v in enumerate(items))
+        return all(_last_part(v, type(v), arrays, handles, lists, False) for v in items)
     return t in _FIXED or t in _NUMPY_INTS
 
 

@@ -181,6 +181,29 @@ def test_a_list_reused_whose_item_was_replaced_misses(kind: str) -> None:
     _expect(b, lambda: b.Allreduce(sx, sy), hit=False)
     sx[2] = sy[2] = MPI.DOUBLE
     _expect(b, lambda: b.Allreduce(sx, sy), hit=True)
+    # built anew at every call: the same items hit, another item misses
+    _expect(b, lambda: b.Allreduce([x, 2, MPI.DOUBLE], [z, 2, MPI.DOUBLE]), hit=True)
+    y[:] = 0
+    _expect(b, lambda: b.Allreduce([x, 2, MPI.DOUBLE], [y, 2, MPI.DOUBLE]), hit=False)
+    _expect(b, lambda: b.Allreduce([x, 3, MPI.DOUBLE], [y, 3, MPI.DOUBLE]), hit=False)
+    assert np.array_equal(y, [TOTAL] * 3 + [0])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_counts_changed_in_place_in_a_nested_sequence(kind: str) -> None:
+    """``[out, (counts, displs), MPI.DOUBLE]`` reused, its displacements list reordered in
+    place between calls: the next call uses the new values, as plain mpi4py."""
+    b = backend(kind)
+    counts, displs = [1] * P, list(range(P))
+    out, plain = np.zeros(P), np.zeros(P)
+    spec = [out, (counts, displs), MPI.DOUBLE]
+    mine = np.full(1, RANK + 1.0)
+    for k in range(3):
+        displs[:] = [(r + k) % P for r in range(P)]
+        b.Allgatherv(mine, spec)
+        WORLD.Allgatherv(mine, [plain, (counts, displs), MPI.DOUBLE])
+        assert np.array_equal(out, plain), (k, out, plain)
 
 
 @pytest.mark.mpi
