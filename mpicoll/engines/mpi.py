@@ -445,7 +445,7 @@ class ScheduleRequest:
         self.done = False  # the schedule has finished
         self._inactive = False  # ... and a completion call has reported it
         self._advance()  # nobody else sees this request yet: no claim needed
-        if not self.done:
+        if not self.done and self._listed:
             with _lock:
                 engine.active.append(self)
                 _IN_FLIGHT[0] += 1
@@ -515,9 +515,11 @@ class ScheduleRequest:
         """Block until this collective is complete, progressing all others meanwhile; True.
         Alone in flight (under ``MPI_THREAD_MULTIPLE``) it sleeps in ``Waitall`` on each round
         in turn."""
-        if (_level == _MULTIPLE_LEVEL and not self._inactive and _IN_FLIGHT[0] == 1
-                and self._listed and self._claim.acquire(blocking=False)):
-            try:  # the only schedule in flight anywhere: nothing else needs progress
+        if (_level == _MULTIPLE_LEVEL and not self._inactive and _IN_FLIGHT[0] == self._listed
+                and self._claim.acquire(blocking=False)):
+            # the only schedule in flight anywhere (an unlisted one: none is), so nothing else
+            # needs progress
+            try:
                 while not self.done:
                     try:
                         MPI.Request.Waitall(self._reqs, st := self._statuses())

@@ -578,6 +578,10 @@ class ReplayRequest(ScheduleRequest):
         self._all_statuses = statuses
         self._tail = tail
         self._next = 0
+        #: a plan of one round is never in the list of schedules in flight: once its round is
+        #: posted no peer waits on this rank's Python (its owner's Wait/Test, or a completion
+        #: call given it, finishes it), so starting and completing it takes no lock
+        self._listed = len(steps) > 1
         self._begin(engine)
 
     def _advance(self) -> None:
