@@ -42,22 +42,19 @@ from mpi4py import MPI
 from ..algorithms.datatypes import TypedView
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
-from . import mpi as _mpi
+from . import threads as _threads
 from .call import Call
-from .mpi import (
+from .errors import _name, explain
+from .mpi import Engine, Replayed
+from .requests import (
     _IN_FLIGHT,
     _WAITERS,
-    Engine,
-    Replayed,
     ScheduleRequest,
     _empty_status,
-    _guard,
-    _lock,
-    _name,
     _notify,
     _release,
-    explain,
 )
+from .threads import _guard, _lock
 
 __all__ = ["BlockingRunner", "NonblockingRunner", "Plan", "PlanRequest", "Recorder",
            "ReplayRequest", "Startall", "compile_plan"]
@@ -240,7 +237,7 @@ class PlanRequest(ScheduleRequest):
 
     def __init__(self, engine: Engine, plan: Plan, tag: int) -> None:
         self._engine = engine
-        self._ctx = _Tagged(tag, plan.collective)  # type: ignore[assignment]
+        self._ctx = _Tagged(tag, plan.collective)
         self.plan = plan
         self.tag = tag
         comm, dt = engine.comm, plan.datatype
@@ -269,7 +266,7 @@ class PlanRequest(ScheduleRequest):
         self.freed = False
         #: a plan of one round under MPI_THREAD_MULTIPLE (no thread check to make, never
         #: listed): its step, run by the short paths of Start and Wait; None once freed
-        self._one = (steps[0] if len(steps) == 1 and _mpi._thread_level() == _MULTIPLE
+        self._one = (steps[0] if len(steps) == 1 and _threads._thread_level() == _MULTIPLE
                      else None)
         engine.plans.add(self)
 
@@ -283,7 +280,7 @@ class PlanRequest(ScheduleRequest):
             self._next = 0
             self._advance()
             return
-        if _mpi._level == _MULTIPLE:  # no thread check to make
+        if _threads._level == _MULTIPLE:  # no thread check to make
             self._start()
             return
         with _guard():
@@ -353,7 +350,7 @@ class PlanRequest(ScheduleRequest):
             if status is not None:
                 _empty_status(status)
             return True
-        if (_mpi._level == _MULTIPLE and _IN_FLIGHT[0] == self._listed
+        if (_threads._level == _MULTIPLE and _IN_FLIGHT[0] == self._listed
                 and self._claim.acquire(blocking=False)):
             # nothing else in flight anywhere needs progress (this one is counted there
             # while it is listed)
@@ -466,7 +463,7 @@ class BlockingRunner(_Runner):
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
-            if self._runs < 2 or _mpi._thread_level() != _MULTIPLE:
+            if self._runs < 2 or _threads._thread_level() != _MULTIPLE:
                 engine.run(self.call, self.algorithm, tag)  # a call made once: no compiling
                 return
             fast = self._fast = self._compile()
@@ -544,7 +541,7 @@ class NonblockingRunner(_Runner):
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
-            if self._runs < 2 or _mpi._thread_level() != _MULTIPLE:
+            if self._runs < 2 or _threads._thread_level() != _MULTIPLE:
                 return engine.start(self.call, self.algorithm, tag)
             steps, tail, self._replayed = _replay_steps(engine, self.call, self.algorithm)
             fast = self._fast = (steps, tail, tuple([MPI.Status() for _ in (*r, *s)]
@@ -572,7 +569,7 @@ class ReplayRequest(ScheduleRequest):
     def __init__(self, engine: Engine, steps: tuple[Any, ...], tail: tuple[Any, ...],
                  tag: int, collective: str = "",
                  statuses: tuple[list[MPI.Status], ...] = ()) -> None:
-        self._ctx = _Tagged(tag, collective)  # type: ignore[assignment]
+        self._ctx = _Tagged(tag, collective)
         self._steps = steps
         #: each step's statuses (shared by the runner's replays, which never overlap)
         self._all_statuses = statuses
