@@ -386,7 +386,7 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("entries", "hits", "last", "misses", "pinned")
+    __slots__ = ("_sizes", "entries", "hits", "last", "misses", "pinned")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
@@ -396,6 +396,8 @@ class FrontDoor:
         self.misses = 0
         #: bytes of the entries' buffers
         self.pinned = 0
+        #: bytes each entry pins, by key
+        self._sizes: dict[tuple[Any, ...], int] = {}
 
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], algorithm: Any,
               run: Callable[..., Any]) -> Last | None:
@@ -406,17 +408,20 @@ class FrontDoor:
         nbytes = _nbytes(args)
         if nbytes > PINNED_BYTES:
             return None
-        entries = self.entries
+        entries, sizes = self.entries, self._sizes
         while entries and (len(entries) >= SIZE or self.pinned + nbytes > PINNED_BYTES):
-            old_args, old, _ = entries.pop(next(iter(entries)))
-            self.pinned -= _nbytes(old_args)
-            for lasts in self.last:  # a last call is always an entry of the cache
-                for name in [n for n, m in lasts.items() if m[4] is old]:
-                    del lasts[name]
+            old_key = next(iter(entries))
+            _, old, old_last = entries.pop(old_key)
+            self.pinned -= sizes.pop(old_key)
+            if old_last is not None:  # a last call is always an entry of the cache
+                lasts = self.last[bool(old_key[1])]  # the key's head: (collective, I-form, ..)
+                if lasts.get(old_key[0]) is old_last:
+                    del lasts[old_key[0]]
             _free(old)
         last = last_of(args, algorithm, run)
         # the arguments, then exports of their resizable buffers (held while cached)
         entries[key] = (args + _exports(args), run, last)
+        sizes[key] = nbytes
         self.pinned += nbytes
         return last
 
@@ -426,6 +431,7 @@ class FrontDoor:
         for _, run, _ in self.entries.values():
             _free(run)
         self.entries.clear()
+        self._sizes.clear()
         for lasts in self.last:
             lasts.clear()
         self.hits = self.misses = self.pinned = 0
@@ -434,6 +440,10 @@ class FrontDoor:
 def _nbytes(args: Any) -> int:
     """Bytes a call's arguments keep alive (buffer specs included): for a view, the whole
     array it is a view of, once per such array."""
+    if all(type(a) is not _ND or a.base is None for a in args) and not any(
+            type(a) in (list, tuple) or type(a) in _EXPORTED for a in args):
+        # bare arrays that own their memory (the common call): each once
+        return sum({id(a): a.nbytes for a in args if type(a) is _ND}.values())
     owners: dict[int, int] = {}
     _owners(args, owners)
     return sum(owners.values())

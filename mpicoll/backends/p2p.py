@@ -47,6 +47,9 @@ from .objects import P2PObjects
 
 __all__ = ["P2P", "ZERO_SIZE_COLLECTIVES", "moves_nothing", "p2p"]
 
+#: auto's choices a backend remembers (per model; see P2P.select)
+_CHOSEN = 1024
+
 #: Tags wrap below this (MPI guarantees TAG_UB >= 32767).
 TAG_WINDOW = 32767
 
@@ -135,6 +138,10 @@ class P2P(P2PObjects, Collectives):
         self._forced = {c: registry.get(c, n) for c, n in self.settings.algorithms.items()}
         #: algorithm= names already looked up: (collective, name) -> algorithm
         self._named: dict[tuple[str, str], registry.Algorithm] = {}
+        #: auto's choices for the model ``_chosen_model``: (collective, nbytes, commutative,
+        #: count, in_place, uniform) -> algorithm (at most _CHOSEN of them)
+        self._chosen: dict[tuple[Any, ...], registry.Algorithm] = {}
+        self._chosen_model: Any = None
         try:  # the Dup and node_map's Split_type each need a context id
             self._comm = comm.Dup()
             self.nodes = node_map(self._comm, self.settings.ranks_per_node)
@@ -177,7 +184,9 @@ class P2P(P2PObjects, Collectives):
         """The algorithm this call runs: ``algorithm`` if given, else
         ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` (as read when the backend was made), else ``auto``
         (:func:`mpicoll.algorithms.registry.choose`).  A name is looked up in the registry
-        once per backend; its restrictions are checked at every call.
+        once per backend; its restrictions are checked at every call.  ``auto``'s choice is
+        remembered per (collective, nbytes, commutative, count, in-place, uniform) for the
+        model in use (:func:`mpicoll.model.use` forgets them).
 
         Raises:
             ValueError: an unknown name (listing the valid ones).
@@ -195,10 +204,21 @@ class P2P(P2PObjects, Collectives):
             if alg is None:
                 alg = self._named[call.collective, algorithm] = registry.get(call.collective,
                                                                             algorithm)
-        if alg is None:
-            return registry.choose(call.collective, self.size, call.nbytes,
-                                   commutative=call.commutative, count=call.count,
-                                   in_place=call.in_place, uniform=call.uniform)
+        if alg is None:  # auto: the choice depends on these values and the model alone
+            model = alphabeta.current()
+            if model is not self._chosen_model:
+                self._chosen.clear()
+                self._chosen_model = model
+            key = (call.collective, call.nbytes, call.commutative, call.count, call.in_place,
+                   call.uniform)
+            alg = self._chosen.get(key)
+            if alg is None:
+                if len(self._chosen) >= _CHOSEN:
+                    self._chosen.clear()
+                alg = self._chosen[key] = registry.choose(
+                    call.collective, self.size, call.nbytes, commutative=call.commutative,
+                    count=call.count, in_place=call.in_place, uniform=call.uniform)
+            return alg
         if alg.restrictions:
             why = alg.why_not(self.size, commutative=call.commutative, count=call.count,
                               in_place=call.in_place, uniform=call.uniform)
