@@ -440,10 +440,17 @@ class FrontDoor:
 def _nbytes(args: Any) -> int:
     """Bytes a call's arguments keep alive (buffer specs included): for a view, the whole
     array it is a view of, once per such array."""
-    if all(type(a) is not _ND or a.base is None for a in args) and not any(
-            type(a) in (list, tuple) or type(a) in _EXPORTED for a in args):
-        # bare arrays that own their memory (the common call): each once
-        return sum({id(a): a.nbytes for a in args if type(a) is _ND}.values())
+    total, first = 0, None
+    for a in args:  # bare arrays that own their memory (the common call), inline
+        t = type(a)
+        if t is _ND and a.base is None:
+            if a is not first:  # the same array twice (Bcast's one buffer): once
+                total += a.nbytes
+            first = a
+        elif t is _ND or t is list or t is tuple or t in _EXPORTED:
+            break
+    else:
+        return total
     owners: dict[int, int] = {}
     _owners(args, owners)
     return sum(owners.values())
