@@ -27,7 +27,7 @@ from .args import PARSERS
 from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
-from .frontdoor import FrontDoor, UncacheableError, key_of
+from .frontdoor import FrontDoor, UncacheableError, holds, key_of, same_specs, unexported
 
 __all__ = ["Collectives", "MismatchError", "NotProvidedError"]
 
@@ -40,6 +40,15 @@ def _by_value(counts: Any) -> Any:
     """Counts given as a 1-d numpy array, as a list: the front door keys a list by its values
     (an array by its identity: a refilled one would hit a stale entry)."""
     return counts.tolist() if type(counts) is np.ndarray and counts.ndim == 1 else counts
+
+
+def _holding(request: Any, args: tuple[Any, ...]) -> Any:
+    """A p2p request, holding exports of its call's mmaps until it is complete (the cache
+    holds none of them: see :func:`~mpicoll.backends.frontdoor.holds`)."""
+    held = holds(args)
+    if held:
+        request.held = held
+    return request
 
 
 class NotProvidedError(NotImplementedError, AttributeError):
@@ -158,12 +167,16 @@ class Collectives(CheckedMode):
         # unchecked calls are cached, and Free empties the cache, so neither needs a test
         # here); nothing here can raise, so the p2p tag is taken after it
         last = self._last[nonblocking].get(collective)
-        if last is not None and algorithm is last[1] and all(map(_is, args, last[0])):
+        if last is not None and algorithm is last[1] and (
+                all(map(_is, args, last[0])) if last[6] is None else same_specs(args, last)):
             for a, shape, dtype, flags in last[2]:
                 if a.shape != shape or a.dtype is not dtype or a.flags.num != flags:
                     break
             else:
-                if not last[3] or all(op.handle == h for op, h in last[3]):
+                if ((not last[3] or all(op.handle == h for op, h in last[3]))
+                        and (not last[5] or all(len(seq) == len(items)
+                                                and all(map(_is, seq, items))
+                                                for seq, items in last[5]))):
                     self.front_door.hits += 1
                     if not self._tagged:
                         return last[4](*args)
@@ -197,7 +210,11 @@ class Collectives(CheckedMode):
                         if entry[2] is not None:  # now the last call of its collective
                             self._last[nonblocking][collective] = entry[2]
                         run = entry[1]
-                        return run(*args) if tag is None else run(tag, *args)
+                        if tag is None:
+                            return run(*args)
+                        if nonblocking:
+                            return _holding(run(tag, *args), args)
+                        return run(tag, *args)
             return self._parse_and_run(collective, nonblocking, algorithm, args, tag, key)
         except BaseException:
             if tag is not None:
@@ -221,13 +238,18 @@ class Collectives(CheckedMode):
             check_algorithm_type(algorithm)
         door = self.front_door
         door.misses += 1
-        run = self._runner(PARSERS[collective](self.size, self.rank, *args), nonblocking,
-                           algorithm)
+        run = self._runner(PARSERS[collective](self.size, self.rank,
+                                               *(args if key is None else unexported(args))),
+                           nonblocking, algorithm)
         if key is not None:
             last = door.store(key, args, algorithm, run)
             if last is not None:
                 self._last[nonblocking][collective] = last
-        return run(tag, *args) if self._tagged else run(*args)
+        if not self._tagged:
+            return run(*args)
+        if nonblocking:
+            return _holding(run(tag, *args), args)
+        return run(tag, *args)
 
     #: the backend's runners take the call's tag first (p2p: ``run(tag, *args)``)
     _tagged = False

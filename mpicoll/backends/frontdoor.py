@@ -46,14 +46,17 @@ runner's ``free()``, if any, releases its plan).
 
 from __future__ import annotations
 
+import array
+import mmap
 from collections.abc import Callable
+from operator import is_ as _is
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["PINNED_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "key_of",
-           "last_of"]
+__all__ = ["PINNED_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "holds",
+           "key_of", "last_of", "same_specs", "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -67,6 +70,9 @@ class UncacheableError(Exception):
 
 
 _ND = np.ndarray
+_OP = MPI.Op
+_DT = MPI.Datatype
+_ADDRESS = MPI.Get_address
 
 
 def _same(x: Any) -> Any:
@@ -85,13 +91,97 @@ def _in_place(x: Any) -> str:
     return "IN_PLACE"
 
 
+def _address(a: Any) -> int:
+    """The address of a buffer's first byte (mpi4py's own buffer request: raises what mpi4py
+    raises for a closed mmap or a released memoryview, as :class:`UncacheableError`, so the
+    parse raises it as mpi4py does)."""
+    try:
+        return int(_ADDRESS(a))
+    except Exception as exc:  # not contiguous, closed, released: the parse says why
+        raise UncacheableError(type(a).__name__) from exc
+
+
+def _array(a: np.ndarray, add: Callable[[Any], None]) -> None:
+    """An ndarray used as a buffer: four items, its dtype first.  An array that owns its
+    memory is keyed by its identity (the entry keeps it alive, and numpy never moves its
+    memory while a reference is held); a view (made anew at every call, ``big[:n]``) by the
+    identity of the object it views, its address (so its byte offset in that object) and
+    strides: two views of the same memory with the same shape, strides, dtype and flags
+    parse alike."""
+    add(a.dtype)
+    base = a.base
+    add(id(a) if base is None else (id(base), _address(a), a.strides))
+    add(a.shape)
+    add(a.flags.num)
+
+
+def _bytearray(x: Any) -> tuple[Any, ...]:
+    """A ``bytearray`` or ``array.array``: by identity and length (the entry holds an export
+    of it, so Python refuses to resize it while it is cached)."""
+    return (type(x), id(x), len(x))
+
+
+def _memoryview(x: memoryview) -> tuple[Any, ...]:
+    """A ``memoryview`` (immutable but for ``release``, which the entry's export refuses).
+
+    Raises:
+        ValueError: it was released (what mpi4py raises for it), before any message."""
+    return (memoryview, id(x), x.nbytes)
+
+
+def _bytes(x: bytes) -> tuple[Any, ...]:
+    return (bytes, id(x))
+
+
+def _mmap(x: mmap.mmap) -> tuple[Any, ...]:
+    """An ``mmap``: by identity, length and address, read at every call (the entry holds no
+    export of it, so the program may still resize or close it, as with plain mpi4py: a
+    closed one raises, a moved one misses).
+
+    Raises:
+        ValueError: it was closed (``mmap closed or invalid``, what mpi4py raises for it),
+            before any message."""
+    return (mmap.mmap, id(x), len(x), _address(x))
+
+
+def _buffer(b: Any, add: Callable[[Any], None]) -> None:
+    """The part of a buffer spec's buffer (a list spec's first item): an ndarray of any
+    dimension (a 0-d one too: there it is a buffer, never a root) or a buffer object."""
+    if type(b) is _ND:
+        _array(b, add)
+    else:
+        part = _PARTS.get(type(b))
+        if part is None:
+            raise UncacheableError(type(b).__name__)
+        add(part(b))
+
+
 def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
     """A buffer spec (``[buf, counts, displs, datatype]``, ``[buf, (counts, displs), dt]``):
-    its type, its first item's part (the buffer: by identity), then the others by value
+    its type, its first item's part (the buffer: :func:`_buffer`), then the others by value
     (:func:`_value`)."""
     if not x:
         return (type(x),)
-    return (type(x), *key_of((), x[:1]), *[_value(v) for v in x[1:]])
+    out: list[Any] = [type(x), len(x)]
+    add = out.append
+    b = x[0]
+    if type(b) is _ND and b.base is None:  # the common buffer, inline
+        add(b.dtype)
+        add(id(b))
+        add(b.shape)
+        add(b.flags.num)
+    else:
+        _buffer(b, add)
+    for i in range(1, len(x)):
+        v = x[i]
+        t = type(v)
+        if t is _DT:
+            add((id(v), v.handle))
+        elif t is int:
+            add(v)
+        else:
+            add(_value(v))
+    return tuple(out)
 
 
 def _value(v: Any) -> Any:
@@ -103,27 +193,35 @@ def _value(v: Any) -> Any:
         return ("values", v.dtype, v.shape, v.tobytes())
     if t is list or t is tuple:
         return (t, *[_value(w) for w in v])
-    return key_of((), (v,))[0]
+    part = _PARTS.get(t)
+    if part is None:
+        raise UncacheableError(t.__name__)
+    return part(v)
 
 
 _PARTS: dict[type, Callable[[Any], Any]] = {
     int: _same, bool: _bool, type(None): _same, str: _same,
     list: _sequence, tuple: _sequence, MPI.Datatype: _handle, MPI.Op: _handle,
-    type(MPI.IN_PLACE): _in_place,
+    type(MPI.IN_PLACE): _in_place, bytearray: _bytearray, array.array: _bytearray,
+    memoryview: _memoryview, bytes: _bytes, mmap.mmap: _mmap,
 }
 for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
            np.longlong, np.ulonglong, np.intc, np.uintc):
     _PARTS[_t] = _same
+
+#: buffer objects whose entry holds an export (Python then refuses to resize them)
+_EXPORTED = (bytearray, array.array, memoryview)
 
 
 def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
     """The cache key of a call: ``head`` (what the backend adds: the collective, blocking or
     not, ``algorithm=``), then each argument's part, flat.  An array's part is four items, its
     dtype first (no other part is a dtype, so the key reads back unambiguously), then its
-    identity, shape and flags; the flags' ``num`` holds the writeable and contiguity bits, and
-    a contiguous array's strides follow from its shape and dtype, so they are not needed (a
-    strides change that breaks contiguity changes the flags).  Every other argument is one
-    item (:data:`_PARTS`).  This runs at every call: the common arguments are read inline.
+    identity (a view: its base's identity, its address and strides), shape and flags; the
+    flags' ``num`` holds the writeable and contiguity bits.  A 0-d array passed bare may be a
+    root or a count: it is keyed by its value too (one inside a list spec is its buffer, keyed
+    as any array).  Every other argument is one item (:data:`_PARTS`).  This runs at every
+    call: the common arguments are read inline.
 
     Raises:
         UncacheableError: an argument (or an item of a buffer spec) of a type the cache does
@@ -134,12 +232,15 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
     for a in args:
         t = type(a)
         if t is _ND:
-            if not a.ndim:  # a 0-d array may be a root or a count, read by value: not cached
-                raise UncacheableError("0-d ndarray")
-            add(a.dtype)
-            add(id(a))
-            add(a.shape)
-            add(a.flags.num)
+            if a.base is None and a.ndim:
+                add(a.dtype)
+                add(id(a))
+                add(a.shape)
+                add(a.flags.num)
+            else:
+                if not a.ndim:  # a root or a count, read by value
+                    add(("0-d", a.tobytes()))
+                _array(a, add)
         elif t is _OP:
             add((id(a), a.handle))
         else:
@@ -150,28 +251,127 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
     return tuple(key)
 
 
-_OP = MPI.Op
-
-
-#: a last call: ``(args, algorithm, arrays, ops, run)``; ``arrays`` holds ``(array, shape,
-#: dtype, flags)`` and ``ops`` ``(op, handle)`` of its user-defined ops (see the module)
+#: a last call: ``(args, algorithm, arrays, handles, run, lists, specs)``; ``arrays`` holds
+#: ``(array, shape, dtype, flags)`` of its arrays (in its list specs too), ``handles``
+#: ``(object, handle)`` of its user-defined ops and derived datatypes, ``lists``
+#: ``(list, items)`` of its list and tuple arguments, nested ones included, and ``specs``
+#: per argument the items of a list or tuple argument (None for the others; None for all if
+#: the call has no list or tuple argument): a spec list
+#: built anew at each call with the very same items is the last call too (see the module)
 Last = tuple[tuple[Any, ...], Any, tuple[tuple[Any, ...], ...], tuple[tuple[Any, int], ...],
-             Callable[..., Any]]
+             Callable[..., Any], tuple[tuple[Any, tuple[Any, ...]], ...],
+             tuple[tuple[Any, ...] | None, ...] | None]
+
+#: arguments a last call compares by identity alone (immutable, or pinned by an export)
+_FIXED = (int, str, type(None), bytes, bytearray, array.array, type(MPI.IN_PLACE))
 
 
 def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any]) -> Last | None:
-    """The last-call record of a cached call, or None if it has a list or tuple argument."""
-    arrays, ops = [], []
+    """The last-call record of a cached call, or None if it cannot be one: an argument whose
+    meaning can change on the same object other than through what the record checks (a bare
+    0-d array: a root read by value; counts given as a numpy array; an mmap or memoryview,
+    which may be closed or released; anything else not listed in :data:`_FIXED`)."""
+    arrays: list[tuple[Any, ...]] = []
+    handles: list[tuple[Any, int]] = []
+    lists: list[tuple[Any, tuple[Any, ...]]] = []
     for a in args:
         t = type(a)
         if t is _ND:
+            if not a.ndim:
+                return None
             arrays.append((a, a.shape, a.dtype, a.flags.num))
-        elif t is _OP:
-            if not a.is_predefined:  # a predefined op cannot be freed
-                ops.append((a, a.handle))
         elif t is list or t is tuple:
+            if not all(_last_part(v, type(v), arrays, handles, lists, i == 0)
+                       for i, v in enumerate(a)):
+                return None
+        elif not _last_part(a, t, arrays, handles, lists, False):
             return None
-    return (args, algorithm, tuple(arrays), tuple(ops), run)
+    specs = tuple(tuple(a) if type(a) is list or type(a) is tuple else None for a in args)
+    return (args, algorithm, tuple(arrays), tuple(handles), run, tuple(lists),
+            None if all(x is None for x in specs) else specs)
+
+
+def same_specs(args: tuple[Any, ...], last: Last) -> bool:
+    """Whether ``args`` are the last call's (``is``), a list or tuple argument compared item
+    by item instead (``is``, one level: the same list changed in place, or one built anew
+    with other items, is not; a nested sequence is checked through ``lists``)."""
+    for a, old, items in zip(args, last[0], last[6] or (), strict=True):
+        if items is None:
+            if a is not old:
+                return False
+        elif type(a) is not type(old) or len(a) != len(items) or not all(map(_is, a, items)):
+            return False
+    return True
+
+
+def _last_part(a: Any, t: type, arrays: list[tuple[Any, ...]],
+               handles: list[tuple[Any, int]], lists: list[tuple[Any, tuple[Any, ...]]],
+               buffer: bool) -> bool:
+    """Record what a last call must check of ``a`` (``buffer``: a list spec's buffer); False
+    if it cannot be part of a last call."""
+    if t is _ND:
+        if not buffer:  # counts or displacements: keyed by their contents
+            return False
+        arrays.append((a, a.shape, a.dtype, a.flags.num))
+        return True
+    if t is _OP or t is _DT:
+        if not a.is_predefined:  # a predefined op or datatype cannot be freed
+            handles.append((a, a.handle))
+        return True
+    if t is list or t is tuple:
+        items = tuple(a)
+        lists.append((a, items))
+        return all(_last_part(v, type(v), arrays, handles, lists, False) for v in items)
+    return t in _FIXED or t in _NUMPY_INTS
+
+
+_NUMPY_INTS = frozenset(t for t in _PARTS if t not in (list, tuple) and t.__module__ == "numpy")
+
+
+def unexported(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with every ``mmap`` (bare, or a list spec's buffer) replaced by a uint8 view of
+    its memory that holds no export of it, for a parse the cache will keep: the program may
+    then close or resize the mmap as with plain mpi4py (the key reads its length and address
+    at every call, and a closed one is parsed again, raising what mpi4py raises)."""
+    if not any(type(a) is mmap.mmap or (type(a) in (list, tuple) and a
+                                         and type(a[0]) is mmap.mmap) for a in args):
+        return args
+    out = []
+    for a in args:
+        if type(a) is mmap.mmap:
+            a = _view_of(a)
+        elif type(a) in (list, tuple) and a and type(a[0]) is mmap.mmap:
+            a = type(a)([_view_of(a[0]), *a[1:]])
+        out.append(a)
+    return tuple(out)
+
+
+class _Raw:
+    """An ``__array_interface__`` over memory this object does not own (no export)."""
+
+    def __init__(self, address: int, nbytes: int, readonly: bool) -> None:
+        self.__array_interface__ = {"data": (address, readonly), "shape": (nbytes,),
+                                    "typestr": "|u1", "version": 3}
+
+
+def _view_of(m: mmap.mmap) -> Any:
+    with memoryview(m) as mv:  # raises for a closed mmap, as mpi4py
+        address, nbytes, readonly = int(_ADDRESS(mv)), mv.nbytes, mv.readonly
+    if not nbytes:
+        return m
+    return np.asarray(_Raw(address, nbytes, readonly))
+
+
+def holds(args: tuple[Any, ...]) -> list[memoryview]:
+    """Exports of the call's mmaps, held by a non-blocking call's request until it is
+    complete (as mpi4py's request holds its buffers: closing the mmap meanwhile raises)."""
+    out = []
+    for a in args:
+        if type(a) in (list, tuple) and a:
+            a = a[0]
+        if type(a) is mmap.mmap:
+            out.append(memoryview(a))
+    return out
 
 
 class FrontDoor:
@@ -186,7 +386,7 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("entries", "hits", "last", "misses", "pinned")
+    __slots__ = ("_sizes", "entries", "hits", "last", "misses", "pinned")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
@@ -196,6 +396,8 @@ class FrontDoor:
         self.misses = 0
         #: bytes of the entries' buffers
         self.pinned = 0
+        #: bytes each entry pins, by key
+        self._sizes: dict[tuple[Any, ...], int] = {}
 
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], algorithm: Any,
               run: Callable[..., Any]) -> Last | None:
@@ -206,16 +408,20 @@ class FrontDoor:
         nbytes = _nbytes(args)
         if nbytes > PINNED_BYTES:
             return None
-        entries = self.entries
+        entries, sizes = self.entries, self._sizes
         while entries and (len(entries) >= SIZE or self.pinned + nbytes > PINNED_BYTES):
-            old_args, old, _ = entries.pop(next(iter(entries)))
-            self.pinned -= _nbytes(old_args)
-            for lasts in self.last:  # a last call is always an entry of the cache
-                for name in [n for n, m in lasts.items() if m[4] is old]:
-                    del lasts[name]
+            old_key = next(iter(entries))
+            _, old, old_last = entries.pop(old_key)
+            self.pinned -= sizes.pop(old_key)
+            if old_last is not None:  # a last call is always an entry of the cache
+                lasts = self.last[bool(old_key[1])]  # the key's head: (collective, I-form, ..)
+                if lasts.get(old_key[0]) is old_last:
+                    del lasts[old_key[0]]
             _free(old)
         last = last_of(args, algorithm, run)
-        entries[key] = (args, run, last)
+        # the arguments, then exports of their resizable buffers (held while cached)
+        entries[key] = (args + _exports(args), run, last)
+        sizes[key] = nbytes
         self.pinned += nbytes
         return last
 
@@ -225,6 +431,7 @@ class FrontDoor:
         for _, run, _ in self.entries.values():
             _free(run)
         self.entries.clear()
+        self._sizes.clear()
         for lasts in self.last:
             lasts.clear()
         self.hits = self.misses = self.pinned = 0
@@ -233,6 +440,17 @@ class FrontDoor:
 def _nbytes(args: Any) -> int:
     """Bytes a call's arguments keep alive (buffer specs included): for a view, the whole
     array it is a view of, once per such array."""
+    total, first = 0, None
+    for a in args:  # bare arrays that own their memory (the common call), inline
+        t = type(a)
+        if t is _ND and a.base is None:
+            if a is not first:  # the same array twice (Bcast's one buffer): once
+                total += a.nbytes
+            first = a
+        elif t is _ND or t is list or t is tuple or t in _EXPORTED:
+            break
+    else:
+        return total
     owners: dict[int, int] = {}
     _owners(args, owners)
     return sum(owners.values())
@@ -246,6 +464,21 @@ def _owners(x: Any, owners: dict[int, int]) -> None:
     elif isinstance(x, (list, tuple)):
         for a in x:
             _owners(a, owners)
+    elif isinstance(x, _EXPORTED):
+        owners[id(x)] = memoryview(x).nbytes
+
+
+def _exports(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Exports of the call's ``bytearray``, ``array.array`` and ``memoryview`` buffers (bare or
+    a list spec's first item): while an entry holds them, Python refuses to resize the first
+    two (``BufferError``) and to release the third, so the parse cached stays valid."""
+    out = []
+    for a in args:
+        if type(a) in (list, tuple) and a:
+            a = a[0]
+        if type(a) in _EXPORTED:  # mpi4py's buffer: an export of the object itself
+            out.append(MPI.buffer(a))
+    return tuple(out)
 
 
 def _free(run: Callable[..., Any]) -> None:

@@ -36,8 +36,8 @@ from mpi4py import MPI
 
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
-from ..engines.mpi import Engine, Traffic, check_thread
-from ..engines.plan import BlockingRunner, NonblockingRunner, PlanRequest, compile_plan
+from ..engines.mpi import CompletedRequest, Engine, Traffic, check_thread
+from ..engines.plan import BlockingRunner, NonblockingRunner, Plan, PlanRequest, compile_plan
 from ..model import alphabeta
 from .args import Call
 from .base import Collectives
@@ -45,7 +45,10 @@ from .checked import agree_on_construction
 from .env import algorithm_var
 from .objects import P2PObjects
 
-__all__ = ["P2P", "p2p"]
+__all__ = ["P2P", "ZERO_SIZE_COLLECTIVES", "moves_nothing", "p2p"]
+
+#: auto's choices a backend remembers (per model; see P2P.select)
+_CHOSEN = 1024
 
 #: Tags wrap below this (MPI guarantees TAG_UB >= 32767).
 TAG_WINDOW = 32767
@@ -135,6 +138,10 @@ class P2P(P2PObjects, Collectives):
         self._forced = {c: registry.get(c, n) for c, n in self.settings.algorithms.items()}
         #: algorithm= names already looked up: (collective, name) -> algorithm
         self._named: dict[tuple[str, str], registry.Algorithm] = {}
+        #: auto's choices for the model ``_chosen_model``: (collective, nbytes, commutative,
+        #: count, in_place, uniform) -> algorithm (at most _CHOSEN of them)
+        self._chosen: dict[tuple[Any, ...], registry.Algorithm] = {}
+        self._chosen_model: Any = None
         try:  # the Dup and node_map's Split_type each need a context id
             self._comm = comm.Dup()
             self.nodes = node_map(self._comm, self.settings.ranks_per_node)
@@ -177,7 +184,9 @@ class P2P(P2PObjects, Collectives):
         """The algorithm this call runs: ``algorithm`` if given, else
         ``$MPICOLL_<COLLECTIVE>_ALGORITHM`` (as read when the backend was made), else ``auto``
         (:func:`mpicoll.algorithms.registry.choose`).  A name is looked up in the registry
-        once per backend; its restrictions are checked at every call.
+        once per backend; its restrictions are checked at every call.  ``auto``'s choice is
+        remembered per (collective, nbytes, commutative, count, in-place, uniform) for the
+        model in use (:func:`mpicoll.model.use` forgets them).
 
         Raises:
             ValueError: an unknown name (listing the valid ones).
@@ -195,10 +204,21 @@ class P2P(P2PObjects, Collectives):
             if alg is None:
                 alg = self._named[call.collective, algorithm] = registry.get(call.collective,
                                                                             algorithm)
-        if alg is None:
-            return registry.choose(call.collective, self.size, call.nbytes,
-                                   commutative=call.commutative, count=call.count,
-                                   in_place=call.in_place, uniform=call.uniform)
+        if alg is None:  # auto: the choice depends on these values and the model alone
+            model = alphabeta.current()
+            if model is not self._chosen_model:
+                self._chosen.clear()
+                self._chosen_model = model
+            key = (call.collective, call.nbytes, call.commutative, call.count, call.in_place,
+                   call.uniform)
+            alg = self._chosen.get(key)
+            if alg is None:
+                if len(self._chosen) >= _CHOSEN:
+                    self._chosen.clear()
+                alg = self._chosen[key] = registry.choose(
+                    call.collective, self.size, call.nbytes, commutative=call.commutative,
+                    count=call.count, in_place=call.in_place, uniform=call.uniform)
+            return alg
         if alg.restrictions:
             why = alg.why_not(self.size, commutative=call.commutative, count=call.count,
                               in_place=call.in_place, uniform=call.uniform)
@@ -223,6 +243,8 @@ class P2P(P2PObjects, Collectives):
         model since."""
         alg = self.select(call, algorithm)
         engine = self._engine
+        if moves_nothing(call):
+            return _nothing_nonblocking(engine) if nonblocking else _nothing
         if algorithm not in (None, "auto") or (algorithm is None and
                                                call.collective in self._forced):
             if nonblocking:
@@ -240,7 +262,11 @@ class P2P(P2PObjects, Collectives):
         now; ``Start`` replays it."""
         alg = self.select(call, algorithm)
         e = self._engine
-        plan = compile_plan(call, alg, self.rank, self.size, e.nodes, e.segment_bytes)
+        if moves_nothing(call):  # a plan of no rounds: Start completes it
+            plan = Plan(call.collective, alg.name, call.datatype, [], (), 0, 0,
+                        dict.fromkeys(_TRAFFIC_KEYS, 0), call.dtype)
+        else:
+            plan = compile_plan(call, alg, self.rank, self.size, e.nodes, e.segment_bytes)
         return PlanRequest(e, plan, e.reserve_tag())
 
     def Free(self) -> None:
@@ -248,10 +274,48 @@ class P2P(P2PObjects, Collectives):
         call does nothing).  Outstanding requests are completed first.  Leaving a
         ``with mpicoll.p2p(comm) as c:`` block calls it; nothing else does."""
         if self._comm != MPI.COMM_NULL:
+            for _, run, _ in list(self.front_door.entries.values()):
+                # a replayed I-form of one round is not in the engine's list in flight
+                previous = getattr(run, "_previous", None)
+                if previous is not None and not previous.done:
+                    previous.Wait()
             self._engine.wait_for(self._engine.idle)
             self.front_door.clear()
             self._comm.Free()
             self._freed = True
+
+
+#: the collectives whose ``Call.nbytes`` (the bytes of the message signature, which MPI
+#: requires to agree across ranks: the count of Bcast and the reductions, the per-rank count
+#: of Scatter/Gather/Allgather/Alltoall/Reduce_scatter_block, the sum of the counts every
+#: rank passes to Allgatherv and Reduce_scatter) is 0 on every rank alike when it is on one
+ZERO_SIZE_COLLECTIVES = frozenset({"bcast", "scatter", "gather", "reduce", "allreduce",
+                             "reduce_scatter_block", "reduce_scatter", "allgather",
+                             "allgatherv", "alltoall", "scan", "exscan"})
+_TRAFFIC_KEYS = ("messages_sent", "messages_recv", "bytes_sent", "bytes_recv",
+                 "inter_bytes_sent")
+
+
+def moves_nothing(call: Call) -> bool:
+    """True if ``call`` moves no byte on any rank, decided from values MPI requires every rank
+    to agree on, so every rank decides alike: the collectives of :data:`ZERO_SIZE_COLLECTIVES` with
+    ``nbytes == 0``.  Never Barrier (it synchronises), nor Scatterv, Gatherv, Alltoallv and
+    Alltoallw (a rank's own counts may be 0 while another's are not).  MPI completes such a
+    call without a message; so does p2p (a blocking call returns at once, an I-form returns
+    a complete request, a persistent one a plan of no rounds)."""
+    return call.nbytes == 0 and call.collective in ZERO_SIZE_COLLECTIVES
+
+
+def _nothing(tag: int | None = None, *_: Any) -> None:
+    """The runner of a blocking call that moves nothing (:func:`moves_nothing`)."""
+
+
+def _nothing_nonblocking(engine: Engine) -> Callable[..., CompletedRequest]:
+    """The runner of a non-blocking call that moves nothing: a complete request each run."""
+    def run(tag: int | None = None, *_: Any) -> CompletedRequest:
+        return CompletedRequest(engine)
+
+    return run
 
 
 def _reselect(runner: _AutoBlocking | _AutoNonblocking) -> None:

@@ -42,20 +42,19 @@ from mpi4py import MPI
 from ..algorithms.datatypes import TypedView
 from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
-from . import mpi as _mpi
+from . import threads as _threads
 from .call import Call
-from .mpi import (
+from .errors import _name, explain
+from .mpi import Engine, Replayed
+from .requests import (
     _IN_FLIGHT,
     _WAITERS,
-    Engine,
-    Replayed,
     ScheduleRequest,
     _empty_status,
-    _guard,
-    _lock,
     _notify,
     _release,
 )
+from .threads import _guard, _lock
 
 __all__ = ["BlockingRunner", "NonblockingRunner", "Plan", "PlanRequest", "Recorder",
            "ReplayRequest", "Startall", "compile_plan"]
@@ -214,12 +213,14 @@ def _fast(local: Iterable[Local], ctx: Context) -> tuple[tuple[Any, Any, Any], .
 
 
 class _Tagged:
-    """What the engine's tag bookkeeping reads of a request in flight (``_ctx.tag``)."""
+    """What the engine's tag bookkeeping reads of a request in flight (``_ctx.tag``), and the
+    collective it runs (for error messages)."""
 
-    __slots__ = ("tag",)
+    __slots__ = ("collective", "tag")
 
-    def __init__(self, tag: int) -> None:
+    def __init__(self, tag: int, collective: str = "") -> None:
         self.tag = tag
+        self.collective = collective
 
 
 class PlanRequest(ScheduleRequest):
@@ -236,7 +237,7 @@ class PlanRequest(ScheduleRequest):
 
     def __init__(self, engine: Engine, plan: Plan, tag: int) -> None:
         self._engine = engine
-        self._ctx = _Tagged(tag)  # type: ignore[assignment]
+        self._ctx = _Tagged(tag, plan.collective)
         self.plan = plan
         self.tag = tag
         comm, dt = engine.comm, plan.datatype
@@ -265,7 +266,7 @@ class PlanRequest(ScheduleRequest):
         self.freed = False
         #: a plan of one round under MPI_THREAD_MULTIPLE (no thread check to make, never
         #: listed): its step, run by the short paths of Start and Wait; None once freed
-        self._one = (steps[0] if len(steps) == 1 and _mpi._thread_level() == _MULTIPLE
+        self._one = (steps[0] if len(steps) == 1 and _threads._thread_level() == _MULTIPLE
                      else None)
         engine.plans.add(self)
 
@@ -279,7 +280,7 @@ class PlanRequest(ScheduleRequest):
             self._next = 0
             self._advance()
             return
-        if _mpi._level == _MULTIPLE:  # no thread check to make
+        if _threads._level == _MULTIPLE:  # no thread check to make
             self._start()
             return
         with _guard():
@@ -349,7 +350,7 @@ class PlanRequest(ScheduleRequest):
             if status is not None:
                 _empty_status(status)
             return True
-        if (_mpi._level == _MULTIPLE and _IN_FLIGHT[0] == self._listed
+        if (_threads._level == _MULTIPLE and _IN_FLIGHT[0] == self._listed
                 and self._claim.acquire(blocking=False)):
             # nothing else in flight anywhere needs progress (this one is counted there
             # while it is listed)
@@ -462,7 +463,7 @@ class BlockingRunner(_Runner):
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
-            if self._runs < 2 or _mpi._thread_level() != _MULTIPLE:
+            if self._runs < 2 or _threads._thread_level() != _MULTIPLE:
                 engine.run(self.call, self.algorithm, tag)  # a call made once: no compiling
                 return
             fast = self._fast = self._compile()
@@ -473,24 +474,28 @@ class BlockingRunner(_Runner):
             engine._drain(tag)
         comm = engine.comm
         steps, tail = fast
-        for local, kind, msgs, during in steps:
-            for fn, a, b in local:
-                fn(a, b)
-            if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
-                sspec, dest, rspec, source = msgs
-                comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
-            elif kind is _SEND:
-                comm.Send(msgs[0], msgs[1], tag)
-            elif kind is _RECV:
-                comm.Recv(msgs[0], msgs[1], tag)
-            else:
-                recvs, sends = msgs
-                reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
-                for spec, peer in sends:
-                    reqs.append(comm.Isend(spec, peer, tag))
-                for fn, a, b in during:
+        try:
+            for local, kind, msgs, during in steps:
+                for fn, a, b in local:
                     fn(a, b)
-                _WAITALL(reqs)
+                if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
+                    sspec, dest, rspec, source = msgs
+                    comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
+                elif kind is _SEND:
+                    comm.Send(msgs[0], msgs[1], tag)
+                elif kind is _RECV:
+                    comm.Recv(msgs[0], msgs[1], tag)
+                else:
+                    recvs, sends, statuses = msgs
+                    reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
+                    for spec, peer in sends:
+                        reqs.append(comm.Isend(spec, peer, tag))
+                    for fn, a, b in during:
+                        fn(a, b)
+                    _WAITALL(reqs, statuses)
+        except MPI.Exception as exc:  # MPI's words, the collective and the peer
+            raise explain(exc, _name(self.call), msgs[2] if kind is _GENERAL else (),
+                          _round_peers(kind, msgs)) from None
         for fn, a, b in tail:
             fn(a, b)
         self._replayed.runs += 1  # type: ignore[union-attr]
@@ -500,8 +505,9 @@ class BlockingRunner(_Runner):
         steps = []
         for local, recvs, sends, during in general:
             msgs: tuple[Any, ...]
-            if during or len(recvs) > 1 or len(sends) > 1:
-                kind, msgs = _GENERAL, (recvs, sends)
+            if during or len(recvs) > 1 or len(sends) > 1:  # statuses: read on an error
+                kind, msgs = _GENERAL, (recvs, sends,
+                                        [MPI.Status() for _ in range(len(recvs) + len(sends))])
             elif recvs and sends:  # Sendrecv: Irecv + Isend + Waitall in one call
                 kind, msgs = _SENDRECV, (*sends[0], *recvs[0])
             elif sends:  # Send: Isend + Wait (every round is waited for before the next)
@@ -535,16 +541,18 @@ class NonblockingRunner(_Runner):
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
-            if self._runs < 2 or _mpi._thread_level() != _MULTIPLE:
+            if self._runs < 2 or _threads._thread_level() != _MULTIPLE:
                 return engine.start(self.call, self.algorithm, tag)
             steps, tail, self._replayed = _replay_steps(engine, self.call, self.algorithm)
-            fast = self._fast = (steps, tail)
+            fast = self._fast = (steps, tail, tuple([MPI.Status() for _ in (*r, *s)]
+                                                    for _, r, s, _ in steps))
         previous = self._previous
         if tag is None or (previous is not None and not previous.done):
             return engine.start(self.call, self.algorithm, tag)
         engine.clear_tag(tag)
         self._replayed.runs += 1  # type: ignore[union-attr]
-        req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag)
+        req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
+                                             self.call.collective, fast[2])
         return req
 
     def free(self) -> None:
@@ -559,11 +567,18 @@ class ReplayRequest(ScheduleRequest):
     come from the plan instead of a generator, completed and progressed like any other."""
 
     def __init__(self, engine: Engine, steps: tuple[Any, ...], tail: tuple[Any, ...],
-                 tag: int) -> None:
-        self._ctx = _Tagged(tag)  # type: ignore[assignment]
+                 tag: int, collective: str = "",
+                 statuses: tuple[list[MPI.Status], ...] = ()) -> None:
+        self._ctx = _Tagged(tag, collective)
         self._steps = steps
+        #: each step's statuses (shared by the runner's replays, which never overlap)
+        self._all_statuses = statuses
         self._tail = tail
         self._next = 0
+        #: a plan of one round is never in the list of schedules in flight: once its round is
+        #: posted no peer waits on this rank's Python (its owner's Wait/Test, or a completion
+        #: call given it, finishes it), so starting and completing it takes no lock
+        self._listed = len(steps) > 1
         self._begin(engine)
 
     def _advance(self) -> None:
@@ -589,6 +604,11 @@ class ReplayRequest(ScheduleRequest):
         self._reqs = _NO_REQS
         self.done = True
 
+    def _statuses(self) -> list[MPI.Status]:
+        if self._all_statuses and self._next:
+            return self._all_statuses[self._next - 1]
+        return super()._statuses()
+
 
 _WAITALL = MPI.Request.Waitall
 #: the requests of a finished run (never appended to)
@@ -597,6 +617,17 @@ _NO_REQS: list[MPI.Request] = []
 _SENDRECV, _SEND, _RECV, _GENERAL = "sendrecv", "send", "recv", "general"
 _STARTALL = MPI.Prequest.Startall
 _MULTIPLE = MPI.THREAD_MULTIPLE
+
+
+def _round_peers(kind: str, msgs: tuple[Any, ...]) -> list[int]:
+    """The peers this rank receives from in a compiled blocking round (for an error)."""
+    if kind is _SENDRECV:
+        return [msgs[3]]
+    if kind is _RECV:
+        return [msgs[1]]
+    if kind is _GENERAL:
+        return [peer for _, peer in msgs[0]]
+    return []
 
 
 def _traffic_of(plan: Plan) -> tuple[int, ...]:

@@ -306,10 +306,12 @@ def test_one_schedule_is_advanced_by_one_thread_at_a_time(monkeypatch: pytest.Mo
     if WORLD.size == 1:
         pytest.skip("one rank: a schedule sends no message, there is no request to share")
     from mpicoll.engines import mpi as engine
+    from mpicoll.engines import requests
 
     backends = [mpicoll.p2p(WORLD) for _ in range(2)]
     watched = _Watched()
     monkeypatch.setattr(engine, "MPI", watched)
+    monkeypatch.setattr(requests, "MPI", watched)  # the requests' waits and tests
     try:
         _run_threads([lambda b=b, t=t: _work(b, t, mode, 30) for t, b in enumerate(backends)])
     finally:

@@ -1,0 +1,81 @@
+"""MPI errors on a p2p collective's messages, said readably (what MPI said, the peer, the
+collective), as an ``MPI.Exception`` of MPI's error class."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from mpi4py import MPI
+
+__all__ = ["MessageError", "explain"]
+
+
+class MessageError(MPI.Exception):
+    """An MPI error on one of a p2p collective's messages (a truncation: a peer sent more
+    bytes than this rank's receive buffer holds), said as MPI said it: the collective, the
+    peer, the bytes, MPI's own words.  An ``MPI.Exception`` whose ``Get_error_class()`` is
+    MPI's (``MPI.ERR_TRUNCATE`` for a truncation), raised on the rank MPI raises it on."""
+
+    def __init__(self, code: int, message: str) -> None:
+        MPI.Exception.__init__(self, code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_TRUNCATED = re.compile(r"(?:[Mm]essage from rank (\d+) and tag \d+ truncated; )?"
+                        r"(\d+) bytes received but buffer size is (\d+)")
+
+
+def explain(exc: MPI.Exception, what: str, statuses: Sequence[MPI.Status] = (),
+            peers: Sequence[int] = ()) -> MPI.Exception:
+    """``exc`` (raised by a wait on ``what``'s messages) as a :class:`MessageError` that says
+    what MPI said: the failing message's status (from ``statuses``, when the wait filled
+    them: ``MPI_ERR_IN_STATUS``), else ``exc`` itself; ``peers``: the ranks of the round,
+    named when the status does not say which one failed."""
+    code = exc.Get_error_code()
+    peer: int | None = None
+    got: int | None = None
+    for st in statuses:
+        err = st.Get_error()
+        if err not in (MPI.SUCCESS, MPI.ERR_PENDING):
+            code, peer = err, st.Get_source()
+            try:
+                got = st.Get_count(MPI.BYTE)
+            except MPI.Exception:
+                got = None
+            break
+    text = MPI.Get_error_string(code)
+    m = _TRUNCATED.search(text) or _TRUNCATED.search(str(exc))
+    if MPI.Get_error_class(code) == MPI.ERR_TRUNCATE or m:
+        if m is not None:
+            if m.group(1) is not None and peer is None:
+                peer = int(m.group(1))
+            # a truncation is always the larger count into the smaller buffer (MPICH's
+            # sentence names them the other way round)
+            a, b = int(m.group(2)), int(m.group(3))
+            said = f"message truncated: {max(a, b)} bytes into a buffer of {min(a, b)}"
+        else:
+            said = "message truncated" + (f": {got} bytes received" if got else "")
+        frm = (f" from rank {peer}" if peer is not None and peer >= 0 else
+               f" from one of ranks {sorted(set(peers))}" if peers else "")
+        msg = (f"{what}: {said}{frm} (the ranks passed different amounts of data: MPI requires "
+               "the type signatures of sender and receiver to match)")
+    else:
+        first = text.splitlines()[0] if text else str(exc)
+        msg = f"{what}: MPI error on a message" + (f" with rank {peer}" if peer is not None
+                                                    else "") + f": {first}"
+    return MessageError(code, msg)
+
+
+def _name(ctx: Any) -> str:
+    """The collective a context or tag record runs, for an error message."""
+    c = getattr(ctx, "collective", None)
+    return "mpicoll.p2p " + (c.capitalize() if c else "collective")
+
+
+def _peers(reqs_ops: Any) -> list[int]:
+    return [o.peer for o in reqs_ops] if reqs_ops else []
