@@ -919,11 +919,11 @@ def format_native_notes(coll: str, records: Sequence[dict[str, Any]],
         for size in sizes:
             cells = []
             for (a, b), h in zip(pairs, heads, strict=True):
-                x: dict[str, Any] | None = next(
+                hit: dict[str, Any] | None = next(
                     (y for y in ratios if y["size_bytes"] == size and y["p2p"] == a
                      and y["native"] == b), None)
-                cell = "-" if x is None else f"{x['ratio']:.2f}" + (
-                    "*" if x["native_ran"] == "auto" else "")
+                cell = "-" if hit is None else f"{hit['ratio']:.2f}" + (
+                    "*" if hit["native_ran"] == "auto" else "")
                 cells.append(f"{cell:>{len(h)}}")
             lines.append("#   " + "  ".join([f"{human_size(size) + 'B':>8}", *cells]))
     return "\n".join(lines) + ("\n" if lines else "")
