@@ -106,7 +106,7 @@ def test_merge_and_ratios() -> None:
         launch.merge([c], "mpich", "v")
 
 
-@pytest.mark.parametrize("argv, message", [
+@pytest.mark.parametrize(("argv", "message"), [
     (["--native-algorithms", "no_such", "-c", "allreduce"], "unknown"),
     (["-n", "4", "-c", "allreduce"], "only with --native-algorithms"),
     (["--native-algorithms", "all", "-n", "0", "-c", "allreduce"], "must be >= 1"),
@@ -132,7 +132,8 @@ def test_option_refused_under_mpiexec_on_every_rank() -> None:
                            capture_output=True, text=True, timeout=180, env=job_env(),
                            check=False)
         assert r.returncode == 2, r.stdout + r.stderr
-        assert r.stderr.count("error:") == 1 and message in r.stderr, r.stderr
+        assert r.stderr.count("error:") == 1, r.stderr
+        assert message in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(LAUNCHER is None or KIND != "mpich",
@@ -157,7 +158,7 @@ def test_forced_mpich_algorithms_ran(tmp_path: Path) -> None:
     assert bench.validate(doc) == []
     forced = {(x["collective"], x["implementation"], x["count"]): x for x in doc["results"]
               if x.get("native_algorithm")}
-    for (coll, impl, count), x in forced.items():
+    for (coll, _impl, count), x in forced.items():
         assert x["status"] == "ok", x
         if coll == "allreduce" and count < 4:
             assert x["native_ran"] == "auto", x
