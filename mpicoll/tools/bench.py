@@ -45,6 +45,12 @@ Beside native, the ``mpi4py`` column times the same call on a plain duplicate of
 ``MPI.Comm`` (no mpicoll at all), checked against native like the p2p results: native minus
 mpi4py is what mpicoll's front door costs per call (``native_over_mpi4py`` in the summary).
 
+Native algorithms (``--native-algorithms all|NAMES -n P``, run without mpiexec): the MPI
+library's own algorithms as columns ``native:NAME`` beside the library's default and the p2p
+ones, one ``mpiexec`` per configuration (:mod:`.launcher`, :func:`run_native`), with the
+same-algorithm ratio ``p2p:X / native:X`` and, per size, whether the library says the forced
+algorithm ran (docs/bench.md#native-algorithms).
+
 Defaults: the main collectives (:data:`DEFAULT_COLLECTIVES`), native and p2p ``auto``, sizes
 8 B to 4 MiB (``make bench``, 4 ranks on 2 cores, stays within a few minutes; ask for more with
 ``-m 8:16M``), float64 and MPI.SUM, root 0, out of place, a time budget of 0.1 s per size and
