@@ -37,6 +37,7 @@ __all__ = [
     "clg",
     "choose",
     "select",
+    "twins",
 ]
 
 #: Every collective of the API, in the order the docs list them (the names of
@@ -453,3 +454,12 @@ def select(collective: str, p: int, name: str | None, *, nbytes: int, commutativ
     alg = get(collective, name)
     alg.check(p, commutative=commutative, count=count, in_place=in_place, uniform=uniform)
     return alg
+
+
+def twins(collective: str, name: str) -> dict[str, str | None]:
+    """The MPI libraries' own algorithm that is p2p algorithm ``name``'s twin, per library
+    (``{"mpich": "ring", "openmpi": "ring"}``; None where none): the table of :mod:`.twins`."""
+    from .twins import twin
+
+    get(collective, name)
+    return {lib: twin(collective, name, lib) for lib in ("mpich", "openmpi")}

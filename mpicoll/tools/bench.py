@@ -45,6 +45,12 @@ Beside native, the ``mpi4py`` column times the same call on a plain duplicate of
 ``MPI.Comm`` (no mpicoll at all), checked against native like the p2p results: native minus
 mpi4py is what mpicoll's front door costs per call (``native_over_mpi4py`` in the summary).
 
+Native algorithms (``--native-algorithms all|NAMES -n P``, run without mpiexec): the MPI
+library's own algorithms as columns ``native:NAME`` beside the library's default and the p2p
+ones, one ``mpiexec`` per configuration (:mod:`.launcher`, :func:`run_native`), with the
+same-algorithm ratio ``p2p:X / native:X`` and, per size, whether the library says the forced
+algorithm ran (docs/bench.md#native-algorithms).
+
 Defaults: the main collectives (:data:`DEFAULT_COLLECTIVES`), native and p2p ``auto``, sizes
 8 B to 4 MiB (``make bench``, 4 ranks on 2 cores, stays within a few minutes; ask for more with
 ``-m 8:16M``), float64 and MPI.SUM, root 0, out of place, a time budget of 0.1 s per size and
@@ -106,6 +112,7 @@ from .options import (
     resolve_model,
     seconds_problem,
     selection,
+    split,
 )
 from .patterns import PATTERNS, adapt, allocator, parse_patterns
 from .patterns import arguments as pattern_arguments
@@ -309,6 +316,7 @@ def bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None = None,
     guard: CallGuard | None = None, plain: Any = None, pattern: str = "numpy",
+    native_label: str | None = None,
 ) -> list[dict[str, Any]]:
     """Check and time every size x implementation of one collective; records for all of them.
 
@@ -321,22 +329,76 @@ def bench_collective(
 
     ``guard``: settles each check call across ranks (see :class:`CallGuard`); after a native
     call raised, the rest runs on ``guard.native``, a fresh native backend (default: a guard
-    made and freed here)."""
+    made and freed here).
+
+    ``native_label``: the library algorithm this launch forced (``--native-label``): the
+    native column is ``native:NAME`` and each size records whether MPICH said it fell back
+    (:func:`_forced_ran`)."""
     own_guard = guard is None
     if guard is None:
         guard = CallGuard(comm, plan.timeout)
     try:
         return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard, plain,
-                                 pattern)
+                                 pattern, native_label)
     finally:
         if own_guard:
             guard.Free()
 
 
+class _Stderr:
+    """Captures what is written on file descriptor 2 (the MPI library's C ``stderr`` too)
+    inside the ``with`` block, in :attr:`text`; lines that are not MPICH's fallback notice
+    are written to stderr again afterwards."""
+
+    def __enter__(self) -> _Stderr:
+        import tempfile
+
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode(errors="replace")
+        self._file.close()
+        rest = [ln for ln in self.text.splitlines(keepends=True)
+                if "cannot be applied" not in ln and "not usable for the provided" not in ln]
+        if rest:
+            sys.stderr.write("".join(rest))
+
+
+def _forced_ran(comm: Any, coll: str, name: str, text: str) -> dict[str, Any]:
+    """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm,
+    from what the ranks' library wrote on stderr during the check call (the same on every
+    rank).  MPICH with ``MPIR_CVAR_COLLECTIVE_FALLBACK=print`` writes "<Coll> <name> cannot be
+    applied." when the forced algorithm cannot run on the call and it runs its own choice;
+    with ``MPIR_CVAR_DEVICE_COLLECTIVES=none`` no device algorithm can replace it silently."""
+    from .launcher import fallback_message, library
+
+    said = [m for m in comm.allgather(fallback_message(text, coll)) if m]
+    kind = library()[0]
+    if kind != "mpich":
+        return {"native_ran": None,
+                "native_ran_evidence": f"unknown: {kind} does not say per call which "
+                                       "algorithm ran"}
+    if said:
+        return {"native_ran": "auto",
+                "native_ran_evidence": f"MPICH fell back to its own choice: {said[0]!r}"}
+    return {"native_ran": name,
+            "native_ran_evidence": "MPICH (MPIR_CVAR_COLLECTIVE_FALLBACK=print, "
+                                   "MPIR_CVAR_DEVICE_COLLECTIVES=none) wrote no fallback notice"}
+
+
 def _bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard, plain: Any,
-    pattern: str,
+    pattern: str, native_label: str | None = None,
 ) -> list[dict[str, Any]]:
     from ..algorithms import registry
 
@@ -347,7 +409,8 @@ def _bench_collective(
     dtype, op = adapted.dtype, adapted.op
     k = _dtypes.per_element(dtype)  # derived: one element is k base values
     itemsize = _dtypes.numpy_dtype(dtype).itemsize * k
-    impls = [Impl("native", native, kind="native")]
+    impls = [Impl("native" if native_label is None else f"native:{native_label}", native,
+                  kind="native")]
     if plain is not None:
         impls.append(Impl("mpi4py", plain, kind="mpi4py"))
     if p2p is not None:
@@ -374,6 +437,8 @@ def _bench_collective(
         native_ok = False
         for impl in impls:
             rec = _record(plan, case, impl, pattern)
+            if impl.kind == "native" and native_label is not None:
+                rec["native_algorithm"] = native_label
             row.append(rec)
             label = f"{coll} {human_size(case.nbytes())}B {impl.kind}:{impl.label}" + (
                 f" [{pattern}]" if pattern != "numpy" else "")
@@ -395,7 +460,12 @@ def _bench_collective(
             try:
                 # ---- check (outside timing) -------------------------------------------------
                 case.reset()
-                status, detail = run_checked(comm, fn, plan.nonblocking)
+                if impl.kind == "native" and native_label is not None:
+                    with _Stderr() as err:
+                        status, detail = run_checked(comm, fn, plan.nonblocking)
+                    rec.update(_forced_ran(comm, coll, native_label, err.text))
+                else:
+                    status, detail = run_checked(comm, fn, plan.nonblocking)
                 guard.settle(status, detail, f"bench {label}", native=impl.kind == "native")
                 if guard.raised(native=True):
                     impls[0].backend = guard.fresh_native(impl.backend)
@@ -496,6 +566,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cost model for the predicted time of each p2p result (a file written "
                    "by mpicoll calibrate; default: the calibrated model if there is one, else "
                    "the built-in defaults)")
+    n = parser.add_argument_group("native algorithms (run without mpiexec: bench launches)")
+    n.add_argument(
+        "--native-algorithms", nargs="+", metavar="NAME", default=None,
+        help="also time the MPI library's own algorithms, a column native:NAME each: 'all' or "
+        "names (MPICH: MPIR_CVAR_<COLL>_INTRA_ALGORITHM values; Open MPI: coll_tuned names); "
+        "bench then starts one mpiexec -n P per algorithm itself and merges the results "
+        "(docs/bench.md#native-algorithms)",
+    )
+    n.add_argument("-n", "--np", type=int, default=None, metavar="P",
+                   help="--native-algorithms: ranks of each launch (default 4)")
+    n.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="--native-algorithms: seconds one launch may take (default 600)")
+    n.add_argument("--native-label", default=None, help=argparse.SUPPRESS)
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write every statistic and provenance as JSON")
     o.add_argument("--csv", metavar="FILE", help="write every statistic as CSV")
@@ -509,6 +592,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     """Validate ``bench`` arguments (same verdict on every rank); ``error(msg)`` raises."""
 
     colls, algs = selection(args, DEFAULT_COLLECTIVES, ["auto"], ("auto", "all", "none"), error)
+    p = _native_options(args, colls, p, error)
     try:
         sizes = parse_sizes(args.message_size)
     except ValueError as exc:
@@ -556,6 +640,48 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
                 patterns=patterns)
 
 
+def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
+                    error: Callable[[str], Any]) -> int:
+    """Check ``--native-algorithms``, ``-n``, ``--native-label`` (the same verdict on every
+    rank: the library is the same everywhere); the P the rest of the checks use."""
+    from .launcher import library, native_names
+
+    names = split(getattr(args, "native_algorithms", None))
+    label = getattr(args, "native_label", None)
+    if getattr(args, "np", None) is not None and not names:
+        error("argument -n/--np: only with --native-algorithms (else run under mpiexec -n P)")
+    if not names and label is None:
+        return p
+    kind, version = library()
+    known = sorted({n for c in colls for n in native_names(kind, c)})
+    if kind == "other":
+        error(f"argument --native-algorithms: {version}: forcing its algorithms is supported "
+              "for MPICH and Open MPI only")
+    for n in names if names != ["all"] else []:
+        if n not in known:
+            error(f"argument --native-algorithms: unknown {kind} algorithm {n!r} for "
+                  f"{', '.join(colls)} (choose from all, {', '.join(known)})")
+    if label is not None:
+        if label not in known:
+            error(f"argument --native-label: unknown {kind} algorithm {label!r}")
+        return p
+    if p > 1:
+        error("argument --native-algorithms: bench starts one mpiexec per configuration "
+              "itself: run it without mpiexec (python -m mpicoll bench --native-algorithms "
+              "... -n P)")
+    if args.nonblocking or getattr(args, "persistent", False):
+        error("argument --native-algorithms: not with --nonblocking or --persistent yet "
+              "(those force MPIR_CVAR_I<COLL>_INTRA_ALGORITHM, not done)")
+    args.np = 4 if args.np is None else args.np
+    if args.np < 1:
+        error("argument -n/--np: must be >= 1")
+    why = seconds_problem("--launch-timeout", args.launch_timeout)
+    if why:
+        error(why)
+    args.native_algorithms = names
+    return int(args.np)
+
+
 def environment_problem(args: argparse.Namespace) -> str | None:
     """Checks that only rank 0 can make, before anything runs: matplotlib and the image
     format of ``--plot``, ``--model``, and that every output file (``--json``, ``--csv``,
@@ -592,8 +718,11 @@ def run(
         0 if every checked result was right, 1 if any implementation was WRONG or raised.
     """
     out = out or sys.stdout
+    if getattr(args, "native_algorithms", None):
+        return run_native(args, argv, out)
     rank, p = comm.Get_rank(), comm.Get_size()
     plan: Plan = args.plan
+    label = getattr(args, "native_label", None)
     plan.model, plan.model_source = comm.bcast(
         resolve_model(plan.model_path) if rank == 0 else None, root=0
     )
@@ -606,7 +735,9 @@ def run(
         out.flush()
     all_records: list[dict[str, Any]] = []
     guard = CallGuard(comm, plan.timeout)
-    plain = comm.Dup()  # the mpi4py column's communicator: no message of mpicoll's on it
+    # the mpi4py column's communicator: no message of mpicoll's on it (a forced-algorithm
+    # launch has its native:NAME column only)
+    plain = comm.Dup() if label is None else None
     skipped: list[dict[str, Any]] = []
     try:
         for coll in plan.collectives:
@@ -619,7 +750,8 @@ def run(
                         out.write(f"# {coll} [pattern {pattern}]: skipped: {adapted.skip}\n\n")
                     continue
                 recs = bench_collective(comm, plan, coll, guard.native or native, p2p,
-                                        progress, guard=guard, plain=plain, pattern=pattern)
+                                        progress, guard=guard, plain=plain, pattern=pattern,
+                                        native_label=label)
                 all_records += recs
                 progress.clear()
                 if rank == 0:
@@ -628,7 +760,8 @@ def run(
     finally:
         progress.clear()
     guard.Free()
-    plain.Free()
+    if plain is not None:
+        plain.Free()
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
         doc = document(plan, prov, all_records, skipped)
@@ -644,3 +777,159 @@ def run(
     return 1 if wrong else 0
 
 
+
+
+def _child_args(argv: Sequence[str]) -> list[str]:
+    """The driver's bench arguments less those the driver itself handles (the launches'
+    size, the native algorithms, the output files, -q)."""
+    drop_value = {"--native-algorithms", "-n", "--np", "--launch-timeout", "--json", "--csv",
+                  "--plot"}
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            if a.startswith("-"):
+                skip = False
+            else:
+                continue
+        key = a.split("=", 1)[0]
+        if key in drop_value:
+            skip = "=" not in a
+            continue
+        if a in ("-q", "--quiet"):
+            continue
+        out.append(a)
+    return out
+
+
+def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> int:
+    """``bench --native-algorithms``: one launch for the library's default (native, mpi4py and
+    the ``-a`` p2p algorithms) and one per forced native algorithm (:mod:`.launcher`), merged
+    into one table per collective with a ``native:NAME`` column each, the same-algorithm
+    ratios ``p2p:X / native:X`` of :mod:`mpicoll.algorithms.twins` and, per forced column,
+    where the library says it ran.  Runs in one process, without mpiexec."""
+    from . import launcher
+
+    plan: Plan = args.plan
+    kind, version = launcher.library()
+    configs = [launcher.Config("default"),
+               *launcher.native_configs(kind, plan.collectives, args.native_algorithms)]
+    progress = Progress(not args.quiet)
+    child = _child_args(argv)
+    launches = launcher.run(configs, args.np, child, timeout=args.launch_timeout,
+                            progress=progress.show)
+    progress.clear()
+    doc = launcher.merge(launches, kind, version)
+    records = doc["results"]
+    for r in records:
+        if r["backend"] == "native" and "native_algorithm" not in r:
+            r["native_ran"] = None
+            r["native_ran_evidence"] = f"unknown: {kind} does not say which algorithm its " \
+                                       "default selection ran"
+    ratios = same_algorithm_ratios(records, kind)
+    doc["native_algorithms"] = {"library": kind, "version": version,
+                                "requested": args.native_algorithms, "ratios": ratios}
+    out.write(f"# native library: {version} ({kind}); P = {args.np}; one launch per "
+              f"configuration ({len(launches)}):\n")
+    for ln in launches:
+        state = "ok" if ln.status == 0 else f"exit {ln.status}"
+        out.write(f"#   {ln.config.name}: {ln.config.setting()} [{state}, {ln.seconds:.1f} s]\n")
+        if ln.doc is None:
+            out.write("#     " + ln.output.strip().replace("\n", "\n#     ")[-1500:] + "\n")
+    out.write("\n")
+    for coll in plan.collectives:
+        for pattern in plan.patterns:
+            recs = [r for r in records if r["collective"] == coll
+                    and r.get("pattern", "numpy") == pattern]
+            if not recs:
+                continue
+            out.write(format_block(plan, coll, recs, args.np, pattern))
+            out.write(format_native_notes(coll, recs, [x for x in ratios
+                                                       if x["collective"] == coll
+                                                       and x["pattern"] == pattern]) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    if args.csv:
+        write_csv(args.csv, doc)
+    if args.plot:
+        write_plot(args.plot, doc)
+    failed = [ln for ln in launches if ln.status != 0]
+    if doc["wrong"]:
+        out.write(f"# {doc['wrong']} WRONG result(s): see the notes under the tables\n")
+    if failed:
+        out.write(f"# {len(failed)} launch(es) failed: "
+                  f"{', '.join(ln.config.name for ln in failed)}\n")
+    out.flush()
+    return 1 if doc["wrong"] or failed else 0
+
+
+def same_algorithm_ratios(records: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """Per (collective, pattern, size) and twin pair: ``p2p:X`` median time over
+    ``native:Y``'s, Y being X's twin in library ``kind`` (:func:`mpicoll.algorithms.twins.twin`)
+    where both were timed; > 1: the Python schedule is slower than the library's same
+    algorithm."""
+    from ..algorithms.twins import twin
+
+    by: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
+    for r in records:
+        if r["status"] == "ok" and r["time_us"] and not r.get("persistent"):
+            key = (r["collective"], r.get("pattern", "numpy"), r["size_bytes"])
+            by.setdefault(key, {})[r["implementation"]] = r
+    out = []
+    for (coll, pattern, size), row in by.items():
+        for lab, r in row.items():
+            if r["backend"] != "p2p" or not r["algorithm"] or r["algorithm"] == "auto":
+                continue
+            name = twin(coll, r["algorithm"], kind)
+            nat = row.get(f"native:{name}") if name else None
+            if nat is None or nat["time_us"]["median"] <= 0:
+                continue
+            out.append({"collective": coll, "pattern": pattern, "size_bytes": size,
+                        "p2p": lab, "native": f"native:{name}",
+                        "native_ran": nat.get("native_ran"),
+                        "ratio": r["time_us"]["median"] / nat["time_us"]["median"]})
+    return out
+
+
+def format_native_notes(coll: str, records: Sequence[dict[str, Any]],
+                        ratios: Sequence[dict[str, Any]]) -> str:
+    """Under a --native-algorithms table: what each forced column ran (per size, as the
+    library says) and the same-algorithm ratios, a row per size."""
+    lines: list[str] = []
+    forced: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("native_algorithm"):
+            forced.setdefault(r["implementation"], []).append(r)
+    for lab, recs in forced.items():
+        ran = [r for r in recs if r.get("native_ran") == r["native_algorithm"]]
+        back = [r for r in recs if r.get("native_ran") == "auto"]
+        unknown = [r for r in recs if r.get("native_ran") is None and r["status"] == "ok"]
+        text = f"#   {lab} ran as forced at {len(ran)} of {len(recs)} size(s)"
+        if back:
+            text += (f"; fell back to the library's choice at "
+                     f"{', '.join(human_size(r['size_bytes']) + 'B' for r in back)} "
+                     f"({back[0]['native_ran_evidence']})")
+        if unknown:
+            text += f"; unknown at {len(unknown)} ({unknown[0]['native_ran_evidence']})"
+        lines.append(text)
+    if ratios:
+        pairs: list[tuple[str, str]] = []
+        for x in ratios:
+            if (x["p2p"], x["native"]) not in pairs:
+                pairs.append((x["p2p"], x["native"]))
+        heads = [f"{a}/{b}" for a, b in pairs]
+        lines.append("#   same algorithm, p2p median / native median (> 1: the Python "
+                     "schedule is slower; * native fell back at that size):")
+        lines.append("#   " + "  ".join([f"{'size':>8}", *(f"{h:>{len(h)}}" for h in heads)]))
+        sizes = sorted({x["size_bytes"] for x in ratios})
+        for size in sizes:
+            cells = []
+            for (a, b), h in zip(pairs, heads, strict=True):
+                hit: dict[str, Any] | None = next(
+                    (y for y in ratios if y["size_bytes"] == size and y["p2p"] == a
+                     and y["native"] == b), None)
+                cell = "-" if hit is None else f"{hit['ratio']:.2f}" + (
+                    "*" if hit["native_ran"] == "auto" else "")
+                cells.append(f"{cell:>{len(h)}}")
+            lines.append("#   " + "  ".join([f"{human_size(size) + 'B':>8}", *cells]))
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -323,7 +323,8 @@ register(Subcommand(
     "bench", "time native against hand-rolled collectives (run under mpiexec)",
     _bench_configure, _bench_run, _bench_validate, _bench_check,
     description="Check, then time, every implementation at every message size. "
-    "Run it under mpiexec -n P. Exit status 1 if any result is WRONG.",
+    "Run it under mpiexec -n P, or, with --native-algorithms, without mpiexec (it then "
+    "starts one mpiexec -n P per configuration itself). Exit status 1 if any result is WRONG.",
 ))
 register(Subcommand(
     "verify", "check every p2p algorithm against native (run under mpiexec)",

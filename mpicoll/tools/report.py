@@ -106,7 +106,9 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (coll, pattern, size), recs in rows.items():
         # the blocking calls (--persistent's X:init columns are beside them, not in the ranking)
         ok = [r for r in recs if r["status"] == "ok" and r["time_us"] and not r.get("persistent")]
-        nat = next((r for r in ok if r["backend"] == "native"), None)
+        # the library's default (not a forced native:NAME column of --native-algorithms)
+        nat = next((r for r in ok if r["backend"] == "native"
+                    and not r.get("native_algorithm")), None)
         p2ps = [r for r in ok if r["backend"] == "p2p"]
         mine = [r for r in ok if r["backend"] != "mpi4py"]
         fastest = min(mine, key=lambda r: r["time_us"]["median"]) if mine else None

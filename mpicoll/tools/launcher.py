@@ -1,0 +1,266 @@
+"""The launcher: one ``mpiexec`` per configuration, under a time budget, results merged.
+
+An MPI library reads its algorithm settings (MPICH's ``MPIR_CVAR_*``, Open MPI's ``--mca``)
+once, at ``MPI_Init``: each configuration therefore needs its own launch.  This module starts
+them from a plain process (no MPI job of its own), each as
+
+    mpiexec [FLAGS] -n P python -m mpicoll bench ARGS --json PART.json
+
+with the configuration's environment variables and ``mpiexec`` flags, under a timeout, and
+merges the JSON parts into one bench document.  ``bench --native-algorithms`` uses it; the
+sweep command is meant to use it too.
+
+Which settings force which library's algorithm (:func:`native_configs`):
+
+* MPICH: ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM=<name>`` plus ``MPIR_CVAR_DEVICE_COLLECTIVES=none``
+  (``MPIR_<Coll>`` then calls ``MPIR_<Coll>_impl``, which reads the CVAR, instead of CH4's
+  device path, whose shared-memory algorithms would not) and
+  ``MPIR_CVAR_COLLECTIVE_FALLBACK=print``: where the forced algorithm cannot run on a call,
+  MPICH says so on stderr ("Allreduce reduce_scatter_allgather cannot be applied.") and runs
+  its own choice instead.  bench captures that line per call (:func:`fallback_message`).
+* Open MPI: ``--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_<coll>_algorithm <ID>``
+  (the IDs of :data:`mpicoll.algorithms.twins.OMPI`).  Open MPI does not say per call which
+  algorithm ran: bench records ``unknown``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Config",
+    "Launch",
+    "fallback_message",
+    "library",
+    "merge",
+    "mpiexec",
+    "native_configs",
+    "native_names",
+    "run",
+]
+
+#: Variables a launcher or an initialised MPI leaves in a process's environment, which would
+#: make a child believe it belongs to this process's (singleton) job.
+_JOB_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_MCA_ess",
+             "OMPI_MCA_orte", "OMPI_MCA_pmix", "OMPI_UNIVERSE", "OMPI_FIRST", "OMPI_NUM",
+             "OMPI_APP", "OMPI_FILE", "PRTE_", "OMPI_MCA_prte")
+
+
+@dataclass
+class Config:
+    """One launch: a name, environment variables and ``mpiexec`` flags.
+
+    ``native`` is the library algorithm it forces (None: the library's default), and
+    ``collectives`` the collectives it is forced for (the launch benches only those)."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    native: str | None = None
+    collectives: list[str] = field(default_factory=list)
+
+    def setting(self) -> str:
+        """The settings as a user would type them: ``VAR=value ... --mca k v``."""
+        return " ".join([*(f"{k}={v}" for k, v in self.env.items()), *self.flags]) or "-"
+
+
+@dataclass
+class Launch:
+    """What one configuration's launch gave: exit status, seconds, its JSON document (None if
+    it wrote none) and the tail of its output."""
+
+    config: Config
+    status: int
+    seconds: float
+    doc: dict[str, Any] | None
+    output: str
+
+
+def library() -> tuple[str, str]:
+    """``(kind, version line)`` of the MPI library mpi4py is built on: kind ``"mpich"``,
+    ``"openmpi"`` or ``"other"`` (``MPI_Get_library_version``, callable before ``MPI_Init``)."""
+    from mpi4py import MPI
+
+    text = MPI.Get_library_version()
+    first = text.strip().splitlines()[0] if text.strip() else "unknown"
+    low = text.lower()
+    if "open mpi" in low:
+        return "openmpi", first.strip()
+    if "mpich" in low:
+        return "mpich", first.strip()
+    return "other", first.strip()
+
+
+def native_names(kind: str, collective: str) -> list[str]:
+    """The library's forceable algorithms of ``collective`` (empty for an unknown library)."""
+    from ..algorithms.twins import MPICH, OMPI
+
+    if kind == "mpich":
+        return list(MPICH.get(collective, ()))
+    if kind == "openmpi":
+        return list(OMPI.get(collective, {}).values())
+    return []
+
+
+def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str]) -> list[Config]:
+    """One configuration per native algorithm name, forcing it for every collective in
+    ``collectives`` that has it (``names``: the names to force; ``["all"]`` every one)."""
+    from ..algorithms.twins import OMPI
+
+    order: list[str] = []
+    colls: dict[str, list[str]] = {}
+    for c in collectives:
+        for n in native_names(kind, c):
+            if names != ["all"] and n not in names:
+                continue
+            if n not in colls:
+                order.append(n)
+            colls.setdefault(n, []).append(c)
+    out = []
+    for n in order:
+        cfg = Config(f"native:{n}", native=n, collectives=colls[n])
+        if kind == "mpich":
+            cfg.env = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none",
+                       "MPIR_CVAR_COLLECTIVE_FALLBACK": "print"}
+            for c in colls[n]:
+                cfg.env[f"MPIR_CVAR_{c.upper()}_INTRA_ALGORITHM"] = n
+        else:
+            cfg.flags = ["--mca", "coll_tuned_use_dynamic_rules", "1"]
+            for c in colls[n]:
+                ident = next(i for i, v in OMPI[c].items() if v == n)
+                cfg.flags += ["--mca", f"coll_tuned_{c}_algorithm", str(ident)]
+        out.append(cfg)
+    return out
+
+
+_FALLBACK = re.compile(r"^\s*(\w+) (\w+) cannot be applied", re.MULTILINE)
+
+
+def fallback_message(text: str, collective: str) -> str | None:
+    """MPICH's line saying a forced algorithm of ``collective`` could not run (with
+    ``MPIR_CVAR_COLLECTIVE_FALLBACK=print``), found in captured stderr ``text``; None if none."""
+    for m in _FALLBACK.finditer(text):
+        if m.group(1).lower() == collective.replace("_", "").lower() or \
+                m.group(1).lower() == collective.lower():
+            return m.group(0).strip()
+    return None
+
+
+def mpiexec() -> list[str]:
+    """``[mpiexec, flags...]``: ``$MPIEXEC``, else the ``mpiexec`` beside this interpreter, else
+    the first on ``PATH`` (``--oversubscribe`` added for Open MPI).
+
+    Raises:
+        FileNotFoundError: there is none.
+    """
+    if os.environ.get("MPIEXEC"):
+        return shlex.split(os.environ["MPIEXEC"])
+    here = Path(sys.executable).parent / "mpiexec"
+    exe = str(here) if here.exists() else shutil.which("mpiexec")
+    if exe is None:
+        raise FileNotFoundError("no mpiexec found (set $MPIEXEC)")
+    if library()[0] == "openmpi":
+        return [exe, "--oversubscribe"]
+    return [exe]
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_VARS)}
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # Open MPI refuses root without these
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.update(extra)
+    return env
+
+
+def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
+        timeout: float = 600.0, budget: float = 0.0,
+        progress: Any = None) -> list[Launch]:
+    """Launch ``mpicoll bench BENCH_ARGS --json PART`` on ``p`` ranks once per configuration.
+
+    Each launch runs under ``timeout`` seconds (killed past it: status 124); ``budget`` > 0
+    caps the total: a configuration not started when it is spent is not run (status None is
+    not used: it gets status 125 and no document).  ``progress(text)`` is called before each.
+    A configuration with ``native`` set gets ``--native-label NAME -a none -c ITS_COLLS``
+    (its native column only)."""
+    start = time.monotonic()
+    launches = []
+    with tempfile.TemporaryDirectory(prefix="mpicoll-launch-") as tmp:
+        for k, cfg in enumerate(configs):
+            if budget and time.monotonic() - start > budget:
+                launches.append(Launch(cfg, 125, 0.0, None, "not run: time budget spent"))
+                continue
+            part = Path(tmp) / f"part{k}.json"
+            args = list(bench_args)
+            if cfg.native is not None:
+                args += ["--native-label", cfg.native, "-a", "none",
+                         "-c", ",".join(cfg.collectives)]
+            cmd = [*mpiexec(), *cfg.flags, "-n", str(p), sys.executable, "-m", "mpicoll",
+                   "bench", *args, "--json", str(part), "-q"]
+            if progress is not None:
+                progress(f"[mpicoll bench] launch {k + 1}/{len(configs)}: {cfg.name} "
+                         f"({cfg.setting()})")
+            t0 = time.monotonic()
+            try:
+                res = subprocess.run(cmd, env=_env(cfg.env), capture_output=True, text=True,
+                                     timeout=timeout or None, check=False)
+                status, output = res.returncode, res.stdout + res.stderr
+            except subprocess.TimeoutExpired as exc:
+                status = 124
+                output = f"timed out after {timeout:g} s: {shlex.join(cmd)}\n" + (
+                    (exc.stderr or b"").decode(errors="replace")
+                    if isinstance(exc.stderr, bytes) else str(exc.stderr or ""))
+            doc = json.loads(part.read_text()) if part.exists() else None
+            launches.append(Launch(cfg, status, time.monotonic() - t0, doc, output[-4000:]))
+    return launches
+
+
+def merge(launches: Sequence[Launch], kind: str, version: str) -> dict[str, Any]:
+    """One bench document from the launches' parts: the first part (the default
+    configuration) gives provenance and settings; the records of the others are appended;
+    ``provenance.launches`` lists every configuration with its settings, status and seconds,
+    ``provenance.native_library`` the library.
+
+    Raises:
+        ValueError: no launch wrote a document.
+    """
+    from .report import summarize
+
+    docs = [ln.doc for ln in launches if ln.doc is not None]
+    if not docs:
+        raise ValueError("no launch wrote results:\n" + "\n".join(
+            f"{ln.config.name}: status {ln.status}: {ln.output[-800:]}" for ln in launches))
+    base = dict(docs[0])
+    records: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for ln in launches:
+        if ln.doc is not None:
+            records += ln.doc["results"]
+            skipped += ln.doc.get("skipped", [])
+    prov = dict(base["provenance"])
+    prov["native_library"] = {"kind": kind, "version": version}
+    prov["launches"] = [
+        {"name": ln.config.name, "native": ln.config.native,
+         "collectives": ln.config.collectives, "env": ln.config.env,
+         "flags": ln.config.flags, "status": ln.status, "seconds": round(ln.seconds, 3),
+         "error": None if ln.status == 0 or ln.doc is not None else ln.output[-800:]}
+        for ln in launches
+    ]
+    base.update(provenance=prov, results=records, skipped=skipped, summary=summarize(records),
+                wrong=sum(r["status"] in ("wrong", "error") for r in records))
+    return base
