@@ -1,10 +1,11 @@
 """Argument checking shared by both backends: one function per collective.
 
 Each turns the user's mpi4py-style arguments into a :class:`Call`, raising before any message
-is sent.  The native backend uses it only to check (then hands the original arguments to MPI),
-so both backends refuse the same inputs with the same errors; the p2p backend also uses the
-``prepare`` step, which makes the schedule's arguments (in-place copies done through the
-context, so the simulator can account for them).
+is sent.  The native backend uses it only in checked mode (then hands the original arguments to
+MPI), and outside it only after mpi4py has raised, for a clearer message of the same kind (see
+:mod:`mpicoll.backends.native`); the p2p backend also uses the ``prepare`` step, which makes
+the schedule's arguments (in-place copies done through the context, so the simulator can
+account for them).
 
 Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
 defined for the datatype, a reduction's send and receive datatypes that differ);
