@@ -44,7 +44,7 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
 from . import threads as _threads
 from .call import Call
-from .errors import _name, explain
+from .errors import _name, explain, settle
 from .mpi import Engine, Replayed
 from .requests import (
     _IN_FLIGHT,
@@ -252,6 +252,8 @@ class PlanRequest(ScheduleRequest):
             self._prequests += reqs
             steps.append((_fast(local, ctx), reqs, _fast(during, ctx)))
         self._steps = steps
+        #: each step's statuses, for its waits (read only on an MPI error: see errors.explain)
+        self._all_statuses = [[MPI.Status() for _ in reqs] for _, reqs, _ in steps]
         self._tail = _fast(plan.tail, ctx)
         self._replayed = engine.traffic.track(_traffic_of(plan))
         self._next = 0
@@ -337,7 +339,11 @@ class PlanRequest(ScheduleRequest):
             # one round, posted; nothing in flight anywhere needs progress
             try:
                 if not self.done:
-                    _WAITALL(self._reqs)
+                    try:
+                        _WAITALL(self._reqs, st := self._all_statuses[0])
+                    except MPI.Exception as exc:  # kept, raised below once complete
+                        self._note(exc, st)
+                        settle(self._reqs)
                     for fn, a, b in self._tail:
                         fn(a, b)
                     self._reqs = _NO_REQS
@@ -346,6 +352,8 @@ class PlanRequest(ScheduleRequest):
                 self._claim.release()
                 if _WAITERS[0]:
                     _notify()
+            if self._error is not None:
+                self._complete(status)  # raises it
             self._inactive = True
             if status is not None:
                 _empty_status(status)
@@ -356,15 +364,26 @@ class PlanRequest(ScheduleRequest):
             # while it is listed)
             try:
                 while not self.done:
-                    _WAITALL(self._reqs)
+                    try:
+                        _WAITALL(self._reqs, st := self._statuses())
+                    except MPI.Exception as exc:  # kept; the rounds go on
+                        self._note(exc, st)
+                        settle(self._reqs)
                     self._advance()
             finally:
                 _release([self])
+            if self._error is not None:
+                self._complete(status)  # raises it
             self._inactive = True
             if status is not None:
                 _empty_status(status)
             return True
         return super().Wait(status)
+
+    def _statuses(self) -> list[MPI.Status]:
+        if self._next:
+            return self._all_statuses[self._next - 1]
+        return super()._statuses()
 
     def Free(self) -> None:
         """Complete an active run, then release the persistent requests and the tag."""
@@ -474,10 +493,12 @@ class BlockingRunner(_Runner):
             engine._drain(tag)
         comm = engine.comm
         steps, tail = fast
-        try:
-            for local, kind, msgs, during in steps:
-                for fn, a, b in local:
-                    fn(a, b)
+        err = None
+        for local, kind, msgs, during in steps:
+            for fn, a, b in local:
+                fn(a, b)
+            reqs = None
+            try:
                 if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
                     sspec, dest, rspec, source = msgs
                     comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
@@ -493,12 +514,17 @@ class BlockingRunner(_Runner):
                     for fn, a, b in during:
                         fn(a, b)
                     _WAITALL(reqs, statuses)
-        except MPI.Exception as exc:  # MPI's words, the collective and the peer
-            raise explain(exc, _name(self.call), msgs[2] if kind is _GENERAL else (),
-                          _round_peers(kind, msgs)) from None
+            except MPI.Exception as exc:  # kept (MPI's words, the collective, the peer); the
+                # rounds go on, as MPICH's collectives do, so no peer waits for this rank
+                err = err or explain(exc, _name(self.call), msgs[2] if kind is _GENERAL else (),
+                                     _round_peers(kind, msgs))
+                if reqs:
+                    settle(reqs)
         for fn, a, b in tail:
             fn(a, b)
         self._replayed.runs += 1  # type: ignore[union-attr]
+        if err is not None:
+            raise err
 
     def _compile(self) -> tuple[Any, ...]:
         general, tail, self._replayed = _replay_steps(self.engine, self.call, self.algorithm)
