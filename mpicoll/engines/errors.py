@@ -10,7 +10,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["MessageError", "explain", "settle"]
+__all__ = ["MessageError", "explain", "settle", "truncated"]
 
 
 class MessageError(MPI.Exception):
@@ -70,6 +70,14 @@ def explain(exc: MPI.Exception, what: str, statuses: Sequence[MPI.Status] = (),
         msg = f"{what}: MPI error on a message" + (f" with rank {peer}" if peer is not None
                                                     else "") + f": {first}"
     return MessageError(code, msg)
+
+
+def truncated(what: str, detail: str) -> MessageError:
+    """``MPI_ERR_TRUNCATE`` for a truncation this rank makes without a message (``detail``:
+    what did not fit, e.g. its own block of an Alltoall), on ``what`` (the collective)."""
+    return MessageError(MPI.ERR_TRUNCATE, f"{what}: message truncated: {detail} (the ranks "
+                        "passed different amounts of data: MPI requires the type signatures "
+                        "of sender and receiver to match)")
 
 
 def settle(reqs: Sequence[MPI.Request]) -> None:

@@ -56,7 +56,7 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 from .completion import Testall, Testany, Testsome, Waitall, Waitany, Waitsome
-from .errors import MessageError, _name, explain, settle
+from .errors import MessageError, _name, explain, settle, truncated
 from .requests import (
     _ENGINES,
     _IN_FLIGHT,
@@ -376,7 +376,10 @@ class Engine:
         :meth:`take_tag`; a fresh one if None) and return its request."""
         with _guard():
             ctx, gen = self._context(call, algorithm, tag)
-            return ScheduleRequest(self, gen, ctx)
+            req = ScheduleRequest(self, gen, ctx)
+            if call.truncated is not None and req._error is None:
+                req._error = truncated(_name(ctx), call.truncated)
+            return req
 
     def run(self, call: Call, algorithm: Algorithm, tag: int | None = None) -> None:
         """Blocking: run ``call`` with ``algorithm`` on ``tag`` (a fresh one if None) to
@@ -402,6 +405,8 @@ class Engine:
                     except MPI.Exception as exc:  # kept; the rounds go on (see settle)
                         err = err or explain(exc, _name(ctx), statuses)
                         settle(reqs)
+            if err is None and call.truncated is not None:
+                err = truncated(_name(ctx), call.truncated)
             if err is not None:
                 raise err
 

@@ -44,7 +44,7 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
 from . import threads as _threads
 from .call import Call
-from .errors import _name, explain, settle
+from .errors import _name, explain, settle, truncated
 from .mpi import Engine, Replayed
 from .requests import (
     _IN_FLIGHT,
@@ -112,6 +112,8 @@ class Plan:
     traffic: dict[str, int] = field(default_factory=dict)
     #: the numpy dtype of the elements (a derived datatype: one extent per element)
     dtype: Any = None
+    #: a local truncation each run raises at its end (:attr:`Call.truncated`)
+    truncated: str | None = None
 
     def replay(self, ctx: Context) -> Schedule:
         """The plan as a schedule again: its local work done through ``ctx`` (so the
@@ -179,7 +181,7 @@ def compile_plan(call: Call, algorithm: Algorithm, rank: int, size: int,
     return Plan(call.collective, algorithm.name, call.datatype, steps, tuple(rec.local), rounds,
                 rec.scratch_bytes,
                 {"messages_sent": sent, "messages_recv": recv, "bytes_sent": bsent,
-                 "bytes_recv": brecv, "inter_bytes_sent": inter}, call.dtype)
+                 "bytes_recv": brecv, "inter_bytes_sent": inter}, call.dtype, call.truncated)
 
 
 def _nbytes(ctx: Context, buf: np.ndarray) -> int:
@@ -277,6 +279,8 @@ class PlanRequest(ScheduleRequest):
         order, as MPI requires)."""
         one = self._one
         if one is not None and self._inactive:  # one round: never listed, nothing to check
+            if self.plan.truncated is not None:
+                self._error = truncated(_name(self._ctx), self.plan.truncated)
             self._inactive = self.done = False
             self._replayed.runs += 1
             self._next = 0
@@ -295,6 +299,8 @@ class PlanRequest(ScheduleRequest):
                                "with Wait/Test first)")
         self._replayed.runs += 1
         self.done = self._inactive = False
+        if self.plan.truncated is not None:
+            self._error = truncated(_name(self._ctx), self.plan.truncated)
         self._next = 0
         self._advance()  # not in flight yet: nobody else sees it, no claim needed
         if self._next < len(self._steps):  # a round left to post: progress must see it
@@ -523,6 +529,8 @@ class BlockingRunner(_Runner):
         for fn, a, b in tail:
             fn(a, b)
         self._replayed.runs += 1  # type: ignore[union-attr]
+        if err is None and self.call.truncated is not None:
+            err = truncated(_name(self.call), self.call.truncated)
         if err is not None:
             raise err
 
@@ -579,6 +587,8 @@ class NonblockingRunner(_Runner):
         self._replayed.runs += 1  # type: ignore[union-attr]
         req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
                                              self.call.collective, fast[2])
+        if self.call.truncated is not None and req._error is None:
+            req._error = truncated(_name(self.call), self.call.truncated)
         return req
 
     def free(self) -> None:
