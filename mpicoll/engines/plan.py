@@ -254,6 +254,8 @@ class PlanRequest(ScheduleRequest):
             self._prequests += reqs
             steps.append((_fast(local, ctx), reqs, _fast(during, ctx)))
         self._steps = steps
+        #: a local truncation each run raises at its end (:attr:`Plan.truncated`)
+        self._truncated = plan.truncated
         #: each step's statuses, for its waits (read only on an MPI error: see errors.explain)
         self._all_statuses = [[MPI.Status() for _ in reqs] for _, reqs, _ in steps]
         self._tail = _fast(plan.tail, ctx)
@@ -279,8 +281,8 @@ class PlanRequest(ScheduleRequest):
         order, as MPI requires)."""
         one = self._one
         if one is not None and self._inactive:  # one round: never listed, nothing to check
-            if self.plan.truncated is not None:
-                self._error = truncated(_name(self._ctx), self.plan.truncated)
+            if self._truncated is not None:
+                self._error = truncated(_name(self._ctx), self._truncated)
             self._inactive = self.done = False
             self._replayed.runs += 1
             self._next = 0
@@ -299,8 +301,8 @@ class PlanRequest(ScheduleRequest):
                                "with Wait/Test first)")
         self._replayed.runs += 1
         self.done = self._inactive = False
-        if self.plan.truncated is not None:
-            self._error = truncated(_name(self._ctx), self.plan.truncated)
+        if self._truncated is not None:
+            self._error = truncated(_name(self._ctx), self._truncated)
         self._next = 0
         self._advance()  # not in flight yet: nobody else sees it, no claim needed
         if self._next < len(self._steps):  # a round left to post: progress must see it
