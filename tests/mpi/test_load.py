@@ -278,10 +278,6 @@ def test_more_outstanding_than_tag_window() -> None:
 # long messages
 
 
-def _seg_elems(seg_bytes: int, itemsize: int) -> int:
-    return max(1, seg_bytes // itemsize)
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("seg_bytes", "dtype", "count"),
@@ -292,8 +288,9 @@ def _seg_elems(seg_bytes: int, itemsize: int) -> int:
 def test_pipeline_bcast_tiny_segments(monkeypatch: pytest.MonkeyPatch, seg_bytes: int,
                                       dtype: str, count: int) -> None:
     """``MPICOLL_SEGMENT_SIZE`` forced tiny: the pipeline broadcast of ~100k elements (odd
-    counts; a segment size that is not a multiple of the item size; one element per segment)
-    from two roots is exact, and every non-root receives exactly one message per segment."""
+    counts; a segment size that is not a multiple of the item size; one byte per segment)
+    from two roots is exact, and every non-root receives exactly one message per segment of
+    ``MPICOLL_SEGMENT_SIZE`` bytes."""
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", str(seg_bytes))
     with mpicoll.p2p(WORLD) as b:  # the segment size is read once, when the backend is made
         _pipeline_bcast_tiny_segments(b, seg_bytes, dtype, count)
@@ -305,8 +302,10 @@ def _pipeline_bcast_tiny_segments(b: mpicoll.P2P, seg_bytes: int, dtype: str, co
     want = (np.arange(count) % 251 + 1).astype(dt)
     if dt.kind == "c":
         want = want + 1j * want[::-1]
-    seg = _seg_elems(seg_bytes, dt.itemsize)
-    nseg = max(1, -(-count // seg))
+    # a Bcast moves bytes on every rank (ranks may pass different datatypes of one type
+    # signature), so a segment is seg_bytes bytes, even where that splits an element
+    seg = max(1, seg_bytes)
+    nseg = max(1, -(-count * dt.itemsize // seg))
     problems: list[str] = []
     for root in sorted({0, p - 1}):
         buf = want.copy() if r == root else np.zeros(count, dt)
@@ -318,7 +317,7 @@ def _pipeline_bcast_tiny_segments(b: mpicoll.P2P, seg_bytes: int, dtype: str, co
         t = b.traffic
         if p > 1 and r != root and t.messages_recv != nseg:
             problems.append(f"root {root}: received {t.messages_recv} messages, expected "
-                            f"{nseg} segments of {seg} elements")
+                            f"{nseg} segments of {seg} bytes")
         if p > 1 and t.bytes_recv != (0 if r == root else count * dt.itemsize):
             problems.append(f"root {root}: received {t.bytes_recv} bytes")
     if dt.itemsize == 1:  # once: a non-blocking pipeline broadcast overlapping an Iallreduce
