@@ -104,9 +104,12 @@ class Traffic:
 
     def untrack(self, rec: Replayed) -> None:
         """Add up ``rec``'s runs and forget it (its plan is freed)."""
-        self._flush()
-        if rec in self._replays:
+        if rec in self._replays:  # its runs alone added up (not every record's)
             self._replays.remove(rec)
+            runs, rec.runs = rec.runs, 0
+            n = self._n
+            for i, c in enumerate(rec.counts):
+                n[i] += runs * c
 
     def _flush(self) -> list[int]:
         n = self._n

@@ -31,7 +31,7 @@ the local work after the last round; ``rounds`` counts every yielded round (empt
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -41,7 +41,15 @@ from mpi4py import MPI
 
 from ..algorithms.datatypes import TypedView
 from ..algorithms.registry import Algorithm
-from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
+from ..algorithms.schedule import (
+    DEFAULT_SEGMENT_BYTES,
+    Context,
+    Overlap,
+    Recv,
+    Schedule,
+    Send,
+    _ufunc_reduce,
+)
 from . import threads as _threads
 from .call import Call
 from .errors import _name, explain
@@ -56,8 +64,8 @@ from .requests import (
 )
 from .threads import _guard, _lock
 
-__all__ = ["BlockingRunner", "NonblockingRunner", "Plan", "PlanRequest", "Recorder",
-           "ReplayRequest", "Startall", "compile_plan"]
+__all__ = ["BlockingRunner", "NoTemplateError", "NonblockingRunner", "Plan", "PlanRequest",
+           "Recorder", "ReplayRequest", "Startall", "Template", "compile_plan"]
 
 #: one recorded local operation: (kind, a, b, op)
 Local = tuple[str, np.ndarray, np.ndarray, "MPI.Op | None"]
@@ -422,15 +430,28 @@ def _replay_steps(engine: Engine, call: Call, algorithm: Algorithm
 class _Runner:
     """What :class:`BlockingRunner` and :class:`NonblockingRunner` share: the call, its
     algorithm and engine, the runs before compiling, the compiled plan and its traffic
-    record."""
+    record.  A runner made from a :class:`Template` has no call until one is needed (a run
+    through the engine, a new ``auto`` choice): ``call`` parses it then (``_parse``)."""
 
-    __slots__ = ("_fast", "_replayed", "_runs", "algorithm", "call", "engine")
+    __slots__ = ("_call", "_fast", "_parse", "_replayed", "_runs", "algorithm", "engine")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
-        self.engine, self.call, self.algorithm = engine, call, algorithm
+        self.engine, self.algorithm = engine, algorithm
+        self._call: Call | None = call
+        self._parse: Callable[[], Call] | None = None
         self._runs = 0
         self._fast: tuple[Any, ...] | None = None
         self._replayed: Replayed | None = None  # the compiled plan's traffic record
+
+    @property
+    def call(self) -> Call:
+        """The parsed call (a runner made from a template parses it at the first need)."""
+        call = self._call
+        if call is None:
+            assert self._parse is not None
+            call = self._call = self._parse()
+            self._parse = None
+        return call
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
@@ -608,6 +629,163 @@ class ReplayRequest(ScheduleRequest):
         if self._all_statuses and self._next:
             return self._all_statuses[self._next - 1]
         return super()._statuses()
+
+
+class Template:
+    """A compiled blocking plan made reusable for other buffers of the same layout: what a
+    call the front door does not hold (new arrays at every call: ``Allreduce(np.ones(n),
+    out)``, a view made anew of a new base, a list spec of new arrays) replays instead of
+    parsing its arguments and running its schedule's generator.
+
+    It is made from a :class:`BlockingRunner` whose call's buffer arguments were ``bufs``
+    (numpy arrays, contiguous, none overlapping another).  Every array of the runner's compiled
+    steps (:meth:`BlockingRunner._compile`) that lies in one of ``bufs`` is recorded as a
+    byte range of it (1-D, contiguous, as every view the parse makes is); the others (the
+    plan's scratch) are kept.  :meth:`bind` makes the same steps for new buffers: the same
+    views, at the same byte offsets, of each new buffer.  The front door uses a template only
+    for a call whose key (:func:`mpicoll.backends.frontdoor.shape_of`) equals the template's
+    but for the buffers' identities and addresses: the same collective, ``algorithm=``,
+    counts, datatypes, ops and root, buffers of the same type, dtype, shape, strides and
+    flags.  Every check of the parse depends on those alone but one (send and receive
+    buffers that overlap): :meth:`bind` refuses buffers whose memory may overlap, and the
+    call is parsed (and so checked) as any other.  So the parse would accept the call and
+    make the same schedule (the algorithm's choice reads only what the key holds), with
+    views at the same offsets of the new buffers.
+
+    Raises (the constructor): :class:`NoTemplateError` if the steps hold anything else than the
+    objects listed in :func:`_constant` or arrays other than numpy's own (a derived
+    datatype's typed views)."""
+
+    __slots__ = ("_bind", "counts", "source")
+
+    def __init__(self, source: BlockingRunner, bufs: Sequence[np.ndarray]) -> None:
+        fast = source._fast
+        if fast is None or source._replayed is None or type(fast) is not tuple:
+            raise NoTemplateError("not compiled")
+        ranges = []
+        for b in bufs:
+            if type(b) is not np.ndarray or not (b.flags.c_contiguous or b.flags.f_contiguous):
+                raise NoTemplateError("buffer")
+            lo = b.__array_interface__["data"][0]
+            ranges.append((lo, lo + b.nbytes))
+        for i, (lo, hi) in enumerate(ranges):  # no two buffers overlap (each view is in one)
+            if any(lo < end and start < hi for start, end in ranges[i + 1:]):
+                raise NoTemplateError("overlap")
+        consts: list[Any] = []
+        views: dict[tuple[int, int, int, Any], str] = {}
+        lines: list[str] = []
+
+        def view(a: np.ndarray) -> str | None:
+            if not a.size:
+                return None  # no byte of it is read or written: kept
+            at = a.__array_interface__["data"][0]
+            k = next((i for i, (lo, hi) in enumerate(ranges) if lo <= at < hi), -1)
+            if k < 0:
+                return None  # the plan's scratch
+            lo, hi = ranges[k]
+            if a.ndim != 1 or a.strides[0] != a.itemsize or at + a.nbytes > hi:
+                raise NoTemplateError("view")
+            off, isz = at - lo, a.itemsize
+            b = bufs[k]
+            if off % isz or b.nbytes % isz:
+                raise NoTemplateError("offset")
+            start, stop = off // isz, off // isz + a.size
+            spot = (k, start, a.size, a.dtype)
+            if spot not in views:
+                if a.dtype != b.dtype:  # another dtype (Bcast's bytes): through the bytes
+                    consts.append(a.dtype)
+                    how = (f"b{k}.reshape(-1, order='A').view(np.uint8)"
+                           f".view(c[{len(consts) - 1}])[{start}:{stop}]")
+                elif b.ndim == 1:
+                    how = f"b{k}[{start}:{stop}]"
+                else:
+                    how = f"b{k}.reshape(-1, order='A')[{start}:{stop}]"
+                name = views[spot] = f"v{len(views)}"
+                lines.append(f"    {name} = {how}")
+            return views[spot]
+
+        def expr(o: Any) -> str:
+            t = type(o)
+            if t is tuple:
+                return "(" + "".join(expr(x) + ", " for x in o) + ")"
+            if t is list:
+                return "[" + ", ".join(expr(x) for x in o) + "]"
+            if t is np.ndarray:
+                name = view(o)
+                if name is not None:
+                    return name
+            elif type(getattr(o, "__self__", None)) is np.ndarray:  # b.__setitem__
+                name = view(o.__self__)
+                if name is not None:
+                    return f"{name}.{o.__name__}"
+            elif not _constant(o):
+                raise NoTemplateError(t.__name__)
+            consts.append(o)
+            return f"c[{len(consts) - 1}]"
+
+        body = expr(fast)
+        args = ", ".join(f"b{k}" for k in range(len(bufs)))
+        src = "\n".join([f"def bind({args}):", *lines, f"    return {body}"])
+        scope: dict[str, Any] = {"c": tuple(consts), "np": np}
+        exec(src, scope)  # one function per template: the views and tuples in one go
+        self._bind: Callable[..., tuple[Any, ...]] = scope["bind"]
+        self.source = source
+        self.counts = source._replayed.counts
+
+    def bind(self, bufs: Sequence[np.ndarray], parse: Callable[[], Call]) -> BlockingRunner | None:
+        """A runner of the template's kind for a call on ``bufs`` (in the order of the
+        template's), its plan already compiled and its call parsed only when needed
+        (``parse``); None if two of ``bufs`` may overlap (the call must then be parsed: the
+        parse refuses aliased buffers)."""
+        if len(bufs) > 1:
+            for i in range(len(bufs) - 1):
+                for j in range(i + 1, len(bufs)):
+                    if _MAY_SHARE(bufs[i], bufs[j]):
+                        return None
+        src = self.source
+        run = object.__new__(type(src))
+        for name in _slots(type(src)):
+            setattr(run, name, getattr(src, name))
+        run._call = None
+        run._parse = parse
+        run._runs = 2
+        run._fast = self._bind(*bufs)
+        run._replayed = src.engine.traffic.track(self.counts)
+        return run
+
+
+class NoTemplateError(Exception):
+    """A compiled plan that :class:`Template` cannot make reusable (the reason)."""
+
+
+_MAY_SHARE = np.may_share_memory
+_SLOTS: dict[type, tuple[str, ...]] = {}
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    """Every slot of a runner class (its own and its bases'), once per class."""
+    out = _SLOTS.get(cls)
+    if out is None:
+        out = _SLOTS[cls] = tuple(n for c in cls.__mro__
+                                  for n in getattr(c, "__slots__", ()))
+    return out
+
+
+def _constant(o: Any) -> bool:
+    """What a compiled step may hold that is the same for every call of a template: kinds,
+    counts and peers, ``...``, datatypes, ops and their ``Reduce_local``, statuses, numpy's
+    reduction loops (:func:`~mpicoll.algorithms.schedule.numpy_reduction`), dtypes."""
+    if type(o) in _CONSTANTS:
+        return True
+    if type(o) is partial:
+        return (o.func is _ufunc_reduce and not o.keywords
+                and all(_constant(a) for a in o.args))
+    owner = getattr(o, "__self__", None)
+    return type(owner) is MPI.Op or (isinstance(o, np.ufunc))
+
+
+_CONSTANTS = frozenset({str, int, bool, type(None), type(Ellipsis), MPI.Datatype, MPI.Status,
+                        MPI.Op, np.dtype, type(np.dtype("f8"))})
 
 
 _WAITALL = MPI.Request.Waitall
