@@ -112,11 +112,13 @@ def _array(a: np.ndarray, add: Callable[[Any], None]) -> None:
     memory while a reference is held); a view (made anew at every call, ``big[:n]``) by the
     identity of the object it views, its address (so its byte offset in that object) and
     strides: two views of the same memory with the same shape, strides, dtype and flags
-    parse alike."""
+    parse alike.  The shape goes with the dtype's typecode: numpy calls ``int64`` of
+    typecode ``'l'`` and of ``'q'`` equal, mpi4py maps them to two datatypes (a reduction
+    mixing them is refused), and an array's dtype may be set in place."""
     add(a.dtype)
     base = a.base
     add(id(a) if base is None else (id(base), _address(a), a.strides))
-    add(a.shape)
+    add((a.shape, a.dtype.char))
     add(a.flags.num)
 
 
@@ -173,7 +175,7 @@ def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
     if type(b) is _ND and b.base is None:  # the common buffer, inline
         add(b.dtype)
         add(id(b))
-        add(b.shape)
+        add((b.shape, b.dtype.char))
         add(b.flags.num)
     else:
         _buffer(b, add)
@@ -240,7 +242,7 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
             if a.base is None and a.ndim:
                 add(a.dtype)
                 add(id(a))
-                add(a.shape)
+                add((a.shape, a.dtype.char))
                 add(a.flags.num)
             else:
                 if not a.ndim:  # a root or a count, read by value
@@ -271,13 +273,13 @@ def shape_of(head: tuple[Any, ...], args: Any) -> tuple[tuple[Any, ...], list[np
         if t is _ND:
             if not a.ndim:
                 return None
-            add((a.dtype, a.shape, a.strides, a.flags.num))
+            add((a.dtype, a.dtype.char, a.shape, a.strides, a.flags.num))
             bufs.append(a)
         elif t is list or t is tuple:
             if not a or type(a[0]) is not _ND:
                 return None
             b = a[0]
-            add((t, len(a), b.dtype, b.shape, b.strides, b.flags.num))
+            add((t, len(a), b.dtype, b.dtype.char, b.shape, b.strides, b.flags.num))
             bufs.append(b)
             try:
                 for i in range(1, len(a)):
@@ -529,19 +531,21 @@ def _nbytes(args: Any) -> int:
     else:
         return total
     owners: dict[int, int] = {}
-    _owners(args, owners)
+    for a in args:
+        _owners(a, owners)
     return sum(owners.values())
 
 
 def _owners(x: Any, owners: dict[int, int]) -> None:
-    if isinstance(x, np.ndarray):
+    t = type(x)
+    if t is _ND:
         while isinstance(x.base, np.ndarray):
             x = x.base
         owners[id(x)] = int(x.nbytes)
-    elif isinstance(x, (list, tuple)):
+    elif t is list or t is tuple:
         for a in x:
             _owners(a, owners)
-    elif isinstance(x, _EXPORTED):
+    elif t in _EXPORTED:
         owners[id(x)] = memoryview(x).nbytes
 
 
@@ -551,11 +555,13 @@ def _exports(args: tuple[Any, ...]) -> tuple[Any, ...]:
     two (``BufferError``) and to release the third, so the parse cached stays valid."""
     out = []
     for a in args:
-        if type(a) in (list, tuple) and a:
+        t = type(a)
+        if (t is list or t is tuple) and a:
             a = a[0]
-        if type(a) in _EXPORTED:  # mpi4py's buffer: an export of the object itself
+            t = type(a)
+        if t is not _ND and t in _EXPORTED:  # mpi4py's buffer: an export of the object
             out.append(MPI.buffer(a))
-    return tuple(out)
+    return tuple(out) if out else ()
 
 
 def _free(run: Callable[..., Any]) -> None:

@@ -30,6 +30,7 @@ the local work after the last round; ``rounds`` counts every yielded round (empt
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -572,6 +573,18 @@ class NonblockingRunner(_Runner):
             return engine.start(self.call, self.algorithm, tag)
         engine.clear_tag(tag)
         self._replayed.runs += 1  # type: ignore[union-attr]
+        if (previous is not None and previous._inactive and _refcount(previous) <= _UNHELD
+                and previous._claim.acquire(blocking=False)):
+            # the last replay, complete and reported, held by nobody but this runner (no
+            # caller, no progress pass's snapshot), and claimed: started again (no new
+            # request, lock or tag record)
+            try:
+                previous._restart(tag)
+            finally:
+                previous._claim.release()
+                if _WAITERS[0]:
+                    _notify()
+            return previous
         req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
                                              self.call.collective, fast[2])
         return req
@@ -601,6 +614,19 @@ class ReplayRequest(ScheduleRequest):
         #: call given it, finishes it), so starting and completing it takes no lock
         self._listed = len(steps) > 1
         self._begin(engine)
+
+    def _restart(self, tag: int) -> None:
+        """Start this request again on ``tag`` (its runner's pool of one: see
+        :class:`NonblockingRunner`; it is complete, reported and held by no one, and the
+        caller holds its claim)."""
+        self._ctx.tag = tag
+        self._next = 0
+        self.done = self._inactive = False
+        self._advance()
+        if not self.done and self._listed:  # (a one-round plan is never listed)
+            with _lock:
+                self._engine.active.append(self)
+                _IN_FLIGHT[0] += 1
 
     def _advance(self) -> None:
         """Post the next recorded round (its local work first, its overlapped work after);
@@ -765,9 +791,9 @@ _SLOTS: dict[type, tuple[str, ...]] = {}
 def _slots(cls: type) -> tuple[str, ...]:
     """Every slot of a runner class (its own and its bases'), once per class."""
     out = _SLOTS.get(cls)
-    if out is None:
-        out = _SLOTS[cls] = tuple(n for c in cls.__mro__
-                                  for n in getattr(c, "__slots__", ()))
+    if out is None:  # less those bind sets
+        out = _SLOTS[cls] = tuple(n for c in cls.__mro__ for n in getattr(c, "__slots__", ())
+                                  if n not in ("_call", "_parse", "_runs", "_fast", "_replayed"))
     return out
 
 
@@ -789,6 +815,10 @@ _CONSTANTS = frozenset({str, int, bool, type(None), type(Ellipsis), MPI.Datatype
 
 
 _WAITALL = MPI.Request.Waitall
+_refcount = sys.getrefcount
+#: references to a runner's last request when only the runner holds it: its attribute, the
+#: caller's local name and getrefcount's argument (CPython)
+_UNHELD = 3
 #: the requests of a finished run (never appended to)
 _NO_REQS: list[MPI.Request] = []
 #: how a replayed blocking round posts its messages (see BlockingRunner._compile)

@@ -164,9 +164,12 @@ class ScheduleRequest:
                         self._failed()
                         raise explain(exc, _name(self._ctx), st) from None
                     self._advance()
-                self._engine._retire(self)
+                if self._listed:  # (an unlisted one is in no list: no lock to take)
+                    self._engine._retire(self)
             finally:
-                _release([self])
+                self._claim.release()
+                if _WAITERS[0]:
+                    _notify()
             self._complete(status)
             return True
         with _guard():
