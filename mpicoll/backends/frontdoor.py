@@ -34,7 +34,16 @@ handle, runs that call's runner without building a key.  Identity is enough for 
 entry keeps the objects alive (an id is never reused), ints, strings, ``None`` and
 ``MPI.IN_PLACE`` cannot change, and a call with a list or tuple argument (a buffer spec, whose
 items could be changed in place) is never a last call.  Only calls the cache holds become last
-calls, so what the key would refuse never gets there.
+calls, so what the key would refuse never gets there; an entry becomes one at its first hit
+(its record made then, of that hit's arguments: a call made once needs none).
+
+Behind the cache sit the *templates* (p2p, blocking calls): a miss whose buffers are all numpy
+arrays (bare or a list spec's first item) has a layout, :func:`shape_of` (its key less the
+buffers' identities and addresses: their dtype, shape, strides and flags stay).  The first
+stored runner of a layout is noted (:meth:`FrontDoor.note`); at the next miss of that layout
+its compiled plan becomes a :class:`~mpicoll.engines.plan.Template`, and every later miss of
+it gets a runner bound from the template to its own buffers, without a parse (see there for
+why the parse could only agree, and the overlap check it keeps).
 
 An entry is ``(args, run, last)``: the arguments (kept alive, see above), the backend's runner,
 ``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
