@@ -30,6 +30,7 @@ algorithm handed to the engine beside the :class:`~mpicoll.engines.call.Call`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from mpi4py import MPI
@@ -296,8 +297,7 @@ class P2P(P2PObjects, Collectives):
         if isinstance(t.source, _AutoBlocking) and t.source.model is not alphabeta.current():
             del templates[shape[0]]  # the model changed: auto may choose another algorithm
             return None
-        size, rank, parser = self.size, self.rank, PARSERS[collective]
-        return t.bind(shape[1], lambda: parser(size, rank, *args))
+        return t.bind(shape[1], partial(PARSERS[collective], self.size, self.rank), args)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...], tag: int | None = None) -> Any:
@@ -375,13 +375,14 @@ def _nothing_nonblocking(engine: Engine) -> Callable[..., CompletedRequest]:
     return run
 
 
-def _reselect(runner: _AutoBlocking | _AutoNonblocking) -> None:
+def _reselect(runner: _AutoBlocking | _AutoNonblocking, args: tuple[Any, ...]) -> None:
     """An ``auto`` call's runner: selected again (and its plan dropped) if
-    :func:`mpicoll.model.use` changed the model since it was selected."""
+    :func:`mpicoll.model.use` changed the model since it was selected (``args``: the run's
+    arguments, parsed now by a runner made from a template)."""
     if alphabeta.current() is not runner.model:
         runner.free()
         runner.model = alphabeta.current()
-        runner.algorithm = runner.backend.select(runner.call, runner.name)
+        runner.algorithm = runner.backend.select(runner.call_of(args), runner.name)
 
 
 class _AutoBlocking(BlockingRunner):
@@ -394,9 +395,9 @@ class _AutoBlocking(BlockingRunner):
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, tag: int | None = None, *_: Any) -> None:
-        _reselect(self)
-        super().__call__(tag)
+    def __call__(self, tag: int | None = None, *args: Any) -> None:
+        _reselect(self, args)
+        super().__call__(tag, *args)
 
 
 class _AutoNonblocking(NonblockingRunner):
@@ -409,8 +410,8 @@ class _AutoNonblocking(NonblockingRunner):
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, tag: int | None = None, *_: Any) -> Any:
-        _reselect(self)
+    def __call__(self, tag: int | None = None, *args: Any) -> Any:
+        _reselect(self, args)
         return super().__call__(tag)
 
 

@@ -432,27 +432,38 @@ class _Runner:
     """What :class:`BlockingRunner` and :class:`NonblockingRunner` share: the call, its
     algorithm and engine, the runs before compiling, the compiled plan and its traffic
     record.  A runner made from a :class:`Template` has no call until one is needed (a run
-    through the engine, a new ``auto`` choice): ``call`` parses it then (``_parse``)."""
+    through the engine, an error's message, a new ``auto`` choice): :meth:`call_of` parses
+    the arguments of the run that needs it then (``_parse``: their key is the entry's, so
+    they parse as the template's did)."""
 
-    __slots__ = ("_call", "_fast", "_parse", "_replayed", "_runs", "algorithm", "engine")
+    __slots__ = ("_args", "_call", "_fast", "_parse", "_replayed", "_runs", "algorithm",
+                 "engine")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.algorithm = engine, algorithm
         self._call: Call | None = call
-        self._parse: Callable[[], Call] | None = None
+        self._parse: Callable[..., Call] | None = None
+        #: a bound runner's first arguments (for :attr:`call` alone)
+        self._args: tuple[Any, ...] = ()
         self._runs = 0
         self._fast: tuple[Any, ...] | None = None
         self._replayed: Replayed | None = None  # the compiled plan's traffic record
 
-    @property
-    def call(self) -> Call:
-        """The parsed call (a runner made from a template parses it at the first need)."""
+    def call_of(self, args: tuple[Any, ...]) -> Call:
+        """The parsed call; a runner made from a template parses ``args`` (the arguments of
+        the run that needs it) the first time."""
         call = self._call
         if call is None:
             assert self._parse is not None
-            call = self._call = self._parse()
+            call = self._call = self._parse(*args)
             self._parse = None
+            self._args = ()
         return call
+
+    @property
+    def call(self) -> Call:
+        """The parsed call (a runner made from a template: of its first arguments)."""
+        return self._call if self._call is not None else self.call_of(self._args)
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
@@ -480,17 +491,18 @@ class BlockingRunner(_Runner):
 
     __slots__ = ()
 
-    def __call__(self, tag: int | None = None, *_: Any) -> None:
+    def __call__(self, tag: int | None = None, *args: Any) -> None:
         fast = self._fast
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
             if self._runs < 2 or _threads._thread_level() != _MULTIPLE:
-                engine.run(self.call, self.algorithm, tag)  # a call made once: no compiling
+                # a call made once: no compiling
+                engine.run(self.call_of(args), self.algorithm, tag)
                 return
-            fast = self._fast = self._compile()
+            fast = self._fast = self._compile(args)
         if _IN_FLIGHT[0] or tag is None:
-            engine.run(self.call, self.algorithm, tag)
+            engine.run(self.call_of(args), self.algorithm, tag)
             return
         if engine._refused:
             engine._drain(tag)
@@ -516,14 +528,15 @@ class BlockingRunner(_Runner):
                         fn(a, b)
                     _WAITALL(reqs, statuses)
         except MPI.Exception as exc:  # MPI's words, the collective and the peer
-            raise explain(exc, _name(self.call), msgs[2] if kind is _GENERAL else (),
+            raise explain(exc, _name(self.call_of(args)), msgs[2] if kind is _GENERAL else (),
                           _round_peers(kind, msgs)) from None
         for fn, a, b in tail:
             fn(a, b)
         self._replayed.runs += 1  # type: ignore[union-attr]
 
-    def _compile(self) -> tuple[Any, ...]:
-        general, tail, self._replayed = _replay_steps(self.engine, self.call, self.algorithm)
+    def _compile(self, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+        general, tail, self._replayed = _replay_steps(self.engine, self.call_of(args),
+                                                      self.algorithm)
         steps = []
         for local, recvs, sends, during in general:
             msgs: tuple[Any, ...]
@@ -758,11 +771,12 @@ class Template:
         self.source = source
         self.counts = source._replayed.counts
 
-    def bind(self, bufs: Sequence[np.ndarray], parse: Callable[[], Call]) -> BlockingRunner | None:
-        """A runner of the template's kind for a call on ``bufs`` (in the order of the
-        template's), its plan already compiled and its call parsed only when needed
-        (``parse``); None if two of ``bufs`` may overlap (the call must then be parsed: the
-        parse refuses aliased buffers)."""
+    def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
+             args: tuple[Any, ...]) -> BlockingRunner | None:
+        """A runner of the template's kind for the call ``args`` on ``bufs`` (its buffers, in
+        the order of the template's), its plan already compiled and its call parsed only when
+        a run needs it (``parse(*run_args)``); None if two of ``bufs`` may overlap (the call
+        must then be parsed: the parse refuses aliased buffers)."""
         if len(bufs) > 1:
             for i in range(len(bufs) - 1):
                 for j in range(i + 1, len(bufs)):
@@ -774,6 +788,7 @@ class Template:
             setattr(run, name, getattr(src, name))
         run._call = None
         run._parse = parse
+        run._args = args
         run._runs = 2
         run._fast = self._bind(*bufs)
         run._replayed = src.engine.traffic.track(self.counts)
@@ -793,7 +808,8 @@ def _slots(cls: type) -> tuple[str, ...]:
     out = _SLOTS.get(cls)
     if out is None:  # less those bind sets
         out = _SLOTS[cls] = tuple(n for c in cls.__mro__ for n in getattr(c, "__slots__", ())
-                                  if n not in ("_call", "_parse", "_runs", "_fast", "_replayed"))
+                                  if n not in ("_args", "_call", "_parse", "_runs", "_fast",
+                                                "_replayed"))
     return out
 
 

@@ -154,6 +154,28 @@ def test_a_template_call_with_a_schedule_in_flight(hand: mpicoll.P2P,
 
 
 @pytest.mark.mpi
+def test_a_template_call_parses_the_arguments_of_its_run(hand: mpicoll.P2P) -> None:
+    """A runner bound from a template that must parse (a schedule in flight) parses the
+    arguments of the run at hand, not the list its first call passed, changed since."""
+    for i in range(3):  # the layout: a list spec of 3 doubles
+        y = np.zeros(3)
+        hand.Allreduce([np.full(3, RANK + i + 0.0), MPI.DOUBLE], y)
+    x, z = np.full(3, RANK + 1.0), np.full(3, 100.0 + RANK)
+    spec, y = [x, MPI.DOUBLE], np.zeros(3)
+    hand.Allreduce(spec, y)  # bound to x; stored under x's key
+    spec[0] = z  # the same list, another array of the layout
+    hand.Allreduce(spec, y)
+    assert np.array_equal(y, np.full(3, sum(100.0 + r for r in range(P))))
+    n = 1 << 15
+    big = np.zeros(n)
+    req = hand.Iallreduce(np.ones(n), big, algorithm="ring")  # in flight while P > 1
+    hand.Allreduce([x, MPI.DOUBLE], y)  # x's key: the runner bound to x, parsing now
+    req.Wait()
+    assert np.array_equal(y, np.full(3, sum(r + 1.0 for r in range(P))))
+    assert np.array_equal(big, np.full(n, float(P)))
+
+
+@pytest.mark.mpi
 def test_a_pooled_request_is_reused_only_when_nobody_holds_it(hand: mpicoll.P2P) -> None:
     x, y = np.full(4, RANK + 1.0), np.zeros(4)
     total = float(sum(range(1, P + 1)))
