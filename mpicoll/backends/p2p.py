@@ -396,8 +396,12 @@ class _AutoBlocking(BlockingRunner):
         self.backend, self.name, self.model = backend, name, model
 
     def __call__(self, tag: int | None = None, *args: Any) -> None:
-        _reselect(self, args)
-        super().__call__(tag, *args)
+        if alphabeta.current() is not self.model:
+            _reselect(self, args)
+        if self._call is None:  # bound from a template: a run may parse its arguments
+            BlockingRunner.__call__(self, tag, *args)
+        else:
+            BlockingRunner.__call__(self, tag)
 
 
 class _AutoNonblocking(NonblockingRunner):
@@ -411,8 +415,9 @@ class _AutoNonblocking(NonblockingRunner):
         self.backend, self.name, self.model = backend, name, model
 
     def __call__(self, tag: int | None = None, *args: Any) -> Any:
-        _reselect(self, args)
-        return super().__call__(tag)
+        if alphabeta.current() is not self.model:
+            _reselect(self, args)
+        return NonblockingRunner.__call__(self, tag)
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

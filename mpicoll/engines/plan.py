@@ -198,10 +198,19 @@ def _nbytes(ctx: Context, buf: np.ndarray) -> int:
     return ctx.nbytes(buf)
 
 
-def _spec(buf: np.ndarray, datatype: MPI.Datatype) -> list[Any]:
-    """The message spec of ``buf``, as the engine posts it (``[buf, len(buf), datatype]``)."""
+def _spec(buf: np.ndarray, datatype: MPI.Datatype) -> Any:
+    """The message spec of ``buf``, as the engine posts it (``[buf, len(buf), datatype]``),
+    or ``buf`` itself where mpi4py infers that very datatype from it (a contiguous numpy array
+    whose typecode maps to ``datatype``: mpi4py then parses no spec at each post)."""
     if type(buf) is TypedView:
         return [buf, buf.size, buf.datatype]
+    if type(buf) is np.ndarray and buf.flags.c_contiguous and buf.dtype.isnative:
+        try:
+            inferred = MPI.Datatype.fromcode(buf.dtype.char)
+        except (ValueError, TypeError):
+            inferred = None
+        if inferred is not None and inferred == datatype:
+            return buf
     return [buf, buf.size, datatype]
 
 
