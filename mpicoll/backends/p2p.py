@@ -294,7 +294,7 @@ class P2P(P2PObjects, Collectives):
             templates[shape[0]] = t
             if t is None:
                 return None
-        if isinstance(t.source, _AutoBlocking) and t.source.model is not alphabeta.current():
+        if isinstance(t.source, _AutoBlocking) and t.model is not alphabeta.current():
             del templates[shape[0]]  # the model changed: auto may choose another algorithm
             return None
         return t.bind(shape[1], partial(PARSERS[collective], self.size, self.rank), args)

@@ -31,6 +31,7 @@ the local work after the last round; ``rounds`` counts every yielded round (empt
 from __future__ import annotations
 
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -595,8 +596,8 @@ class NonblockingRunner(_Runner):
             return engine.start(self.call, self.algorithm, tag)
         engine.clear_tag(tag)
         self._replayed.runs += 1  # type: ignore[union-attr]
-        if (previous is not None and previous._inactive and _refcount(previous) <= _UNHELD
-                and previous._claim.acquire(blocking=False)):
+        if (_POOLED and previous is not None and previous._inactive
+                and _refcount(previous) <= _UNHELD and previous._claim.acquire(blocking=False)):
             # the last replay, complete and reported, held by nobody but this runner (no
             # caller, no progress pass's snapshot), and claimed: started again (no new
             # request, lock or tag record)
@@ -704,7 +705,7 @@ class Template:
     objects listed in :func:`_constant` or arrays other than numpy's own (a derived
     datatype's typed views)."""
 
-    __slots__ = ("_bind", "counts", "source")
+    __slots__ = ("_bind", "counts", "model", "source")
 
     def __init__(self, source: BlockingRunner, bufs: Sequence[np.ndarray]) -> None:
         fast = source._fast
@@ -778,6 +779,8 @@ class Template:
         exec(src, scope)  # one function per template: the views and tuples in one go
         self._bind: Callable[..., tuple[Any, ...]] = scope["bind"]
         self.source = source
+        #: the cost model an ``auto`` source chose its algorithm with (None: named)
+        self.model = getattr(source, "model", None)
         self.counts = source._replayed.counts
 
     def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
@@ -844,6 +847,10 @@ _refcount = sys.getrefcount
 #: references to a runner's last request when only the runner holds it: its attribute, the
 #: caller's local name and getrefcount's argument (CPython)
 _UNHELD = 3
+#: the pool needs exact reference counts: CPython with its GIL (a free-threaded build defers
+#: some counts)
+_POOLED = (sys.implementation.name == "cpython"
+           and not sysconfig.get_config_var("Py_GIL_DISABLED"))
 #: the requests of a finished run (never appended to)
 _NO_REQS: list[MPI.Request] = []
 #: how a replayed blocking round posts its messages (see BlockingRunner._compile)
