@@ -1,10 +1,11 @@
 """Argument checking shared by both backends: one function per collective.
 
 Each turns the user's mpi4py-style arguments into a :class:`Call`, raising before any message
-is sent.  The native backend uses it only to check (then hands the original arguments to MPI),
-so both backends refuse the same inputs with the same errors; the p2p backend also uses the
-``prepare`` step, which makes the schedule's arguments (in-place copies done through the
-context, so the simulator can account for them).
+is sent.  The native backend uses it only in checked mode (then hands the original arguments to
+MPI), and outside it only after mpi4py has raised, for a clearer message of the same kind (see
+:mod:`mpicoll.backends.native`); the p2p backend also uses the ``prepare`` step, which makes
+the schedule's arguments (in-place copies done through the context, so the simulator can
+account for them).
 
 Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
 defined for the datatype, a reduction's send and receive datatypes that differ);
@@ -447,6 +448,7 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     in_place = is_in_place(sendbuf)
     counts, displs = _regular(n, size)
     scounts, sdispls = counts, displs
+    cut = None
     if in_place:
         make_send = _copy_of(rb.array)
     else:
@@ -455,10 +457,21 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         per_block = s.count // size  # the send blocks, in the send datatype's units
         scounts, sdispls = _regular(per_block, size)
         make_send = _given(sent_view(s, rb.datatype, per_block, n))
+        cut = _own_cut(per_block, s.datatype, n, rb.datatype)
     out = rb.array
     return Call("alltoall", rb.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), scounts, sdispls, out, counts, displs),
-                nbytes=_nbytes(rb), count=n, in_place=in_place)
+                nbytes=_nbytes(rb), count=n, in_place=in_place,
+                truncated=cut)
+
+
+def _own_cut(sent: int, sendtype: MPI.Datatype, got: int, recvtype: MPI.Datatype
+             ) -> str | None:
+    """A rank's own block of an Alltoall(v) that does not fit its receive block: the local
+    copy drops what does not fit, and MPICH raises ``MPI_ERR_TRUNCATE`` on that rank, so the
+    call does too, at its end (:attr:`Call.truncated`).  Not a check: the call goes."""
+    sb, rb = sent * sendtype.Get_size(), got * recvtype.Get_size()
+    return f"this rank's own block, {sb} bytes into a buffer of {rb}" if sb > rb else None
 
 
 def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -477,7 +490,9 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     return Call("alltoallv", rv.datatype, out.dtype,
                 lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
                 nbytes=0, count=None, in_place=in_place, uniform=False, counts=tuple(rc),
-                send_counts=tuple(sc), count_types=(None, sendtype, None))
+                send_counts=tuple(sc), count_types=(None, sendtype, None),
+                truncated=None if sendtype is None else _own_cut(sc[rank], sendtype, rc[rank],
+                                                                 rv.datatype))
 
 
 def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:

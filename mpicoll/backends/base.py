@@ -40,7 +40,7 @@ from .frontdoor import (
 
 __all__ = ["Collectives", "MismatchError", "NotProvidedError"]
 
-#: the public methods of mpi4py's communicators, for :meth:`Collectives.__getattr__`
+#: the public methods of mpi4py's communicators (:class:`_NotProvided` on :class:`Collectives`)
 _MPI_METHODS = frozenset(n for cls in (MPI.Intracomm, MPI.Topocomm, MPI.Cartcomm)
                          for n in dir(cls) if not n.startswith("_"))
 
@@ -64,6 +64,26 @@ class NotProvidedError(NotImplementedError, AttributeError):
     """A method of ``mpi4py.MPI.Comm`` that mpicoll does not provide (the README's "Not
     provided" list): the message says to call it on the mpi4py communicator.  Also an
     ``AttributeError``, so ``hasattr(backend, name)`` is False."""
+
+
+class _NotProvided:
+    """A method of mpi4py's communicators that mpicoll does not provide (point-to-point,
+    one-sided, topologies, neighbourhood collectives, ...): reading it raises
+    :class:`NotProvidedError` saying what to call instead.  One such descriptor per name on
+    :class:`Collectives` (not a ``__getattr__``, which would slow every attribute read of a
+    backend: CPython then routes each through a hook)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        hint = (" (a neighbourhood collective: on a topology communicator from "
+                "comm.Create_cart / Create_dist_graph)" if "eighbor" in self.name else "")
+        raise NotProvidedError(
+            f"mpicoll.{getattr(owner, 'name', 'backend')} does not provide {self.name} (see "
+            f"the README's \"Not provided\" list); call comm.{self.name} on the mpi4py "
+            f"communicator itself{hint}, e.g. backend.comm.{self.name}(...)"
+        )
 
 
 class Collectives(CheckedMode):
@@ -125,20 +145,6 @@ class Collectives(CheckedMode):
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
-
-    def __getattr__(self, name: str) -> Any:
-        """A method of mpi4py's communicators that mpicoll does not provide (point-to-point,
-        one-sided, topologies, neighbourhood
-        collectives, ...) raises :class:`NotProvidedError` saying what to call instead."""
-        if name in _MPI_METHODS:
-            hint = (" (a neighbourhood collective: on a topology communicator from "
-                    "comm.Create_cart / Create_dist_graph)" if "eighbor" in name else "")
-            raise NotProvidedError(
-                f"mpicoll.{type(self).name} does not provide {name} (see the README's \"Not "
-                f"provided\" list); call comm.{name} on the mpi4py communicator itself"
-                f"{hint}, e.g. backend.comm.{name}(...)"
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def Get_rank(self) -> int:
         """This rank in ``comm`` (as ``mpi4py.MPI.Comm.Get_rank``)."""
@@ -675,3 +681,10 @@ class Collectives(CheckedMode):
                     info: MPI.Info = MPI.INFO_NULL, *, algorithm: str | None = None) -> Any:
         """Persistent :meth:`Exscan` (see :meth:`Barrier_init`)."""
         return self._call_init("exscan", algorithm, info, sendbuf, recvbuf, op)
+
+
+for _name in _MPI_METHODS:  # what the class and its subclasses define comes first
+    if _name not in vars(Collectives):
+        _descriptor = _NotProvided()
+        _descriptor.__set_name__(Collectives, _name)
+        setattr(Collectives, _name, _descriptor)

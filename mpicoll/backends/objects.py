@@ -56,7 +56,7 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import mpi4py
 import numpy as np
@@ -293,11 +293,19 @@ class _Front:
 class NativeObjects(_Front):
     """The object collectives of the native backend: mpi4py's own, on the user's communicator.
 
-    ``algorithm=`` is accepted as on the buffer methods (None or ``"native"`` only); ``root``
-    is converted as the buffer methods convert it (:func:`~mpicoll.backends.args.root_of`);
-    any other error is what mpi4py raises.  Where plain mpi4py would hang, as with a bad
+    Outside checked mode each method hands its arguments straight to mpi4py's method (as the
+    buffer methods do): ``algorithm=`` is accepted as on the buffer methods (None or
+    ``"native"`` only; checked only when given), and a reduction's op that is not callable
+    raises ``TypeError`` on every rank (P > 1; plain mpi4py raises at the rank that applies it
+    and leaves the others waiting: the op is a value MPI requires to agree).  Anything else is
+    what mpi4py does, on the same ranks: a bad ``root`` raises mpi4py's exception, or, when
+    mpi4py raised one of the same kind, mpicoll's clearer one
+    (:func:`~mpicoll.backends.args.root_of`: ``TypeError``, ``OverflowError``, or outside
+    [0, p) :class:`~mpicoll.backends.buffers.MPIValueError`, both ``ValueError`` and
+    ``MPI.Exception`` ``MPI_ERR_ROOT``).  Where plain mpi4py would hang, as with a bad
     ``sendobj`` at the root of ``scatter``, this hangs too unless checked mode is on (then
-    every rank raises before any message; see :class:`_Front`).
+    every rank agrees on method, root, op and ``algorithm=`` and raises before any message;
+    see :class:`_Front`).
     """
 
     if TYPE_CHECKING:  # provided by Collectives
@@ -316,68 +324,119 @@ class NativeObjects(_Front):
         """A reduction's op that is not callable raises TypeError on every rank that has one
         (plain mpi4py raises at the rank that applies it and leaves the others waiting; at
         P = 1 it applies nothing and returns, and so does this)."""
-        return _check_op(op) if self.comm.Get_size() > 1 else op
+        return _check_op(op) if self.size > 1 else op
 
-    @property
-    def _mpi(self) -> MPI.Intracomm:
-        return cast(MPI.Intracomm, self.comm)
+    def _slow(self, algorithm: Any) -> bool:
+        """Whether a call goes through :meth:`_Front._front` (checked mode or an
+        ``algorithm=`` given); else it goes straight to mpi4py."""
+        return self.check or algorithm is not None
+
+    def _root_error(self, exc: Exception, root: Any) -> None:
+        """mpi4py raised ``exc`` for a call with ``root``: raise :func:`root_of`'s refusal
+        instead if it is of the same kind (see :mod:`mpicoll.backends.native`)."""
+        try:
+            root_of(root, self.size)
+        except Exception as mine:
+            if isinstance(mine, type(exc)) and (
+                    not isinstance(exc, MPI.Exception)
+                    or mine.Get_error_class() == exc.Get_error_class()):  # type: ignore[attr-defined]
+                raise mine from exc
 
     def barrier(self, *, algorithm: str | None = None) -> None:
         """``comm.barrier()``: synchronise all ranks."""
-        self._front("barrier", algorithm)
-        self._mpi.barrier()
+        if self._slow(algorithm):
+            self._front("barrier", algorithm)
+        self.comm.barrier()
 
     def bcast(self, obj: Any, root: int = 0, *, algorithm: str | None = None) -> Any:
         """``comm.bcast(obj, root)``: the root's ``obj`` (a copy) on every rank."""
-        _, r, *_ = self._front("bcast", algorithm, root=root)
-        return self._mpi.bcast(obj, r)
+        if self._slow(algorithm):
+            _, root, *_ = self._front("bcast", algorithm, root=root)
+        try:
+            return self.comm.bcast(obj, root)
+        except Exception as exc:
+            self._root_error(exc, root)
+            raise
 
     def gather(self, sendobj: Any, root: int = 0, *,
                algorithm: str | None = None) -> list[Any] | None:
         """``comm.gather(sendobj, root)``: the list of every rank's object at the root."""
-        _, r, *_ = self._front("gather", algorithm, root=root)
-        return self._mpi.gather(sendobj, r)
+        if self._slow(algorithm):
+            _, root, *_ = self._front("gather", algorithm, root=root)
+        try:
+            return self.comm.gather(sendobj, root)
+        except Exception as exc:
+            self._root_error(exc, root)
+            raise
 
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0, *,
                 algorithm: str | None = None) -> Any:
         """``comm.scatter(sendobj, root)``: item i of the root's sequence on rank i."""
-        _, r, _, items, _ = self._front("scatter", algorithm, root=root, sendobj=sendobj,
-                                        at_root=True)
-        return self._mpi.scatter(sendobj if items is None else items, r)
+        if self._slow(algorithm):
+            _, root, _, items, _ = self._front("scatter", algorithm, root=root,
+                                               sendobj=sendobj, at_root=True)
+            if items is not None:
+                sendobj = items
+        try:
+            return self.comm.scatter(sendobj, root)
+        except Exception as exc:
+            self._root_error(exc, root)
+            raise
 
     def allgather(self, sendobj: Any, *, algorithm: str | None = None) -> list[Any]:
         """``comm.allgather(sendobj)``: the list of every rank's object on every rank."""
-        self._front("allgather", algorithm)
-        return self._mpi.allgather(sendobj)
+        if self._slow(algorithm):
+            self._front("allgather", algorithm)
+        return self.comm.allgather(sendobj)
 
     def alltoall(self, sendobj: Sequence[Any], *, algorithm: str | None = None) -> list[Any]:
-        """``comm.alltoall(sendobj)``: item j of rank i's sequence is item i on rank j."""
-        _, _, _, items, _ = self._front("alltoall", algorithm, sendobj=sendobj)
-        return self._mpi.alltoall(sendobj if items is None else items)
+        """``comm.alltoall(sendobj)``: item j of rank i's sequence becomes item i of rank j's
+        result."""
+        if self._slow(algorithm):
+            _, _, _, items, _ = self._front("alltoall", algorithm, sendobj=sendobj)
+            if items is not None:
+                sendobj = items
+        return self.comm.alltoall(sendobj)
 
     def reduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM,
                root: int = 0, *, algorithm: str | None = None) -> Any | None:
         """``comm.reduce(sendobj, op, root)``: the reduction at the root, None elsewhere."""
-        _, r, *_ = self._front("reduce", algorithm, root=root, op=op)
-        return self._mpi.reduce(sendobj, op, r)
+        if self._slow(algorithm):
+            _, root, *_ = self._front("reduce", algorithm, root=root, op=op)
+        elif self.size > 1 and not callable(op):
+            _check_op(op)
+        try:
+            return self.comm.reduce(sendobj, op, root)
+        except Exception as exc:
+            self._root_error(exc, root)
+            raise
 
     def allreduce(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                   algorithm: str | None = None) -> Any:
         """``comm.allreduce(sendobj, op)``: the reduction on every rank."""
-        self._front("allreduce", algorithm, op=op)
-        return self._mpi.allreduce(sendobj, op)
+        if self._slow(algorithm):
+            self._front("allreduce", algorithm, op=op)
+        elif self.size > 1 and not callable(op):
+            _check_op(op)
+        return self.comm.allreduce(sendobj, op)
 
     def scan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
              algorithm: str | None = None) -> Any:
         """``comm.scan(sendobj, op)``: rank r gets x0 op ... op xr."""
-        self._front("scan", algorithm, op=op)
-        return self._mpi.scan(sendobj, op)
+        if self._slow(algorithm):
+            self._front("scan", algorithm, op=op)
+        elif self.size > 1 and not callable(op):
+            _check_op(op)
+        return self.comm.scan(sendobj, op)  # type: ignore[attr-defined]
 
     def exscan(self, sendobj: Any, op: MPI.Op | Callable[[Any, Any], Any] = MPI.SUM, *,
                algorithm: str | None = None) -> Any:
         """``comm.exscan(sendobj, op)``: rank r gets x0 op ... op x(r-1); None on rank 0."""
-        self._front("exscan", algorithm, op=op)
-        return self._mpi.exscan(sendobj, op)
+        if self._slow(algorithm):
+            self._front("exscan", algorithm, op=op)
+        elif self.size > 1 and not callable(op):
+            _check_op(op)
+        return self.comm.exscan(sendobj, op)  # type: ignore[attr-defined]
 
 
 def _pickled(obj: Any) -> tuple[np.ndarray, Exception | None, np.ndarray]:

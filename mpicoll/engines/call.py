@@ -37,6 +37,10 @@ class Call:
         commutative / in_place / uniform: what the restrictions are checked against.
         counts / send_counts / own_count: what checked mode compares across ranks for the
             v-collectives (see :meth:`mpicoll.backends.checked.CheckedMode._agree`).
+        truncated: what this rank truncates locally, MPI's ``MPI_ERR_TRUNCATE`` without a
+            message (its own block of an Alltoall whose receive is smaller than its send), or
+            None; the call runs every round and raises it at the end of each run on this
+            rank, as MPICH does.
     """
 
     collective: str
@@ -66,6 +70,8 @@ class Call:
     #: the datatypes the units of ``counts``, ``send_counts`` and ``own_count`` are of (None:
     #: the signature's datatype): a root's counts and its own count may be in two datatypes
     count_types: tuple[MPI.Datatype | None, ...] = field(default=(None, None, None), repr=False)
+    #: a local truncation on this rank (see the class docstring), said for the error message
+    truncated: str | None = None
 
     def schedule(self, ctx: Context, algorithm: Algorithm) -> Schedule:
         """``algorithm``'s schedule for this call on ``ctx``: its arguments from

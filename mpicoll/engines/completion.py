@@ -133,11 +133,21 @@ def _any_done(schedules: Sequence[ScheduleRequest]) -> bool:
 
 def _report(reqs: Sequence[Any], done: dict[int, MPI.Status | None],
             order: Sequence[int]) -> list[MPI.Status | None]:
-    """Make the recorded p2p requests inactive; their statuses in ``order``."""
+    """Make the recorded p2p requests inactive; their statuses in ``order``.
+
+    Raises:
+        MessageError: the first MPI error on the messages of one of them (every one is made
+            inactive first, as MPI's completion calls complete every request they report)."""
+    err = None
     for i in order:
         r = reqs[i]
         if isinstance(r, ScheduleRequest):
-            r._complete()
+            try:
+                r._complete()
+            except MPI.Exception as exc:
+                err = err or exc
+    if err is not None:
+        raise err
     return [done[i] for i in order]
 
 
@@ -158,6 +168,8 @@ def Waitall(requests: Sequence[Any], statuses: list[MPI.Status] | None = None) -
     Raises:
         TypeError: an entry is neither an ``MPI.Request`` nor a p2p request.
         ThreadLevelError: see :func:`check_thread`.
+        MessageError: an MPI error on a p2p request's messages (``MPI_ERR_TRUNCATE``), the
+            first, once every listed request is complete (see ``ScheduleRequest._note``).
     """
     with _guard():
         reqs = list(requests)

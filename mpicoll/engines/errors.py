@@ -3,13 +3,14 @@ collective), as an ``MPI.Exception`` of MPI's error class."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["MessageError", "explain"]
+__all__ = ["MessageError", "explain", "settle", "truncated"]
 
 
 class MessageError(MPI.Exception):
@@ -69,6 +70,26 @@ def explain(exc: MPI.Exception, what: str, statuses: Sequence[MPI.Status] = (),
         msg = f"{what}: MPI error on a message" + (f" with rank {peer}" if peer is not None
                                                     else "") + f": {first}"
     return MessageError(code, msg)
+
+
+def truncated(what: str, detail: str) -> MessageError:
+    """``MPI_ERR_TRUNCATE`` for a truncation this rank makes without a message (``detail``:
+    what did not fit, e.g. its own block of an Alltoall), on ``what`` (the collective)."""
+    return MessageError(MPI.ERR_TRUNCATE, f"{what}: message truncated: {detail} (the ranks "
+                        "passed different amounts of data: MPI requires the type signatures "
+                        "of sender and receiver to match)")
+
+
+def settle(reqs: Sequence[MPI.Request]) -> None:
+    """Complete every request of a round whose wait raised (blocking), ignoring their errors:
+    the first error is already recorded, and the schedule goes on to its next rounds, as
+    MPICH's collectives go on after an error (``MPIR_ERR_COLL_CHECKANDCONT``), so no peer
+    waits forever on a message this rank would not send.  MPICH's ``Waitall`` has completed
+    them all already (the failed ones are null; ``Wait`` frees the others); an MPI whose
+    ``Waitall`` returns early completes them here."""
+    for q in reqs:
+        with contextlib.suppress(MPI.Exception):
+            q.Wait()
 
 
 def _name(ctx: Any) -> str:

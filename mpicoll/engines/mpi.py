@@ -56,7 +56,7 @@ from ..algorithms.registry import Algorithm
 from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Round, Schedule
 from .call import Call
 from .completion import Testall, Testany, Testsome, Waitall, Waitany, Waitsome
-from .errors import MessageError, _name, explain
+from .errors import MessageError, _name, explain, settle, truncated
 from .requests import (
     _ENGINES,
     _IN_FLIGHT,
@@ -379,24 +379,39 @@ class Engine:
         :meth:`take_tag`; a fresh one if None) and return its request."""
         with _guard():
             ctx, gen = self._context(call, algorithm, tag)
-            return ScheduleRequest(self, gen, ctx)
+            req = ScheduleRequest(self, gen, ctx)
+            if call.truncated is not None and req._error is None:
+                req._error = truncated(_name(ctx), call.truncated)
+            return req
 
     def run(self, call: Call, algorithm: Algorithm, tag: int | None = None) -> None:
         """Blocking: run ``call`` with ``algorithm`` on ``tag`` (a fresh one if None) to
-        completion (progressing any outstanding others)."""
+        completion (progressing any outstanding others).
+
+        Raises:
+            MessageError: an MPI error on one of its messages (``MPI_ERR_TRUNCATE``: a peer
+                sent more than this rank's receive holds), the first one, once every round
+                has run (the failed receive's buffer holds what MPI left there), as MPICH's
+                collectives do: no peer is left waiting for this rank's later messages."""
         with _guard():
             if _any_in_flight():  # keep everything in flight moving
                 self.start(call, algorithm, tag).Wait()
                 return
             ctx, gen = self._context(call, algorithm, tag)  # the common case: Waitall each round
+            err = None
             for rnd in gen:
                 reqs = ctx.post(rnd)
                 if reqs:
                     statuses = [MPI.Status() for _ in reqs]
                     try:
                         MPI.Request.Waitall(reqs, statuses)
-                    except MPI.Exception as exc:
-                        raise explain(exc, _name(ctx), statuses) from None
+                    except MPI.Exception as exc:  # kept; the rounds go on (see settle)
+                        err = err or explain(exc, _name(ctx), statuses)
+                        settle(reqs)
+            if err is None and call.truncated is not None:
+                err = truncated(_name(ctx), call.truncated)
+            if err is not None:
+                raise err
 
     def progress(self) -> bool:
         """One pass over this engine's schedules in flight (those no other thread holds);

@@ -54,7 +54,7 @@ from ..algorithms.schedule import (
 )
 from . import threads as _threads
 from .call import Call
-from .errors import _name, explain
+from .errors import _name, explain, settle, truncated
 from .mpi import Engine, Replayed
 from .requests import (
     _IN_FLIGHT,
@@ -122,6 +122,8 @@ class Plan:
     traffic: dict[str, int] = field(default_factory=dict)
     #: the numpy dtype of the elements (a derived datatype: one extent per element)
     dtype: Any = None
+    #: a local truncation each run raises at its end (:attr:`Call.truncated`)
+    truncated: str | None = None
 
     def replay(self, ctx: Context) -> Schedule:
         """The plan as a schedule again: its local work done through ``ctx`` (so the
@@ -189,7 +191,7 @@ def compile_plan(call: Call, algorithm: Algorithm, rank: int, size: int,
     return Plan(call.collective, algorithm.name, call.datatype, steps, tuple(rec.local), rounds,
                 rec.scratch_bytes,
                 {"messages_sent": sent, "messages_recv": recv, "bytes_sent": bsent,
-                 "bytes_recv": brecv, "inter_bytes_sent": inter}, call.dtype)
+                 "bytes_recv": brecv, "inter_bytes_sent": inter}, call.dtype, call.truncated)
 
 
 def _nbytes(ctx: Context, buf: np.ndarray) -> int:
@@ -271,6 +273,10 @@ class PlanRequest(ScheduleRequest):
             self._prequests += reqs
             steps.append((_fast(local, ctx), reqs, _fast(during, ctx)))
         self._steps = steps
+        #: a local truncation each run raises at its end (:attr:`Plan.truncated`)
+        self._truncated = plan.truncated
+        #: each step's statuses, for its waits (read only on an MPI error: see errors.explain)
+        self._all_statuses = [[MPI.Status() for _ in reqs] for _, reqs, _ in steps]
         self._tail = _fast(plan.tail, ctx)
         self._replayed = engine.traffic.track(_traffic_of(plan))
         self._next = 0
@@ -294,6 +300,8 @@ class PlanRequest(ScheduleRequest):
         order, as MPI requires)."""
         one = self._one
         if one is not None and self._inactive:  # one round: never listed, nothing to check
+            if self._truncated is not None:
+                self._error = truncated(_name(self._ctx), self._truncated)
             self._inactive = self.done = False
             self._replayed.runs += 1
             self._next = 0
@@ -312,6 +320,8 @@ class PlanRequest(ScheduleRequest):
                                "with Wait/Test first)")
         self._replayed.runs += 1
         self.done = self._inactive = False
+        if self._truncated is not None:
+            self._error = truncated(_name(self._ctx), self._truncated)
         self._next = 0
         self._advance()  # not in flight yet: nobody else sees it, no claim needed
         if self._next < len(self._steps):  # a round left to post: progress must see it
@@ -356,7 +366,11 @@ class PlanRequest(ScheduleRequest):
             # one round, posted; nothing in flight anywhere needs progress
             try:
                 if not self.done:
-                    _WAITALL(self._reqs)
+                    try:
+                        _WAITALL(self._reqs, st := self._all_statuses[0])
+                    except MPI.Exception as exc:  # kept, raised below once complete
+                        self._note(exc, st)
+                        settle(self._reqs)
                     for fn, a, b in self._tail:
                         fn(a, b)
                     self._reqs = _NO_REQS
@@ -365,6 +379,8 @@ class PlanRequest(ScheduleRequest):
                 self._claim.release()
                 if _WAITERS[0]:
                     _notify()
+            if self._error is not None:
+                self._complete(status)  # raises it
             self._inactive = True
             if status is not None:
                 _empty_status(status)
@@ -375,15 +391,26 @@ class PlanRequest(ScheduleRequest):
             # while it is listed)
             try:
                 while not self.done:
-                    _WAITALL(self._reqs)
+                    try:
+                        _WAITALL(self._reqs, st := self._statuses())
+                    except MPI.Exception as exc:  # kept; the rounds go on
+                        self._note(exc, st)
+                        settle(self._reqs)
                     self._advance()
             finally:
                 _release([self])
+            if self._error is not None:
+                self._complete(status)  # raises it
             self._inactive = True
             if status is not None:
                 _empty_status(status)
             return True
         return super().Wait(status)
+
+    def _statuses(self) -> list[MPI.Status]:
+        if self._next:
+            return self._all_statuses[self._next - 1]
+        return super()._statuses()
 
     def Free(self) -> None:
         """Complete an active run, then release the persistent requests and the tag."""
@@ -446,12 +473,15 @@ class _Runner:
     the arguments of the run that needs it then (``_parse``: their key is the entry's, so
     they parse as the template's did)."""
 
-    __slots__ = ("_args", "_call", "_fast", "_parse", "_replayed", "_runs", "algorithm",
-                 "engine")
+    __slots__ = ("_args", "_call", "_fast", "_parse", "_replayed", "_runs", "_truncated",
+                 "algorithm", "engine")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.algorithm = engine, algorithm
         self._call: Call | None = call
+        #: the call's local truncation (:attr:`Call.truncated`: a template's runners have it
+        #: of their source, whose layout decides it)
+        self._truncated = call.truncated
         self._parse: Callable[..., Call] | None = None
         #: a bound runner's first arguments (for :attr:`call` alone)
         self._args: tuple[Any, ...] = ()
@@ -518,10 +548,12 @@ class BlockingRunner(_Runner):
             engine._drain(tag)
         comm = engine.comm
         steps, tail = fast
-        try:
-            for local, kind, msgs, during in steps:
-                for fn, a, b in local:
-                    fn(a, b)
+        err = None
+        for local, kind, msgs, during in steps:
+            for fn, a, b in local:
+                fn(a, b)
+            reqs = None
+            try:
                 if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
                     sspec, dest, rspec, source = msgs
                     comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
@@ -537,12 +569,20 @@ class BlockingRunner(_Runner):
                     for fn, a, b in during:
                         fn(a, b)
                     _WAITALL(reqs, statuses)
-        except MPI.Exception as exc:  # MPI's words, the collective and the peer
-            raise explain(exc, _name(self.call_of(args)), msgs[2] if kind is _GENERAL else (),
-                          _round_peers(kind, msgs)) from None
+            except MPI.Exception as exc:  # kept (MPI's words, the collective, the peer); the
+                # rounds go on, as MPICH's collectives do, so no peer waits for this rank
+                err = err or explain(exc, _name(self.call_of(args)),
+                                     msgs[2] if kind is _GENERAL else (),
+                                     _round_peers(kind, msgs))
+                if reqs:
+                    settle(reqs)
         for fn, a, b in tail:
             fn(a, b)
         self._replayed.runs += 1  # type: ignore[union-attr]
+        if err is None and self._truncated is not None:
+            err = truncated(_name(self.call_of(args)), self._truncated)
+        if err is not None:
+            raise err
 
     def _compile(self, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         general, tail, self._replayed = _replay_steps(self.engine, self.call_of(args),
@@ -607,9 +647,12 @@ class NonblockingRunner(_Runner):
                 previous._claim.release()
                 if _WAITERS[0]:
                     _notify()
-            return previous
-        req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
-                                             self.call.collective, fast[2])
+            req = previous
+        else:
+            req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
+                                                 self.call.collective, fast[2])
+        if self._truncated is not None and req._error is None:
+            req._error = truncated(_name(req._ctx), self._truncated)
         return req
 
     def free(self) -> None:
@@ -645,6 +688,7 @@ class ReplayRequest(ScheduleRequest):
         self._ctx.tag = tag
         self._next = 0
         self.done = self._inactive = False
+        self._error = None  # (reported with the last run: _complete cleared it)
         self._advance()
         if not self.done and self._listed:  # (a one-round plan is never listed)
             with _lock:

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from ..algorithms.schedule import Schedule
 from . import threads as _threads
-from .errors import _name, explain
+from .errors import _name, explain, settle
 from .threads import _MULTIPLE_LEVEL, _guard, _lock
 
 #: an :class:`~mpicoll.engines.mpi.Engine` and its :class:`~mpicoll.engines.mpi.MPIContext`
@@ -104,13 +104,16 @@ class ScheduleRequest:
         """Advance as far as completed messages allow; True if the schedule moved.  Only the
         thread holding ``_claim`` calls this."""
         moved = False
-        try:
-            while not self.done and MPI.Request.Testall(self._reqs, st := self._statuses()):
-                self._advance()
-                moved = True
-        except MPI.Exception as exc:
-            self._failed()
-            raise explain(exc, _name(self._ctx), st) from None
+        while not self.done:
+            try:
+                if not MPI.Request.Testall(self._reqs, st := self._statuses()):
+                    break
+            except MPI.Exception as exc:  # kept; the rounds go on (see _note)
+                self._note(exc, st)
+                if not self._test_each():
+                    break
+            self._advance()
+            moved = True
         if self.done:
             self._engine._retire(self)
         return moved
@@ -123,18 +126,46 @@ class ScheduleRequest:
         failed, and how)."""
         return [MPI.Status() for _ in self._reqs]
 
-    def _failed(self) -> None:
-        """An MPI error on a message of this request: it is over (done and out of the list
-        of schedules in flight, so no other wait spins on it); the error goes to the caller."""
-        self.done = True
-        self._reqs = []
-        self._engine._retire(self)
+    #: the first MPI error on this run's messages, raised when the run is reported complete
+    _error: MPI.Exception | None = None
+
+    def _note(self, exc: MPI.Exception, statuses: Sequence[MPI.Status] = ()) -> None:
+        """An MPI error on a message of the posted round (``exc``, raised by a wait or test
+        on it; ``statuses`` that call's): keep the first one, said readably, to raise when
+        the run is reported complete.  The schedule goes on with its later rounds, as MPICH's
+        collectives do (``MPIR_ERR_COLL_CHECKANDCONT``), so no peer waits forever for a
+        message this rank would otherwise never send."""
+        if self._error is None:
+            self._error = explain(exc, _name(self._ctx), statuses)
+
+    def _test_each(self) -> bool:
+        """Test the posted round's requests one by one (after a ``Testall`` raised: MPICH's
+        reports the failed request again until every one is complete); errors noted; True
+        once every one is complete."""
+        done = True
+        for q in self._reqs:
+            try:
+                if not q.Test():
+                    done = False
+            except MPI.Exception as exc:
+                self._note(exc)
+        return done
 
     def _complete(self, status: MPI.Status | None = None) -> None:
-        """Report completion: the request becomes inactive."""
+        """Report completion: the request becomes inactive.
+
+        Raises:
+            MessageError: the first MPI error on the run's messages (see :meth:`_note`);
+                ``status``'s error field is set to it."""
         self._inactive = True
         self.held = None
         _empty_status(status)
+        err = self._error
+        if err is not None:
+            self._error = None
+            if status is not None:
+                status.Set_error(err.Get_error_code())
+            raise err
 
     def Test(self, status: MPI.Status | None = None) -> bool:
         """Make progress on every outstanding p2p collective (every backend's); True once this
@@ -160,9 +191,9 @@ class ScheduleRequest:
                 while not self.done:
                     try:
                         MPI.Request.Waitall(self._reqs, st := self._statuses())
-                    except MPI.Exception as exc:
-                        self._failed()
-                        raise explain(exc, _name(self._ctx), st) from None
+                    except MPI.Exception as exc:  # kept; the rounds go on
+                        self._note(exc, st)
+                        settle(self._reqs)
                     self._advance()
                 if self._listed:  # (an unlisted one is in no list: no lock to take)
                     self._engine._retire(self)
@@ -328,12 +359,20 @@ def _step(mine: Sequence[ScheduleRequest], plain: Sequence[MPI.Request],
             elif len(claimed) == 1 and not left:
                 try:  # one schedule, nothing else: sleep on its round
                     MPI.Request.Waitall(rounds, st := claimed[0]._statuses())
-                except MPI.Exception as exc:
-                    claimed[0]._failed()
-                    raise explain(exc, _name(claimed[0]._ctx), st) from None
+                except MPI.Exception as exc:  # kept; the rounds go on
+                    claimed[0]._note(exc, st)
+                    settle(rounds)
                 return None
             else:
-                i = MPI.Request.Waitany(rounds + left, status) - len(rounds)
+                st1 = status if status is not None else MPI.Status()
+                try:
+                    i = MPI.Request.Waitany(rounds + left, st1) - len(rounds)
+                except MPI.Exception as exc:  # a round's message (by its tag): kept, go on
+                    mine_ = [r for r in claimed if not r.done and r._ctx.tag == st1.Get_tag()]
+                    if not mine_ or st1.Get_tag() < 0:
+                        raise  # one of the plain requests: the caller's error, as MPI's
+                    mine_[0]._note(exc, [st1])
+                    return None
             if i < 0:
                 return None
             q = left[i]

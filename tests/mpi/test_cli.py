@@ -205,20 +205,15 @@ def test_verify_reports_a_native_error_on_one_rank(
     p2p algorithms and the next collective, and every rank exits 1."""
     from mpicoll.backends.native import Native
 
-    real = Native._runner
+    real = Native.Gather
 
-    def runner(self: Native, call: Any, nonblocking: bool, algorithm: Any) -> Any:
-        run = real(self, call, nonblocking, algorithm)
-        if call.collective != "gather" or self.rank != SIZE - 1:
-            return run
-
-        def failing(*args: Any) -> Any:
-            run(*args)
+    def gather(self: Native, *args: Any, **kw: Any) -> Any:
+        out = real(self, *args, **kw)
+        if self.rank == SIZE - 1:
             raise MPI.Exception(MPI.ERR_TYPE)
+        return out
 
-        return failing
-
-    monkeypatch.setattr(Native, "_runner", runner)
+    monkeypatch.setattr(Native, "Gather", gather)
     status, out, _ = run_all(capsys, "verify", "-q", "-c", "gather", "allgather", "--counts",
                              "2", "--dtypes", "float64", "--roots", "0", "--in-place", "no")
     assert status == 1

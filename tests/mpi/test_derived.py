@@ -449,11 +449,13 @@ def test_predefined_op_on_derived_refused(backends: dict[str, Any]) -> None:
 
 @pytest.mark.mpi
 def test_out_of_bounds_refused(backends: dict[str, Any]) -> None:
-    """A count whose typemap runs past the buffer is refused before any message (mpi4py
-    itself does not check it: MPI would read or write out of bounds)."""
+    """A count whose typemap runs past the buffer is refused before any message by p2p and by
+    native in checked mode (mpi4py itself does not check it: MPI would read or write out of
+    bounds, and so would native outside checked mode, which hands the call to mpi4py)."""
     t = TYPES["resized"]  # extent 16, true extent 32: count elements need 16 count + 16 bytes
     buf = np.zeros(16 * 3, np.uint8)
-    for backend in backends.values():
+    checked = mpicoll.native(WORLD, check=True)
+    for backend in (backends["p2p"], checked):
         with pytest.raises(ValueError, match="touch bytes"):
             backend.Bcast([buf, 3, t], root=0)
         backend.Bcast([buf, 2, t], root=0)
@@ -541,16 +543,21 @@ def test_alltoallw_against_mpi4py(backends: dict[str, Any], in_place: bool) -> N
 @pytest.mark.mpi
 def test_alltoallw_refusals(backends: dict[str, Any]) -> None:
     """What mpi4py refuses (a single datatype, no displacements) raises TypeError on both
-    backends, before any message; a block past the buffer raises ValueError."""
+    backends, before any message; a block past the buffer raises ValueError on p2p and on
+    native in checked mode (outside it native hands the call to mpi4py, which does not check
+    it: MPI would read past the buffer)."""
     buf = np.zeros(4 * P)
     counts, displs = [1] * P, [8 * i for i in range(P)]
-    for backend in backends.values():
+    checked = mpicoll.native(WORLD, check=True)
+    for name, backend in (*backends.items(), ("native-check", checked)):
         with pytest.raises(TypeError):
             backend.Alltoallw([buf, (counts, displs), MPI.DOUBLE], [buf.copy(), (counts, displs),
                                                                     MPI.DOUBLE])
         with pytest.raises(TypeError):
             backend.Alltoallw([buf, (counts, None), [MPI.DOUBLE] * P],
                               [buf.copy(), (counts, displs), [MPI.DOUBLE] * P])
+        if name == "native":
+            continue
         with pytest.raises(ValueError, match="touch bytes"):
             backend.Alltoallw([buf, (counts, [32 * P] * P), [MPI.DOUBLE] * P],
                               [buf.copy(), (counts, displs), [MPI.DOUBLE] * P])

@@ -208,9 +208,15 @@ def test_init_refuses_bad_input_and_restrictions() -> None:
             b.Bcast_init(np.ones(2), root=WORLD.size)
         with pytest.raises(TypeError):
             b.Allreduce_init(np.ones(2), np.zeros(2), op="sum")
-        x = np.ones(4)
-        with pytest.raises(ValueError, match="overlap"):
-            b.Allreduce_init(x[:2], x[1:3])
+    x = np.ones(4)
+    with pytest.raises(ValueError, match="overlap"):
+        hand.Allreduce_init(x[:2], x[1:3])
+    # native hands the call to mpi4py, which does not look for partly overlapping views
+    # (MPI only for identical pointers): an inactive request, as plain mpi4py makes
+    for c in (WORLD, nat):
+        req = c.Allreduce_init(x[:2], x[1:3])
+        assert isinstance(req, MPI.Prequest)
+        req.Free()
     with pytest.raises(ValueError, match="native backend"):
         nat.Allreduce_init(np.ones(2), np.zeros(2), algorithm="ring")
     op = MPI.Op.Create(lambda a, b, t: None, commute=False)

@@ -41,19 +41,11 @@ class _StackError(MPI.Exception):
 @pytest.fixture
 def failing_native_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     """The native backend's Gather (blocking and non-blocking) raises an MPI error."""
-    real = Native._runner
+    def failing(self: Native, *args: Any, **kw: Any) -> Any:
+        raise _StackError()
 
-    def runner(self: Native, call: Any, nonblocking: bool, algorithm: Any) -> Any:
-        run = real(self, call, nonblocking, algorithm)
-        if call.collective != "gather":
-            return run
-
-        def failing(*args: Any) -> Any:
-            raise _StackError()
-
-        return failing
-
-    monkeypatch.setattr(Native, "_runner", runner)
+    monkeypatch.setattr(Native, "Gather", failing)
+    monkeypatch.setattr(Native, "Igather", failing)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
