@@ -27,7 +27,16 @@ from .args import PARSERS
 from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
-from .frontdoor import FrontDoor, UncacheableError, holds, key_of, same_specs, unexported
+from .frontdoor import (
+    PENDING,
+    FrontDoor,
+    UncacheableError,
+    holds,
+    key_of,
+    same_specs,
+    shape_of,
+    unexported,
+)
 
 __all__ = ["Collectives", "MismatchError", "NotProvidedError"]
 
@@ -212,9 +221,13 @@ class Collectives(CheckedMode):
                 else:
                     entry = self._entries.get(key)
                     if entry is not None:
-                        self.front_door.hits += 1
-                        if entry[2] is not None:  # now the last call of its collective
-                            self._last[nonblocking][collective] = entry[2]
+                        door = self.front_door
+                        door.hits += 1
+                        last = entry[2]
+                        if last is PENDING:  # its first hit
+                            last = door.settle(key, entry, args, algorithm)
+                        if last is not None:  # now the last call of its collective
+                            self._last[nonblocking][collective] = last
                         run = entry[1]
                         if tag is None:
                             return run(*args)
@@ -244,13 +257,21 @@ class Collectives(CheckedMode):
             check_algorithm_type(algorithm)
         door = self.front_door
         door.misses += 1
-        run = self._runner(PARSERS[collective](self.size, self.rank,
-                                               *(args if key is None else unexported(args))),
-                           nonblocking, algorithm)
+        shape = None
+        run = None
+        if key is not None and self._templated and not nonblocking:
+            # a layout seen before: its compiled plan, bound to these buffers (p2p)
+            shape = shape_of(key[:3], args)
+            if shape is not None:
+                run = self._from_template(shape, collective, args)
+        if run is None:
+            run = self._runner(PARSERS[collective](self.size, self.rank,
+                                                   *(args if key is None else unexported(args))),
+                               nonblocking, algorithm)
+            if shape is not None:
+                door.note(shape, run, args)
         if key is not None:
-            last = door.store(key, args, algorithm, run)
-            if last is not None:
-                self._last[nonblocking][collective] = last
+            door.store(key, args, run)
         if not self._tagged:
             return run(*args)
         if nonblocking:
@@ -259,6 +280,14 @@ class Collectives(CheckedMode):
 
     #: the backend's runners take the call's tag first (p2p: ``run(tag, *args)``)
     _tagged = False
+    #: the backend makes runners from templates (:meth:`_from_template`; p2p)
+    _templated = False
+
+    def _from_template(self, shape: tuple[tuple[Any, ...], list[Any]], collective: str,
+                       args: tuple[Any, ...]) -> Callable[..., Any] | None:
+        """A runner for a call the cache does not hold, made without parsing it from the
+        template of its layout (:func:`~mpicoll.backends.frontdoor.shape_of`), or None."""
+        return None
 
     def _take_tag(self) -> int | None:
         """The tag of the next call (p2p), taken before its arguments are checked."""

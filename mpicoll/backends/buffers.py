@@ -176,6 +176,10 @@ def datatype_of(dtype: np.dtype, what: str = "") -> MPI.Datatype:
             them, nor maps them); pass ``[arr, MPI.INT64_T]`` or ``arr.view(np.int64)``; a
             non-native byte order (``'>i4'`` here), which mpi4py refuses too.
     ``what``: the argument's name, for the message."""
+    if dtype.isnative:
+        dt = _BY_CHAR.get(dtype.char)
+        if dt is not None:
+            return dt
     where = f"{what}: " if what else ""
     if not dtype.isnative:  # as mpi4py's buffer request refuses it
         raise BufferError(f"{where}format string {dtype.str!r} with non-native byte order "
@@ -192,7 +196,17 @@ def datatype_of(dtype: np.dtype, what: str = "") -> MPI.Datatype:
             f"{where}no predefined MPI datatype for numpy dtype {dtype} (mpi4py infers none "
             "for it); pass [array, datatype] (e.g. [array, MPI.INT64_T] for datetime64)"
         )
+    _BY_CHAR[dtype.char] = dt
     return dt
+
+
+#: :func:`datatype_of`'s answers, by the typecode of a native numpy dtype of neither kind
+#: ``m``/``M``/``V`` nor fields (for those the typecode alone decides it; ``'l'`` and ``'q'``
+#: stay apart, as mpi4py keeps them); predefined datatypes are never freed
+_BY_CHAR: dict[str, MPI.Datatype] = {}
+#: :func:`_np_dtype`'s answers for predefined datatypes, by handle (never freed, so a handle
+#: never names another datatype; a derived datatype is mapped at every call)
+_NP_OF_PREDEFINED: dict[int, np.dtype] = {}
 
 
 def _datatype(spec: Any, what: str) -> MPI.Datatype:
@@ -227,12 +241,20 @@ def _is_datatype(x: Any) -> bool:
 def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
     if not isinstance(datatype, MPI.Datatype):
         raise TypeError(f"expected an mpi4py MPI.Datatype, got {datatype!r}")
+    predefined = datatype.is_predefined
+    if predefined:
+        out = _NP_OF_PREDEFINED.get(datatype.handle)
+        if out is not None:
+            return out
     _null_type(datatype, "datatype", False)
     try:
-        return np.dtype(dtlib.to_numpy_dtype(datatype))
+        out = np.dtype(dtlib.to_numpy_dtype(datatype))
     except Exception as exc:  # dtlib raises ValueError/TypeError for types it cannot map
         raise TypeError(f"MPI datatype {datatype.Get_name() or datatype!r} has no numpy "
                         f"equivalent: {exc}") from exc
+    if predefined:
+        _NP_OF_PREDEFINED[datatype.handle] = out
+    return out
 
 
 def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
@@ -416,6 +438,15 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         TypeError, ValueError, KeyError, BufferError: as mpi4py (see the module docstring);
         ValueError: a count at a displacement that ends past the buffer.
     """
+    if type(spec) is np.ndarray:  # the common spec, a bare array: the rules below, inline
+        flags = spec.flags
+        dtype = spec.dtype
+        if ((flags.c_contiguous or flags.f_contiguous) and (flags.writeable or not writable)
+                and dtype.isnative and (blocks == 1 or not spec.size % blocks)):
+            datatype = _BY_CHAR.get(dtype.char)
+            if datatype is not None:
+                return Buf(spec[:] if spec.ndim == 1 else spec.reshape(-1, order="A"),
+                           datatype)
     obj, cnt, dsp, dt, is_list = _unpack(spec, what, vector=False)
     _null_type(dt, what, cnt is None and not (is_list and _is_bottom(obj)))
     if is_list and _is_bottom_constant(obj) and dt is not None:  # absolute addresses

@@ -34,7 +34,16 @@ handle, runs that call's runner without building a key.  Identity is enough for 
 entry keeps the objects alive (an id is never reused), ints, strings, ``None`` and
 ``MPI.IN_PLACE`` cannot change, and a call with a list or tuple argument (a buffer spec, whose
 items could be changed in place) is never a last call.  Only calls the cache holds become last
-calls, so what the key would refuse never gets there.
+calls, so what the key would refuse never gets there; an entry becomes one at its first hit
+(its record made then, of that hit's arguments: a call made once needs none).
+
+Behind the cache sit the *templates* (p2p, blocking calls): a miss whose buffers are all numpy
+arrays (bare or a list spec's first item) has a layout, :func:`shape_of` (its key less the
+buffers' identities and addresses: their dtype, shape, strides and flags stay).  The first
+stored runner of a layout is noted (:meth:`FrontDoor.note`); at the next miss of that layout
+its compiled plan becomes a :class:`~mpicoll.engines.plan.Template`, and every later miss of
+it gets a runner bound from the template to its own buffers, without a parse (see there for
+why the parse could only agree, and the overlap check it keeps).
 
 An entry is ``(args, run, last)``: the arguments (kept alive, see above), the backend's runner,
 ``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
@@ -55,14 +64,19 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["PINNED_BYTES", "SIZE", "FrontDoor", "Last", "UncacheableError", "holds",
-           "key_of", "last_of", "same_specs", "unexported"]
+__all__ = ["PENDING", "PINNED_BYTES", "SIZE", "TEMPLATES", "FrontDoor", "Last",
+           "UncacheableError", "holds",
+           "key_of", "last_of", "same_specs", "shape_of", "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
 #: bytes of buffers the entries of one backend keep alive together, at most (64 MiB): the
 #: oldest entries go to make room, and a call whose buffers alone hold more is not stored
 PINNED_BYTES = 64 << 20
+#: layouts per backend whose compiled plan serves new buffers (:attr:`FrontDoor.templates`)
+TEMPLATES = 16
+#: a call whose buffers hold more than this has no template (a template keeps them alive)
+TEMPLATE_BYTES = 1 << 20
 
 
 class UncacheableError(Exception):
@@ -107,11 +121,13 @@ def _array(a: np.ndarray, add: Callable[[Any], None]) -> None:
     memory while a reference is held); a view (made anew at every call, ``big[:n]``) by the
     identity of the object it views, its address (so its byte offset in that object) and
     strides: two views of the same memory with the same shape, strides, dtype and flags
-    parse alike."""
+    parse alike.  The shape goes with the dtype's typecode: numpy calls ``int64`` of
+    typecode ``'l'`` and of ``'q'`` equal, mpi4py maps them to two datatypes (a reduction
+    mixing them is refused), and an array's dtype may be set in place."""
     add(a.dtype)
     base = a.base
     add(id(a) if base is None else (id(base), _address(a), a.strides))
-    add(a.shape)
+    add((a.shape, a.dtype.char))
     add(a.flags.num)
 
 
@@ -168,7 +184,7 @@ def _sequence(x: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
     if type(b) is _ND and b.base is None:  # the common buffer, inline
         add(b.dtype)
         add(id(b))
-        add(b.shape)
+        add((b.shape, b.dtype.char))
         add(b.flags.num)
     else:
         _buffer(b, add)
@@ -235,7 +251,7 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
             if a.base is None and a.ndim:
                 add(a.dtype)
                 add(id(a))
-                add(a.shape)
+                add((a.shape, a.dtype.char))
                 add(a.flags.num)
             else:
                 if not a.ndim:  # a root or a count, read by value
@@ -251,6 +267,46 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
     return tuple(key)
 
 
+def shape_of(head: tuple[Any, ...], args: Any) -> tuple[tuple[Any, ...], list[np.ndarray]] | None:
+    """The key of a call's *layout*, and its buffers: :func:`key_of` with each buffer's
+    identity and address left out (a bare numpy array, or a list spec's first item that is
+    one, keyed by its dtype, shape, strides and flags), every other argument as there; None
+    for a call with any other kind of buffer, or a bare 0-d array (a root or count read by
+    value).  Two calls of one layout differ only in which memory their buffers are: a
+    compiled plan of one serves the other (:class:`~mpicoll.engines.plan.Template`)."""
+    key = list(head)
+    add = key.append
+    bufs = []
+    for a in args:
+        t = type(a)
+        if t is _ND:
+            if not a.ndim:
+                return None
+            add((a.dtype, a.dtype.char, a.shape, a.strides, a.flags.num))
+            bufs.append(a)
+        elif t is list or t is tuple:
+            if not a or type(a[0]) is not _ND:
+                return None
+            b = a[0]
+            add((t, len(a), b.dtype, b.dtype.char, b.shape, b.strides, b.flags.num))
+            bufs.append(b)
+            try:
+                for i in range(1, len(a)):
+                    add(_value(a[i]))
+            except UncacheableError:
+                return None
+        elif t is _OP or t is _DT:
+            add((id(a), a.handle))
+        elif t in _EXPORTED or t is bytes or t is mmap.mmap:
+            return None
+        else:
+            part = _PARTS.get(t)
+            if part is None:
+                return None
+            add(part(a))
+    return tuple(key), bufs
+
+
 #: a last call: ``(args, algorithm, arrays, handles, run, lists, specs)``; ``arrays`` holds
 #: ``(array, shape, dtype, flags)`` of its arrays (in its list specs too), ``handles``
 #: ``(object, handle)`` of its user-defined ops and derived datatypes, ``lists``
@@ -261,6 +317,9 @@ def key_of(head: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
 Last = tuple[tuple[Any, ...], Any, tuple[tuple[Any, ...], ...], tuple[tuple[Any, int], ...],
              Callable[..., Any], tuple[tuple[Any, tuple[Any, ...]], ...],
              tuple[tuple[Any, ...] | None, ...] | None]
+
+#: an entry's last-call record before its first hit (see :meth:`FrontDoor.settle`)
+PENDING: Any = object()
 
 #: arguments a last call compares by identity alone (immutable, or pinned by an export)
 _FIXED = (int, str, type(None), bytes, bytearray, array.array, type(MPI.IN_PLACE))
@@ -333,8 +392,11 @@ def unexported(args: tuple[Any, ...]) -> tuple[Any, ...]:
     its memory that holds no export of it, for a parse the cache will keep: the program may
     then close or resize the mmap as with plain mpi4py (the key reads its length and address
     at every call, and a closed one is parsed again, raising what mpi4py raises)."""
-    if not any(type(a) is mmap.mmap or (type(a) in (list, tuple) and a
-                                         and type(a[0]) is mmap.mmap) for a in args):
+    for a in args:
+        t = type(a)
+        if t is mmap.mmap or ((t is list or t is tuple) and a and type(a[0]) is mmap.mmap):
+            break
+    else:  # no mmap (the common call)
         return args
     out = []
     for a in args:
@@ -386,7 +448,7 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("_sizes", "entries", "hits", "last", "misses", "pinned")
+    __slots__ = ("_sizes", "entries", "hits", "last", "misses", "pinned", "templates")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
@@ -398,31 +460,56 @@ class FrontDoor:
         self.pinned = 0
         #: bytes each entry pins, by key
         self._sizes: dict[tuple[Any, ...], int] = {}
+        #: layout (:func:`shape_of`) -> the first runner of it and its buffers, then the
+        #: template made of it (p2p: :class:`~mpicoll.engines.plan.Template`), or None where
+        #: none can be made; at most :data:`TEMPLATES`
+        self.templates: dict[tuple[Any, ...], Any] = {}
 
-    def store(self, key: tuple[Any, ...], args: tuple[Any, ...], algorithm: Any,
-              run: Callable[..., Any]) -> Last | None:
+    def note(self, shape: tuple[tuple[Any, ...], list[np.ndarray]], run: Any,
+             args: tuple[Any, ...]) -> None:
+        """Keep ``run`` (a stored call's runner) as the source of its layout's template, with
+        its buffers and arguments (kept alive, so their ids and memory stay theirs), unless
+        the layout has one or the buffers hold more than :data:`TEMPLATE_BYTES`."""
+        templates = self.templates
+        if shape[0] in templates or sum(b.nbytes for b in shape[1]) > TEMPLATE_BYTES:
+            return
+        if len(templates) >= TEMPLATES:
+            del templates[next(iter(templates))]
+        templates[shape[0]] = (run, shape[1], args)
+
+    def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]
+              ) -> None:
         """Keep ``(args, run)`` under ``key``, dropping the oldest entries while the cache is
         full or the buffers would pass :data:`PINNED_BYTES` (a call whose buffers alone do is
-        not stored); the call's :data:`Last` record (None if not stored or if it cannot be a
-        last call)."""
+        not stored); its :data:`Last` record is :data:`PENDING` until its first hit
+        (:meth:`settle`)."""
         nbytes = _nbytes(args)
         if nbytes > PINNED_BYTES:
-            return None
+            return
         entries, sizes = self.entries, self._sizes
         while entries and (len(entries) >= SIZE or self.pinned + nbytes > PINNED_BYTES):
             old_key = next(iter(entries))
             _, old, old_last = entries.pop(old_key)
             self.pinned -= sizes.pop(old_key)
-            if old_last is not None:  # a last call is always an entry of the cache
+            if old_last is not None and old_last is not PENDING:  # a last call is an entry
                 lasts = self.last[bool(old_key[1])]  # the key's head: (collective, I-form, ..)
                 if lasts.get(old_key[0]) is old_last:
                     del lasts[old_key[0]]
             _free(old)
-        last = last_of(args, algorithm, run)
-        # the arguments, then exports of their resizable buffers (held while cached)
-        entries[key] = (args + _exports(args), run, last)
+        # the arguments, then exports of their resizable buffers (held while cached); the
+        # last-call record is made at the entry's first hit (a call made once needs none)
+        entries[key] = (args + _exports(args), run, PENDING)
         sizes[key] = nbytes
         self.pinned += nbytes
+
+    def settle(self, key: tuple[Any, ...], entry: tuple[Any, ...], args: tuple[Any, ...],
+               algorithm: Any) -> Last | None:
+        """The :data:`Last` record of a stored call at its first hit, made of the arguments
+        of that hit (whose key is the entry's now: the entry's own objects may have changed
+        since, a list spec's items replaced in place), kept in the entry (it holds them
+        alive, so their ids stay theirs)."""
+        last = last_of(args, algorithm, entry[1])
+        self.entries[key] = (entry[0], entry[1], last)
         return last
 
     def clear(self) -> None:
@@ -434,6 +521,7 @@ class FrontDoor:
         self._sizes.clear()
         for lasts in self.last:
             lasts.clear()
+        self.templates.clear()
         self.hits = self.misses = self.pinned = 0
 
 
@@ -452,19 +540,21 @@ def _nbytes(args: Any) -> int:
     else:
         return total
     owners: dict[int, int] = {}
-    _owners(args, owners)
+    for a in args:
+        _owners(a, owners)
     return sum(owners.values())
 
 
 def _owners(x: Any, owners: dict[int, int]) -> None:
-    if isinstance(x, np.ndarray):
+    t = type(x)
+    if t is _ND:
         while isinstance(x.base, np.ndarray):
             x = x.base
         owners[id(x)] = int(x.nbytes)
-    elif isinstance(x, (list, tuple)):
+    elif t is list or t is tuple:
         for a in x:
             _owners(a, owners)
-    elif isinstance(x, _EXPORTED):
+    elif t in _EXPORTED:
         owners[id(x)] = memoryview(x).nbytes
 
 
@@ -474,11 +564,13 @@ def _exports(args: tuple[Any, ...]) -> tuple[Any, ...]:
     two (``BufferError``) and to release the third, so the parse cached stays valid."""
     out = []
     for a in args:
-        if type(a) in (list, tuple) and a:
+        t = type(a)
+        if (t is list or t is tuple) and a:
             a = a[0]
-        if type(a) in _EXPORTED:  # mpi4py's buffer: an export of the object itself
+            t = type(a)
+        if t is not _ND and t in _EXPORTED:  # mpi4py's buffer: an export of the object
             out.append(MPI.buffer(a))
-    return tuple(out)
+    return tuple(out) if out else ()
 
 
 def _free(run: Callable[..., Any]) -> None:

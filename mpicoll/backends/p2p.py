@@ -30,16 +30,26 @@ algorithm handed to the engine beside the :class:`~mpicoll.engines.call.Call`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from mpi4py import MPI
 
 from ..algorithms import registry
 from ..algorithms.registry import RestrictionError
+from ..engines import threads as _threads
 from ..engines.mpi import CompletedRequest, Engine, Traffic, check_thread
-from ..engines.plan import BlockingRunner, NonblockingRunner, Plan, PlanRequest, compile_plan
+from ..engines.plan import (
+    BlockingRunner,
+    NonblockingRunner,
+    NoTemplateError,
+    Plan,
+    PlanRequest,
+    Template,
+    compile_plan,
+)
 from ..model import alphabeta
-from .args import Call
+from .args import PARSERS, Call
 from .base import Collectives
 from .checked import agree_on_construction
 from .env import algorithm_var
@@ -255,6 +265,53 @@ class P2P(P2PObjects, Collectives):
             return _AutoNonblocking(self, call, algorithm, alg, model)
         return _AutoBlocking(self, call, algorithm, alg, model)
 
+    _templated = True
+
+    def _from_template(self, shape: tuple[tuple[Any, ...], list[Any]], collective: str,
+                       args: tuple[Any, ...]) -> Callable[..., Any] | None:
+        """A blocking call of a layout seen before (:meth:`FrontDoor.note`): the first
+        runner of that layout compiled (if it was not yet) and made a
+        :class:`~mpicoll.engines.plan.Template`, bound to this call's buffers; its call is
+        parsed only if a run needs it.  None (the call is parsed) where there is none, under
+        a thread level below ``MPI_THREAD_MULTIPLE`` (no compiled plans), for buffers that
+        may overlap, or when the model changed since the template's ``auto`` choice."""
+        templates = self.front_door.templates
+        t = templates.get(shape[0])
+        if t is None:
+            return None
+        if type(t) is tuple:  # the layout's first runner: made a template now
+            source, bufs, _ = t
+            t = None
+            if (isinstance(source, BlockingRunner)
+                    and _threads._thread_level() == MPI.THREAD_MULTIPLE):
+                if source._fast is None:  # compiled now, as its second run would
+                    source._fast = source._compile()
+                    source._runs = 2
+                try:
+                    t = Template(source, bufs)
+                except NoTemplateError:
+                    t = None
+            templates[shape[0]] = t
+            if t is None:
+                return None
+        if isinstance(t.source, _AutoBlocking) and t.model is not alphabeta.current():
+            del templates[shape[0]]  # the model changed: auto may choose another algorithm
+            return None
+        return t.bind(shape[1], partial(PARSERS[collective], self.size, self.rank), args)
+
+    def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
+             args: tuple[Any, ...], tag: int | None = None) -> Any:
+        """Run a parsed call once, as its runner's first run would (no runner made: a call
+        the front door does not keep, checked mode's calls)."""
+        alg = self.select(call, algorithm)
+        engine = self._engine
+        if moves_nothing(call):
+            return CompletedRequest(engine) if nonblocking else None
+        if nonblocking:
+            return engine.start(call, alg, tag)
+        engine.run(call, alg, tag)
+        return None
+
     def _persistent(self, call: Call, algorithm: str | None, info: MPI.Info,
                     args: tuple[Any, ...]) -> PlanRequest:
         """A compiled plan (:mod:`mpicoll.engines.plan`): the algorithm selected, the schedule
@@ -318,13 +375,14 @@ def _nothing_nonblocking(engine: Engine) -> Callable[..., CompletedRequest]:
     return run
 
 
-def _reselect(runner: _AutoBlocking | _AutoNonblocking) -> None:
+def _reselect(runner: _AutoBlocking | _AutoNonblocking, args: tuple[Any, ...]) -> None:
     """An ``auto`` call's runner: selected again (and its plan dropped) if
-    :func:`mpicoll.model.use` changed the model since it was selected."""
+    :func:`mpicoll.model.use` changed the model since it was selected (``args``: the run's
+    arguments, parsed now by a runner made from a template)."""
     if alphabeta.current() is not runner.model:
         runner.free()
         runner.model = alphabeta.current()
-        runner.algorithm = runner.backend.select(runner.call, runner.name)
+        runner.algorithm = runner.backend.select(runner.call_of(args), runner.name)
 
 
 class _AutoBlocking(BlockingRunner):
@@ -337,9 +395,13 @@ class _AutoBlocking(BlockingRunner):
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, tag: int | None = None, *_: Any) -> None:
-        _reselect(self)
-        super().__call__(tag)
+    def __call__(self, tag: int | None = None, *args: Any) -> None:
+        if alphabeta.current() is not self.model:
+            _reselect(self, args)
+        if self._call is None:  # bound from a template: a run may parse its arguments
+            BlockingRunner.__call__(self, tag, *args)
+        else:
+            BlockingRunner.__call__(self, tag)
 
 
 class _AutoNonblocking(NonblockingRunner):
@@ -352,9 +414,10 @@ class _AutoNonblocking(NonblockingRunner):
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, tag: int | None = None, *_: Any) -> Any:
-        _reselect(self)
-        return super().__call__(tag)
+    def __call__(self, tag: int | None = None, *args: Any) -> Any:
+        if alphabeta.current() is not self.model:
+            _reselect(self, args)
+        return NonblockingRunner.__call__(self, tag)
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

@@ -92,25 +92,28 @@ class Traffic:
     def __init__(self) -> None:
         #: the counters (see FIELDS), counted as the engine posts a schedule's messages
         self._n = [0] * 6
-        #: the compiled plans' records, added up when a counter is read
-        self._replays: list[Replayed] = []
+        #: the compiled plans' records (by id: dropped in O(1)), added up when a counter is
+        #: read
+        self._replays: dict[int, Replayed] = {}
 
     def track(self, counts: tuple[int, ...]) -> Replayed:
         """A record for a compiled plan whose every run sends and receives ``counts`` (in the
         order of :data:`FIELDS`); the plan adds one to its ``runs`` per run."""
         rec = Replayed(counts)
-        self._replays.append(rec)
+        self._replays[id(rec)] = rec
         return rec
 
     def untrack(self, rec: Replayed) -> None:
         """Add up ``rec``'s runs and forget it (its plan is freed)."""
-        self._flush()
-        if rec in self._replays:
-            self._replays.remove(rec)
+        if self._replays.pop(id(rec), None) is rec:  # its runs alone added up
+            runs, rec.runs = rec.runs, 0
+            n = self._n
+            for i, c in enumerate(rec.counts):
+                n[i] += runs * c
 
     def _flush(self) -> list[int]:
         n = self._n
-        for rec in self._replays:
+        for rec in self._replays.values():
             runs = rec.runs
             if runs:
                 rec.runs = 0

@@ -30,8 +30,10 @@ the local work after the last round; ``rounds`` counts every yielded round (empt
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -41,7 +43,15 @@ from mpi4py import MPI
 
 from ..algorithms.datatypes import TypedView
 from ..algorithms.registry import Algorithm
-from ..algorithms.schedule import DEFAULT_SEGMENT_BYTES, Context, Overlap, Recv, Schedule, Send
+from ..algorithms.schedule import (
+    DEFAULT_SEGMENT_BYTES,
+    Context,
+    Overlap,
+    Recv,
+    Schedule,
+    Send,
+    _ufunc_reduce,
+)
 from . import threads as _threads
 from .call import Call
 from .errors import _name, explain, settle, truncated
@@ -56,8 +66,8 @@ from .requests import (
 )
 from .threads import _guard, _lock
 
-__all__ = ["BlockingRunner", "NonblockingRunner", "Plan", "PlanRequest", "Recorder",
-           "ReplayRequest", "Startall", "compile_plan"]
+__all__ = ["BlockingRunner", "NoTemplateError", "NonblockingRunner", "Plan", "PlanRequest",
+           "Recorder", "ReplayRequest", "Startall", "Template", "compile_plan"]
 
 #: one recorded local operation: (kind, a, b, op)
 Local = tuple[str, np.ndarray, np.ndarray, "MPI.Op | None"]
@@ -191,10 +201,19 @@ def _nbytes(ctx: Context, buf: np.ndarray) -> int:
     return ctx.nbytes(buf)
 
 
-def _spec(buf: np.ndarray, datatype: MPI.Datatype) -> list[Any]:
-    """The message spec of ``buf``, as the engine posts it (``[buf, len(buf), datatype]``)."""
+def _spec(buf: np.ndarray, datatype: MPI.Datatype) -> Any:
+    """The message spec of ``buf``, as the engine posts it (``[buf, len(buf), datatype]``),
+    or ``buf`` itself where mpi4py infers that very datatype from it (a contiguous numpy array
+    whose typecode maps to ``datatype``: mpi4py then parses no spec at each post)."""
     if type(buf) is TypedView:
         return [buf, buf.size, buf.datatype]
+    if type(buf) is np.ndarray and buf.flags.c_contiguous and buf.dtype.isnative:
+        try:
+            inferred = MPI.Datatype.fromcode(buf.dtype.char)
+        except (ValueError, TypeError):
+            inferred = None
+        if inferred is not None and inferred == datatype:
+            return buf
     return [buf, buf.size, datatype]
 
 
@@ -449,15 +468,42 @@ def _replay_steps(engine: Engine, call: Call, algorithm: Algorithm
 class _Runner:
     """What :class:`BlockingRunner` and :class:`NonblockingRunner` share: the call, its
     algorithm and engine, the runs before compiling, the compiled plan and its traffic
-    record."""
+    record.  A runner made from a :class:`Template` has no call until one is needed (a run
+    through the engine, an error's message, a new ``auto`` choice): :meth:`call_of` parses
+    the arguments of the run that needs it then (``_parse``: their key is the entry's, so
+    they parse as the template's did)."""
 
-    __slots__ = ("_fast", "_replayed", "_runs", "algorithm", "call", "engine")
+    __slots__ = ("_args", "_call", "_fast", "_parse", "_replayed", "_runs", "_truncated",
+                 "algorithm", "engine")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
-        self.engine, self.call, self.algorithm = engine, call, algorithm
+        self.engine, self.algorithm = engine, algorithm
+        self._call: Call | None = call
+        #: the call's local truncation (:attr:`Call.truncated`: a template's runners have it
+        #: of their source, whose layout decides it)
+        self._truncated = call.truncated
+        self._parse: Callable[..., Call] | None = None
+        #: a bound runner's first arguments (for :attr:`call` alone)
+        self._args: tuple[Any, ...] = ()
         self._runs = 0
         self._fast: tuple[Any, ...] | None = None
         self._replayed: Replayed | None = None  # the compiled plan's traffic record
+
+    def call_of(self, args: tuple[Any, ...]) -> Call:
+        """The parsed call; a runner made from a template parses ``args`` (the arguments of
+        the run that needs it) the first time."""
+        call = self._call
+        if call is None:
+            assert self._parse is not None
+            call = self._call = self._parse(*args)
+            self._parse = None
+            self._args = ()
+        return call
+
+    @property
+    def call(self) -> Call:
+        """The parsed call (a runner made from a template: of its first arguments)."""
+        return self._call if self._call is not None else self.call_of(self._args)
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
@@ -485,17 +531,18 @@ class BlockingRunner(_Runner):
 
     __slots__ = ()
 
-    def __call__(self, tag: int | None = None, *_: Any) -> None:
+    def __call__(self, tag: int | None = None, *args: Any) -> None:
         fast = self._fast
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
             self._runs += 1
             if self._runs < 2 or _threads._thread_level() != _MULTIPLE:
-                engine.run(self.call, self.algorithm, tag)  # a call made once: no compiling
+                # a call made once: no compiling
+                engine.run(self.call_of(args), self.algorithm, tag)
                 return
-            fast = self._fast = self._compile()
+            fast = self._fast = self._compile(args)
         if _IN_FLIGHT[0] or tag is None:
-            engine.run(self.call, self.algorithm, tag)
+            engine.run(self.call_of(args), self.algorithm, tag)
             return
         if engine._refused:
             engine._drain(tag)
@@ -524,20 +571,22 @@ class BlockingRunner(_Runner):
                     _WAITALL(reqs, statuses)
             except MPI.Exception as exc:  # kept (MPI's words, the collective, the peer); the
                 # rounds go on, as MPICH's collectives do, so no peer waits for this rank
-                err = err or explain(exc, _name(self.call), msgs[2] if kind is _GENERAL else (),
+                err = err or explain(exc, _name(self.call_of(args)),
+                                     msgs[2] if kind is _GENERAL else (),
                                      _round_peers(kind, msgs))
                 if reqs:
                     settle(reqs)
         for fn, a, b in tail:
             fn(a, b)
         self._replayed.runs += 1  # type: ignore[union-attr]
-        if err is None and self.call.truncated is not None:
-            err = truncated(_name(self.call), self.call.truncated)
+        if err is None and self._truncated is not None:
+            err = truncated(_name(self.call_of(args)), self._truncated)
         if err is not None:
             raise err
 
-    def _compile(self) -> tuple[Any, ...]:
-        general, tail, self._replayed = _replay_steps(self.engine, self.call, self.algorithm)
+    def _compile(self, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+        general, tail, self._replayed = _replay_steps(self.engine, self.call_of(args),
+                                                      self.algorithm)
         steps = []
         for local, recvs, sends, during in general:
             msgs: tuple[Any, ...]
@@ -587,10 +636,23 @@ class NonblockingRunner(_Runner):
             return engine.start(self.call, self.algorithm, tag)
         engine.clear_tag(tag)
         self._replayed.runs += 1  # type: ignore[union-attr]
-        req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
-                                             self.call.collective, fast[2])
-        if self.call.truncated is not None and req._error is None:
-            req._error = truncated(_name(self.call), self.call.truncated)
+        if (_POOLED and previous is not None and previous._inactive
+                and _refcount(previous) <= _UNHELD and previous._claim.acquire(blocking=False)):
+            # the last replay, complete and reported, held by nobody but this runner (no
+            # caller, no progress pass's snapshot), and claimed: started again (no new
+            # request, lock or tag record)
+            try:
+                previous._restart(tag)
+            finally:
+                previous._claim.release()
+                if _WAITERS[0]:
+                    _notify()
+            req = previous
+        else:
+            req = self._previous = ReplayRequest(engine, fast[0], fast[1], tag,
+                                                 self.call.collective, fast[2])
+        if self._truncated is not None and req._error is None:
+            req._error = truncated(_name(req._ctx), self._truncated)
         return req
 
     def free(self) -> None:
@@ -618,6 +680,20 @@ class ReplayRequest(ScheduleRequest):
         #: call given it, finishes it), so starting and completing it takes no lock
         self._listed = len(steps) > 1
         self._begin(engine)
+
+    def _restart(self, tag: int) -> None:
+        """Start this request again on ``tag`` (its runner's pool of one: see
+        :class:`NonblockingRunner`; it is complete, reported and held by no one, and the
+        caller holds its claim)."""
+        self._ctx.tag = tag
+        self._next = 0
+        self.done = self._inactive = False
+        self._error = None  # (reported with the last run: _complete cleared it)
+        self._advance()
+        if not self.done and self._listed:  # (a one-round plan is never listed)
+            with _lock:
+                self._engine.active.append(self)
+                _IN_FLIGHT[0] += 1
 
     def _advance(self) -> None:
         """Post the next recorded round (its local work first, its overlapped work after);
@@ -648,7 +724,177 @@ class ReplayRequest(ScheduleRequest):
         return super()._statuses()
 
 
+class Template:
+    """A compiled blocking plan made reusable for other buffers of the same layout: what a
+    call the front door does not hold (new arrays at every call: ``Allreduce(np.ones(n),
+    out)``, a view made anew of a new base, a list spec of new arrays) replays instead of
+    parsing its arguments and running its schedule's generator.
+
+    It is made from a :class:`BlockingRunner` whose call's buffer arguments were ``bufs``
+    (numpy arrays, contiguous, none overlapping another).  Every array of the runner's compiled
+    steps (:meth:`BlockingRunner._compile`) that lies in one of ``bufs`` is recorded as a
+    byte range of it (1-D, contiguous, as every view the parse makes is); the others (the
+    plan's scratch) are kept.  :meth:`bind` makes the same steps for new buffers: the same
+    views, at the same byte offsets, of each new buffer.  The front door uses a template only
+    for a call whose key (:func:`mpicoll.backends.frontdoor.shape_of`) equals the template's
+    but for the buffers' identities and addresses: the same collective, ``algorithm=``,
+    counts, datatypes, ops and root, buffers of the same type, dtype, shape, strides and
+    flags.  Every check of the parse depends on those alone but one (send and receive
+    buffers that overlap): :meth:`bind` refuses buffers whose memory may overlap, and the
+    call is parsed (and so checked) as any other.  So the parse would accept the call and
+    make the same schedule (the algorithm's choice reads only what the key holds), with
+    views at the same offsets of the new buffers.
+
+    Raises (the constructor): :class:`NoTemplateError` if the steps hold anything else than the
+    objects listed in :func:`_constant` or arrays other than numpy's own (a derived
+    datatype's typed views)."""
+
+    __slots__ = ("_bind", "counts", "model", "source")
+
+    def __init__(self, source: BlockingRunner, bufs: Sequence[np.ndarray]) -> None:
+        fast = source._fast
+        if fast is None or source._replayed is None or type(fast) is not tuple:
+            raise NoTemplateError("not compiled")
+        ranges = []
+        for b in bufs:
+            if type(b) is not np.ndarray or not (b.flags.c_contiguous or b.flags.f_contiguous):
+                raise NoTemplateError("buffer")
+            lo = b.__array_interface__["data"][0]
+            ranges.append((lo, lo + b.nbytes))
+        for i, (lo, hi) in enumerate(ranges):  # no two buffers overlap (each view is in one)
+            if any(lo < end and start < hi for start, end in ranges[i + 1:]):
+                raise NoTemplateError("overlap")
+        consts: list[Any] = []
+        views: dict[tuple[int, int, int, Any], str] = {}
+        lines: list[str] = []
+
+        def view(a: np.ndarray) -> str | None:
+            if not a.size:
+                return None  # no byte of it is read or written: kept
+            at = a.__array_interface__["data"][0]
+            k = next((i for i, (lo, hi) in enumerate(ranges) if lo <= at < hi), -1)
+            if k < 0:
+                return None  # the plan's scratch
+            lo, hi = ranges[k]
+            if a.ndim != 1 or a.strides[0] != a.itemsize or at + a.nbytes > hi:
+                raise NoTemplateError("view")
+            off, isz = at - lo, a.itemsize
+            b = bufs[k]
+            if off % isz or b.nbytes % isz:
+                raise NoTemplateError("offset")
+            start, stop = off // isz, off // isz + a.size
+            spot = (k, start, a.size, a.dtype)
+            if spot not in views:
+                if a.dtype != b.dtype:  # another dtype (Bcast's bytes): through the bytes
+                    consts.append(a.dtype)
+                    how = (f"b{k}.reshape(-1, order='A').view(np.uint8)"
+                           f".view(c[{len(consts) - 1}])[{start}:{stop}]")
+                elif b.ndim == 1:
+                    how = f"b{k}[{start}:{stop}]"
+                else:
+                    how = f"b{k}.reshape(-1, order='A')[{start}:{stop}]"
+                name = views[spot] = f"v{len(views)}"
+                lines.append(f"    {name} = {how}")
+            return views[spot]
+
+        def expr(o: Any) -> str:
+            t = type(o)
+            if t is tuple:
+                return "(" + "".join(expr(x) + ", " for x in o) + ")"
+            if t is list:
+                return "[" + ", ".join(expr(x) for x in o) + "]"
+            if t is np.ndarray:
+                name = view(o)
+                if name is not None:
+                    return name
+            elif type(getattr(o, "__self__", None)) is np.ndarray:  # b.__setitem__
+                name = view(o.__self__)
+                if name is not None:
+                    return f"{name}.{o.__name__}"
+            elif not _constant(o):
+                raise NoTemplateError(t.__name__)
+            consts.append(o)
+            return f"c[{len(consts) - 1}]"
+
+        body = expr(fast)
+        args = ", ".join(f"b{k}" for k in range(len(bufs)))
+        src = "\n".join([f"def bind({args}):", *lines, f"    return {body}"])
+        scope: dict[str, Any] = {"c": tuple(consts), "np": np}
+        exec(src, scope)  # one function per template: the views and tuples in one go
+        self._bind: Callable[..., tuple[Any, ...]] = scope["bind"]
+        self.source = source
+        #: the cost model an ``auto`` source chose its algorithm with (None: named)
+        self.model = getattr(source, "model", None)
+        self.counts = source._replayed.counts
+
+    def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
+             args: tuple[Any, ...]) -> BlockingRunner | None:
+        """A runner of the template's kind for the call ``args`` on ``bufs`` (its buffers, in
+        the order of the template's), its plan already compiled and its call parsed only when
+        a run needs it (``parse(*run_args)``); None if two of ``bufs`` may overlap (the call
+        must then be parsed: the parse refuses aliased buffers)."""
+        if len(bufs) > 1:
+            for i in range(len(bufs) - 1):
+                for j in range(i + 1, len(bufs)):
+                    if _MAY_SHARE(bufs[i], bufs[j]):
+                        return None
+        src = self.source
+        run = object.__new__(type(src))
+        for name in _slots(type(src)):
+            setattr(run, name, getattr(src, name))
+        run._call = None
+        run._parse = parse
+        run._args = args
+        run._runs = 2
+        run._fast = self._bind(*bufs)
+        run._replayed = src.engine.traffic.track(self.counts)
+        return run
+
+
+class NoTemplateError(Exception):
+    """A compiled plan that :class:`Template` cannot make reusable (the reason)."""
+
+
+_MAY_SHARE = np.may_share_memory
+_SLOTS: dict[type, tuple[str, ...]] = {}
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    """Every slot of a runner class (its own and its bases'), once per class."""
+    out = _SLOTS.get(cls)
+    if out is None:  # less those bind sets
+        out = _SLOTS[cls] = tuple(n for c in cls.__mro__ for n in getattr(c, "__slots__", ())
+                                  if n not in ("_args", "_call", "_parse", "_runs", "_fast",
+                                                "_replayed"))
+    return out
+
+
+def _constant(o: Any) -> bool:
+    """What a compiled step may hold that is the same for every call of a template: kinds,
+    counts and peers, ``...``, datatypes, ops and their ``Reduce_local``, statuses, numpy's
+    reduction loops (:func:`~mpicoll.algorithms.schedule.numpy_reduction`), dtypes."""
+    if type(o) in _CONSTANTS:
+        return True
+    if type(o) is partial:
+        return (o.func is _ufunc_reduce and not o.keywords
+                and all(_constant(a) for a in o.args))
+    owner = getattr(o, "__self__", None)
+    return type(owner) is MPI.Op or (isinstance(o, np.ufunc))
+
+
+_CONSTANTS = frozenset({str, int, bool, type(None), type(Ellipsis), MPI.Datatype, MPI.Status,
+                        MPI.Op, np.dtype, type(np.dtype("f8"))})
+
+
 _WAITALL = MPI.Request.Waitall
+_refcount = sys.getrefcount
+#: references to a runner's last request when only the runner holds it: its attribute, the
+#: caller's local name and getrefcount's argument (CPython)
+_UNHELD = 3
+#: the pool needs exact reference counts: CPython with its GIL (a free-threaded build defers
+#: some counts)
+_POOLED = (sys.implementation.name == "cpython"
+           and not sysconfig.get_config_var("Py_GIL_DISABLED"))
 #: the requests of a finished run (never appended to)
 _NO_REQS: list[MPI.Request] = []
 #: how a replayed blocking round posts its messages (see BlockingRunner._compile)

@@ -195,9 +195,12 @@ class ScheduleRequest:
                         self._note(exc, st)
                         settle(self._reqs)
                     self._advance()
-                self._engine._retire(self)
+                if self._listed:  # (an unlisted one is in no list: no lock to take)
+                    self._engine._retire(self)
             finally:
-                _release([self])
+                self._claim.release()
+                if _WAITERS[0]:
+                    _notify()
             self._complete(status)
             return True
         with _guard():
