@@ -373,16 +373,34 @@ class _Stderr:
             sys.stderr.write("".join(rest))
 
 
-def _forced_ran(comm: Any, coll: str, name: str, text: str) -> dict[str, Any]:
-    """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm,
-    from what the ranks' library wrote on stderr during the check call (the same on every
-    rank).  MPICH with ``MPIR_CVAR_COLLECTIVE_FALLBACK=print`` writes "<Coll> <name> cannot be
-    applied." when the forced algorithm cannot run on the call and it runs its own choice;
-    with ``MPIR_CVAR_DEVICE_COLLECTIVES=none`` no device algorithm can replace it silently."""
+def _forced_ran(comm: Any, case: Case, name: str, text: str) -> dict[str, Any]:
+    """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm
+    (the same on every rank).
+
+    MPICH: from what the ranks' library wrote on stderr during the check call
+    (``text``): with ``MPIR_CVAR_COLLECTIVE_FALLBACK=print`` it writes "<Coll> <name> cannot
+    be applied." when the forced algorithm cannot run on the call and it runs its own choice;
+    with ``MPIR_CVAR_DEVICE_COLLECTIVES=none`` no device algorithm can replace it silently.
+    Open MPI: tuned calls the forced ID's coll/base function unconditionally; that function
+    runs another algorithm, silently, where :func:`mpicoll.algorithms.twins.ompi_ran` says."""
+    from ..algorithms.twins import OMPI, ompi_ran
     from .launcher import fallback_message, library
 
+    coll = case.collective
     said = [m for m in comm.allgather(fallback_message(text, coll)) if m]
     kind = library()[0]
+    if kind == "openmpi":
+        ident = next(i for i, v in OMPI[coll].items() if v == name)
+        count = case.count // _dtypes.per_element(case.dtype)
+        ran, why = ompi_ran(coll, name, case.size, count, case.op != "noncomm")
+        forced = f"coll_tuned_{coll}_algorithm={ident} under coll_tuned_use_dynamic_rules=1"
+        if why is None:
+            return {"native_ran": name,
+                    "native_ran_evidence": f"Open MPI: {forced}; no coll/base fallback applies "
+                                           f"(P = {case.size}, count {count})"}
+        return {"native_ran": ran or "none",
+                "native_ran_evidence": f"Open MPI: {forced}; coll/base falls back silently "
+                                       f"to {ran or 'an error'}: {why}"}
     if kind != "mpich":
         return {"native_ran": None,
                 "native_ran_evidence": f"unknown: {kind} does not say per call which "
@@ -463,7 +481,7 @@ def _bench_collective(
                 if impl.kind == "native" and native_label is not None:
                     with _Stderr() as err:
                         status, detail = run_checked(comm, fn, plan.nonblocking)
-                    rec.update(_forced_ran(comm, coll, native_label, err.text))
+                    rec.update(_forced_ran(comm, case, native_label, err.text))
                 else:
                     status, detail = run_checked(comm, fn, plan.nonblocking)
                 guard.settle(status, detail, f"bench {label}", native=impl.kind == "native")
@@ -813,7 +831,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     plan: Plan = args.plan
     kind, version = launcher.library()
     configs = [launcher.Config("default"),
-               *launcher.native_configs(kind, plan.collectives, args.native_algorithms)]
+               *launcher.native_configs(kind, plan.collectives, args.native_algorithms,
+                                        p=args.np)]
     progress = Progress(not args.quiet)
     child = _child_args(argv)
     launches = launcher.run(configs, args.np, child, timeout=args.launch_timeout,
@@ -834,6 +853,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     for ln in launches:
         state = "ok" if ln.status == 0 else f"exit {ln.status}"
         out.write(f"#   {ln.config.name}: {ln.config.setting()} [{state}, {ln.seconds:.1f} s]\n")
+        if ln.evidence:
+            out.write(f"#     {ln.evidence}\n")
         if ln.doc is None:
             out.write("#     " + ln.output.strip().replace("\n", "\n#     ")[-1500:] + "\n")
     out.write("\n")
@@ -902,11 +923,11 @@ def format_native_notes(coll: str, records: Sequence[dict[str, Any]],
             forced.setdefault(r["implementation"], []).append(r)
     for lab, recs in forced.items():
         ran = [r for r in recs if r.get("native_ran") == r["native_algorithm"]]
-        back = [r for r in recs if r.get("native_ran") == "auto"]
+        back = [r for r in recs if r.get("native_ran") not in (None, r["native_algorithm"])]
         unknown = [r for r in recs if r.get("native_ran") is None and r["status"] == "ok"]
         text = f"#   {lab} ran as forced at {len(ran)} of {len(recs)} size(s)"
         if back:
-            text += (f"; fell back to the library's choice at "
+            text += (f"; fell back to {back[0]['native_ran']} at "
                      f"{', '.join(human_size(r['size_bytes']) + 'B' for r in back)} "
                      f"({back[0]['native_ran_evidence']})")
         if unknown:
@@ -929,7 +950,7 @@ def format_native_notes(coll: str, records: Sequence[dict[str, Any]],
                     (y for y in ratios if y["size_bytes"] == size and y["p2p"] == a
                      and y["native"] == b), None)
                 cell = "-" if hit is None else f"{hit['ratio']:.2f}" + (
-                    "*" if hit["native_ran"] == "auto" else "")
+                    "*" if hit["native_ran"] not in (None, b.split(":", 1)[1]) else "")
                 cells.append(f"{cell:>{len(h)}}")
             lines.append("#   " + "  ".join([f"{human_size(size) + 'B':>8}", *cells]))
     return "\n".join(lines) + ("\n" if lines else "")

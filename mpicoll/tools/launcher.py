@@ -19,8 +19,21 @@ Which settings force which library's algorithm (:func:`native_configs`):
   MPICH says so on stderr ("Allreduce reduce_scatter_allgather cannot be applied.") and runs
   its own choice instead.  bench captures that line per call (:func:`fallback_message`).
 * Open MPI: ``--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_<coll>_algorithm <ID>``
-  (the IDs of :data:`mpicoll.algorithms.twins.OMPI`).  Open MPI does not say per call which
-  algorithm ran: bench records ``unknown``.
+  (the IDs of :data:`mpicoll.algorithms.twins.OMPI`) plus ``--mca coll ^han,adapt,...``
+  (:data:`OMPI_EXCLUDE`) and ``--mca coll_base_verbose 9``.  Which coll component serves a
+  communicator is decided per communicator by priority: self 75 (MPI_COMM_SELF only), han 35,
+  tuned 30, basic and libnbc 10, adapt and sm 0 (``ompi_info --param coll all --level 9``,
+  Open MPI 5.0.11 wheel).  han disqualifies itself on one node ("comm has only local
+  processes", ``coll_han_module.c``), but on several nodes it would run its own hierarchical
+  algorithm over tuned's: excluding it (and adapt, sm, and the xhc/acoll/hcoll/ucc of other
+  builds; an absent name in an exclusion list is accepted) leaves tuned the provider of every
+  blocking collective.  ``coll_base_verbose 9`` makes every rank print "coll:base:comm_select:
+  selecting tuned, priority 30, Enabled" per communicator: :func:`ompi_selection` reads it
+  back as the launch's evidence.  Open MPI does not say per call which algorithm ran (its
+  tuned/base notices are ``OPAL_OUTPUT``, compiled out of release builds): bench says what
+  ran from :func:`mpicoll.algorithms.twins.ompi_ran` (coll/base's silent fallbacks), and
+  the test proves the forcing by traffic (``--mca pml_monitoring_enable 2``: per-peer message
+  counts of the collective's internal point-to-point traffic).
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ __all__ = [
     "mpiexec",
     "native_configs",
     "native_names",
+    "ompi_selection",
     "run",
 ]
 
@@ -56,6 +70,10 @@ __all__ = [
 _JOB_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_MCA_ess",
              "OMPI_MCA_orte", "OMPI_MCA_pmix", "OMPI_UNIVERSE", "OMPI_FIRST", "OMPI_NUM",
              "OMPI_APP", "OMPI_FILE", "PRTE_", "OMPI_MCA_prte")
+
+#: Open MPI coll components excluded in a forced launch, so that tuned serves every blocking
+#: collective (absent names are accepted by the exclusion list).
+OMPI_EXCLUDE = "^han,adapt,sm,xhc,acoll,hcoll,ucc"
 
 
 @dataclass
@@ -86,6 +104,7 @@ class Launch:
     seconds: float
     doc: dict[str, Any] | None
     output: str
+    evidence: str | None = None
 
 
 def library() -> tuple[str, str]:
@@ -114,16 +133,22 @@ def native_names(kind: str, collective: str) -> list[str]:
     return []
 
 
-def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str]) -> list[Config]:
+def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
+                   p: int | None = None) -> list[Config]:
     """One configuration per native algorithm name, forcing it for every collective in
-    ``collectives`` that has it (``names``: the names to force; ``["all"]`` every one)."""
-    from ..algorithms.twins import OMPI
+    ``collectives`` that has it (``names``: the names to force; ``["all"]`` every one).
+    With ``p``, an Open MPI algorithm that fails at every call at P = ``p`` (``two_proc``
+    at P != 2: :data:`mpicoll.algorithms.twins.OMPI_FALLBACKS`) is left out."""
+    from ..algorithms.twins import OMPI, OMPI_FALLBACKS
 
     order: list[str] = []
     colls: dict[str, list[str]] = {}
     for c in collectives:
         for n in native_names(kind, c):
             if names != ["all"] and n not in names:
+                continue
+            rule = OMPI_FALLBACKS.get((c, n)) if kind == "openmpi" else None
+            if p is not None and rule is not None and rule[1] is None and rule[0](p, 1, True):
                 continue
             if n not in colls:
                 order.append(n)
@@ -137,12 +162,36 @@ def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str]) 
             for c in colls[n]:
                 cfg.env[f"MPIR_CVAR_{c.upper()}_INTRA_ALGORITHM"] = n
         else:
-            cfg.flags = ["--mca", "coll_tuned_use_dynamic_rules", "1"]
+            cfg.flags = ["--mca", "coll", OMPI_EXCLUDE, "--mca", "coll_base_verbose", "9",
+                         "--mca", "coll_tuned_use_dynamic_rules", "1"]
             for c in colls[n]:
                 ident = next(i for i, v in OMPI[c].items() if v == n)
                 cfg.flags += ["--mca", f"coll_tuned_{c}_algorithm", str(ident)]
         out.append(cfg)
     return out
+
+
+_SELECTING = re.compile(r"coll:base:comm_select: selecting\s+(\w+), priority\s+(-?\d+), "
+                        r"(Enabled|Disabled)")
+
+
+def ompi_selection(text: str) -> str | None:
+    """From the ``coll_base_verbose 9`` output ``text`` of an Open MPI launch: a line saying
+    which coll components were enabled on its communicators (tuned must be, han must not);
+    None if the output has no selection lines."""
+    enabled: dict[str, int] = {}
+    for m in _SELECTING.finditer(text):
+        if m.group(3) == "Enabled":
+            enabled[m.group(1)] = int(m.group(2))
+    if not enabled:
+        return None
+    top = sorted(enabled.items(), key=lambda kv: -kv[1])
+    names = ", ".join(f"{n} {pr}" for n, pr in top)
+    verdict = "tuned serves the forced collective" if "tuned" in enabled and not any(
+        n in enabled and enabled[n] > enabled["tuned"] for n in ("han", "adapt", "sm", "xhc",
+                                                                 "acoll", "hcoll", "ucc")) \
+        else "tuned is NOT the provider"
+    return f"coll_base_verbose: enabled {names}: {verdict}"
 
 
 _FALLBACK = re.compile(r"^\s*(\w+) (\w+) cannot be applied", re.MULTILINE)
@@ -226,7 +275,11 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
                     (exc.stderr or b"").decode(errors="replace")
                     if isinstance(exc.stderr, bytes) else str(exc.stderr or ""))
             doc = json.loads(part.read_text()) if part.exists() else None
-            launches.append(Launch(cfg, status, time.monotonic() - t0, doc, output[-4000:]))
+            evidence = ompi_selection(output) if cfg.native is not None else None
+            output = "".join(ln for ln in output.splitlines(keepends=True)
+                             if "coll:base:comm_select" not in ln and "disqualifying" not in ln)
+            launches.append(Launch(cfg, status, time.monotonic() - t0, doc, output[-4000:],
+                                   evidence))
     return launches
 
 
@@ -258,6 +311,7 @@ def merge(launches: Sequence[Launch], kind: str, version: str) -> dict[str, Any]
         {"name": ln.config.name, "native": ln.config.native,
          "collectives": ln.config.collectives, "env": ln.config.env,
          "flags": ln.config.flags, "status": ln.status, "seconds": round(ln.seconds, 3),
+         "evidence": ln.evidence,
          "error": None if ln.status == 0 or ln.doc is not None else ln.output[-800:]}
         for ln in launches
     ]
