@@ -17,6 +17,13 @@ Two catalogs, copied from the libraries (not guessed):
   (tuned has no gatherv, scatterv or alltoallw algorithms).  Main's later additions
   (allreduce 7 ``allgather_reduce``, reduce 8 ``knomial``, allgather 8 ``direct-messaging``)
   are not in 5.0.x: forcing them there is refused by the MCA variable system.
+* **The I-forms** (:data:`MPICH_NB`, :data:`OMPI_NB`): MPICH's
+  ``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM`` values, from the same wheel's help text ("Variable to
+  select iallreduce algorithm ... tsp_ring - Force generic transport ring algorithm";
+  ``sched_*``: the schedule-based algorithms, ``tsp_*``: the generic-transport ones;
+  ``sched_auto`` left out); Open MPI's ``coll_libnbc_i<coll>_algorithm`` IDs (libnbc serves
+  every I-form; ``ompi_info --param coll libnbc --level 9`` of the 5.0.11 wheel,
+  ``ompi/mca/coll/libnbc/coll_libnbc_component.c``): six collectives.
 * **Open MPI's silent fallbacks** (:data:`OMPI_FALLBACKS`, :func:`ompi_ran`): a forced tuned
   algorithm whose ``coll/base`` implementation cannot handle the call runs another one
   without a word in a release build (the notice is an ``OPAL_OUTPUT``, compiled only with
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["MPICH", "OMPI", "OMPI_FALLBACKS", "TWINS", "ompi_ran", "p2p_twin", "twin"]
+__all__ = ["MPICH", "MPICH_NB", "OMPI", "OMPI_NB", "OMPI_FALLBACKS", "TWINS", "ompi_ran", "p2p_twin", "twin"]
 
 #: MPICH: collective -> forceable ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM`` values (blocking, intra).
 MPICH: dict[str, tuple[str, ...]] = {
@@ -61,6 +68,49 @@ MPICH: dict[str, tuple[str, ...]] = {
                              "recursive_halving", "nb"),
     "scan": ("nb", "smp", "recursive_doubling"),
     "exscan": ("nb", "recursive_doubling"),
+}
+
+#: MPICH: collective -> forceable ``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM`` values (I-forms, intra).
+MPICH_NB: dict[str, tuple[str, ...]] = {
+    "barrier": ("sched_recursive_doubling", "tsp_recexch", "tsp_k_dissemination"),
+    "bcast": ("sched_binomial", "sched_smp", "sched_scatter_recursive_doubling_allgather",
+              "sched_scatter_ring_allgather", "tsp_tree", "tsp_scatterv_recexch_allgatherv",
+              "tsp_scatterv_ring_allgatherv", "tsp_ring"),
+    "gather": ("sched_binomial", "tsp_tree"),
+    "gatherv": ("sched_linear", "tsp_linear"),
+    "scatter": ("sched_binomial", "tsp_tree"),
+    "scatterv": ("sched_linear", "tsp_linear"),
+    "allgather": ("sched_ring", "sched_brucks", "sched_recursive_doubling", "tsp_ring",
+                  "tsp_brucks", "tsp_recexch_doubling", "tsp_recexch_halving"),
+    "allgatherv": ("sched_brucks", "sched_recursive_doubling", "sched_ring",
+                   "tsp_recexch_doubling", "tsp_recexch_halving", "tsp_ring", "tsp_brucks"),
+    "alltoall": ("sched_brucks", "sched_inplace", "sched_pairwise", "sched_permuted_sendrecv",
+                 "tsp_ring", "tsp_brucks", "tsp_scattered"),
+    "alltoallv": ("sched_blocked", "sched_inplace", "tsp_scattered", "tsp_blocked",
+                  "tsp_inplace"),
+    "alltoallw": ("sched_blocked", "sched_inplace", "tsp_blocked", "tsp_inplace"),
+    "reduce": ("sched_smp", "sched_binomial", "sched_reduce_scatter_gather", "tsp_tree",
+               "tsp_ring"),
+    "allreduce": ("sched_naive", "sched_smp", "sched_recursive_doubling",
+                  "sched_reduce_scatter_allgather", "tsp_recexch_single_buffer",
+                  "tsp_recexch_multiple_buffer", "tsp_tree", "tsp_ring",
+                  "tsp_recexch_reduce_scatter_recexch_allgatherv"),
+    "reduce_scatter": ("sched_noncommutative", "sched_recursive_doubling", "sched_pairwise",
+                       "sched_recursive_halving", "tsp_recexch"),
+    "reduce_scatter_block": ("sched_noncommutative", "sched_recursive_doubling",
+                             "sched_pairwise", "sched_recursive_halving", "tsp_recexch"),
+    "scan": ("sched_smp", "sched_recursive_doubling", "tsp_recursive_doubling"),
+    "exscan": ("sched_recursive_doubling",),
+}
+
+#: Open MPI 5 coll/libnbc: collective -> {ID: name} of ``coll_libnbc_i<coll>_algorithm``.
+OMPI_NB: dict[str, dict[int, str]] = {
+    "allgather": {1: "linear", 2: "recursive_doubling"},
+    "allreduce": {1: "ring", 2: "binomial", 3: "rabenseifner", 4: "recursive_doubling"},
+    "bcast": {1: "linear", 2: "binomial", 3: "chain", 4: "knomial"},
+    "exscan": {1: "linear", 2: "recursive_doubling"},
+    "reduce": {1: "chain", 2: "binomial", 3: "rabenseifner"},
+    "scan": {1: "linear", 2: "recursive_doubling"},
 }
 
 #: Open MPI 5 coll/tuned: collective -> {ID: name} of ``coll_tuned_<coll>_algorithm``.
@@ -186,15 +236,21 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 }
 
 
-def twin(collective: str, p2p_name: str, library: str) -> str | None:
+def twin(collective: str, p2p_name: str, library: str, nonblocking: bool = False
+         ) -> str | None:
     """The native name of p2p algorithm ``p2p_name``'s twin in ``library`` (``"mpich"`` or
-    ``"openmpi"``: the Open MPI tuned name, whose ID :data:`OMPI` gives); None if none."""
+    ``"openmpi"``: the Open MPI tuned name, whose ID :data:`OMPI` gives); None if none.  With
+    ``nonblocking``, the I-form's: MPICH's ``sched_<name>`` (else ``tsp_<name>``) of
+    :data:`MPICH_NB`, Open MPI's libnbc algorithm of the same name (:data:`OMPI_NB`)."""
     mpich, ompi = TWINS.get((collective, p2p_name), (None, None))
+    name = mpich if library == "mpich" else OMPI[collective][ompi] \
+        if library == "openmpi" and ompi is not None else None
+    if name is None or not nonblocking:
+        return name
     if library == "mpich":
-        return mpich
-    if library == "openmpi" and ompi is not None:
-        return OMPI[collective][ompi]
-    return None
+        return next((f"{k}_{name}" for k in ("sched", "tsp")
+                     if f"{k}_{name}" in MPICH_NB.get(collective, ())), None)
+    return name if name in OMPI_NB.get(collective, {}).values() else None
 
 
 def p2p_twin(collective: str, native_name: str, library: str) -> str | None:

@@ -373,7 +373,8 @@ class _Stderr:
             sys.stderr.write("".join(rest))
 
 
-def _forced_ran(comm: Any, case: Case, name: str, text: str) -> dict[str, Any]:
+def _forced_ran(comm: Any, case: Case, name: str, text: str, nonblocking: bool = False
+                ) -> dict[str, Any]:
     """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm
     (the same on every rank).
 
@@ -383,14 +384,19 @@ def _forced_ran(comm: Any, case: Case, name: str, text: str) -> dict[str, Any]:
     with ``MPIR_CVAR_DEVICE_COLLECTIVES=none`` no device algorithm can replace it silently.
     Open MPI: tuned calls the forced ID's coll/base function unconditionally; that function
     runs another algorithm, silently, where :func:`mpicoll.algorithms.twins.ompi_ran` says."""
-    from ..algorithms.twins import OMPI, ompi_ran
-    from .launcher import fallback_message, library
+    from ..algorithms.twins import ompi_ran
+    from .launcher import fallback_message, library, ompi_id
 
     coll = case.collective
-    said = [m for m in comm.allgather(fallback_message(text, coll)) if m]
+    said = [m for m in comm.allgather(fallback_message(text, coll, nonblocking)) if m]
     kind = library()[0]
+    if kind == "openmpi" and nonblocking:
+        return {"native_ran": None,
+                "native_ran_evidence": f"unknown: Open MPI: coll_libnbc_i{coll}_algorithm="
+                                       f"{ompi_id(coll, name, True)} forced; libnbc does not "
+                                       "say whether it ran, and its fallbacks are not tabulated"}
     if kind == "openmpi":
-        ident = next(i for i, v in OMPI[coll].items() if v == name)
+        ident = ompi_id(coll, name)
         count = case.count // _dtypes.per_element(case.dtype)
         ran, why = ompi_ran(coll, name, case.size, count, case.op != "noncomm")
         forced = f"coll_tuned_{coll}_algorithm={ident} under coll_tuned_use_dynamic_rules=1"
@@ -481,7 +487,8 @@ def _bench_collective(
                 if impl.kind == "native" and native_label is not None:
                     with _Stderr() as err:
                         status, detail = run_checked(comm, fn, plan.nonblocking)
-                    rec.update(_forced_ran(comm, case, native_label, err.text))
+                    rec.update(_forced_ran(comm, case, native_label, err.text,
+                                               plan.nonblocking))
                 else:
                     status, detail = run_checked(comm, fn, plan.nonblocking)
                 guard.settle(status, detail, f"bench {label}", native=impl.kind == "native")
@@ -671,13 +678,14 @@ def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
     if not names and label is None:
         return p
     kind, version = library()
-    known = sorted({n for c in colls for n in native_names(kind, c)})
+    known = sorted({n for c in colls for n in native_names(kind, c, args.nonblocking)})
     if kind == "other":
         error(f"argument --native-algorithms: {version}: forcing its algorithms is supported "
               "for MPICH and Open MPI only")
     for n in names if names != ["all"] else []:
         if n not in known:
-            error(f"argument --native-algorithms: unknown {kind} algorithm {n!r} for "
+            error(f"argument --native-algorithms: unknown {kind} "
+                  f"{'non-blocking ' if args.nonblocking else ''}algorithm {n!r} for "
                   f"{', '.join(colls)} (choose from all, {', '.join(known)})")
     if label is not None:
         if label not in known:
@@ -687,9 +695,8 @@ def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
         error("argument --native-algorithms: bench starts one mpiexec per configuration "
               "itself: run it without mpiexec (python -m mpicoll bench --native-algorithms "
               "... -n P)")
-    if args.nonblocking or getattr(args, "persistent", False):
-        error("argument --native-algorithms: not with --nonblocking or --persistent yet "
-              "(those force MPIR_CVAR_I<COLL>_INTRA_ALGORITHM, not done)")
+    if getattr(args, "persistent", False):
+        error("argument --native-algorithms: not with --persistent yet")
     args.np = 4 if args.np is None else args.np
     if args.np < 1:
         error("argument -n/--np: must be >= 1")
@@ -832,7 +839,7 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     kind, version = launcher.library()
     configs = [launcher.Config("default"),
                *launcher.native_configs(kind, plan.collectives, args.native_algorithms,
-                                        p=args.np)]
+                                        p=args.np, nonblocking=plan.nonblocking)]
     progress = Progress(not args.quiet)
     child = _child_args(argv)
     launches = launcher.run(configs, args.np, child, timeout=args.launch_timeout,
@@ -901,7 +908,7 @@ def same_algorithm_ratios(records: Sequence[dict[str, Any]], kind: str) -> list[
         for lab, r in row.items():
             if r["backend"] != "p2p" or not r["algorithm"] or r["algorithm"] == "auto":
                 continue
-            name = twin(coll, r["algorithm"], kind)
+            name = twin(coll, r["algorithm"], kind, bool(r.get("nonblocking")))
             nat = row.get(f"native:{name}") if name else None
             if nat is None or nat["time_us"]["median"] <= 0:
                 continue

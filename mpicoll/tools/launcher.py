@@ -61,6 +61,7 @@ __all__ = [
     "mpiexec",
     "native_configs",
     "native_names",
+    "ompi_id",
     "ompi_selection",
     "run",
 ]
@@ -122,32 +123,43 @@ def library() -> tuple[str, str]:
     return "other", first.strip()
 
 
-def native_names(kind: str, collective: str) -> list[str]:
-    """The library's forceable algorithms of ``collective`` (empty for an unknown library)."""
-    from ..algorithms.twins import MPICH, OMPI
+def native_names(kind: str, collective: str, nonblocking: bool = False) -> list[str]:
+    """The library's forceable algorithms of ``collective`` (its I-form's with
+    ``nonblocking``; empty for an unknown library)."""
+    from ..algorithms.twins import MPICH, MPICH_NB, OMPI, OMPI_NB
 
     if kind == "mpich":
-        return list(MPICH.get(collective, ()))
+        return list((MPICH_NB if nonblocking else MPICH).get(collective, ()))
     if kind == "openmpi":
-        return list(OMPI.get(collective, {}).values())
+        return list((OMPI_NB if nonblocking else OMPI).get(collective, {}).values())
     return []
 
 
+def ompi_id(collective: str, name: str, nonblocking: bool = False) -> int:
+    """Open MPI's ID of algorithm ``name`` (tuned's, or libnbc's for the I-form)."""
+    from ..algorithms.twins import OMPI, OMPI_NB
+
+    table = (OMPI_NB if nonblocking else OMPI)[collective]
+    return next(i for i, v in table.items() if v == name)
+
+
 def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
-                   p: int | None = None) -> list[Config]:
+                   p: int | None = None, nonblocking: bool = False) -> list[Config]:
     """One configuration per native algorithm name, forcing it for every collective in
     ``collectives`` that has it (``names``: the names to force; ``["all"]`` every one).
     With ``p``, an Open MPI algorithm that fails at every call at P = ``p`` (``two_proc``
-    at P != 2: :data:`mpicoll.algorithms.twins.OMPI_FALLBACKS`) is left out."""
-    from ..algorithms.twins import OMPI, OMPI_FALLBACKS
+    at P != 2: :data:`mpicoll.algorithms.twins.OMPI_FALLBACKS`) is left out.  With
+    ``nonblocking``: the I-forms' algorithms (MPICH ``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM``,
+    Open MPI ``coll_libnbc_i<coll>_algorithm``)."""
+    from ..algorithms.twins import OMPI_FALLBACKS
 
     order: list[str] = []
     colls: dict[str, list[str]] = {}
     for c in collectives:
-        for n in native_names(kind, c):
+        for n in native_names(kind, c, nonblocking):
             if names != ["all"] and n not in names:
                 continue
-            rule = OMPI_FALLBACKS.get((c, n)) if kind == "openmpi" else None
+            rule = OMPI_FALLBACKS.get((c, n)) if kind == "openmpi" and not nonblocking else None
             if p is not None and rule is not None and rule[1] is None and rule[0](p, 1, True):
                 continue
             if n not in colls:
@@ -159,14 +171,18 @@ def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
         if kind == "mpich":
             cfg.env = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none",
                        "MPIR_CVAR_COLLECTIVE_FALLBACK": "print"}
+            i = "I" if nonblocking else ""
             for c in colls[n]:
-                cfg.env[f"MPIR_CVAR_{c.upper()}_INTRA_ALGORITHM"] = n
+                cfg.env[f"MPIR_CVAR_{i}{c.upper()}_INTRA_ALGORITHM"] = n
+        elif nonblocking:
+            cfg.flags = ["--mca", "coll", OMPI_EXCLUDE, "--mca", "coll_base_verbose", "9"]
+            for c in colls[n]:
+                cfg.flags += ["--mca", f"coll_libnbc_i{c}_algorithm", str(ompi_id(c, n, True))]
         else:
             cfg.flags = ["--mca", "coll", OMPI_EXCLUDE, "--mca", "coll_base_verbose", "9",
                          "--mca", "coll_tuned_use_dynamic_rules", "1"]
             for c in colls[n]:
-                ident = next(i for i, v in OMPI[c].items() if v == n)
-                cfg.flags += ["--mca", f"coll_tuned_{c}_algorithm", str(ident)]
+                cfg.flags += ["--mca", f"coll_tuned_{c}_algorithm", str(ompi_id(c, n))]
         out.append(cfg)
     return out
 
@@ -197,12 +213,14 @@ def ompi_selection(text: str) -> str | None:
 _FALLBACK = re.compile(r"^\s*(\w+) (\w+) cannot be applied", re.MULTILINE)
 
 
-def fallback_message(text: str, collective: str) -> str | None:
-    """MPICH's line saying a forced algorithm of ``collective`` could not run (with
+def fallback_message(text: str, collective: str, nonblocking: bool = False) -> str | None:
+    """MPICH's line saying a forced algorithm of ``collective`` (its I-form with
+    ``nonblocking``: "Iallreduce ...") could not run (with
     ``MPIR_CVAR_COLLECTIVE_FALLBACK=print``), found in captured stderr ``text``; None if none."""
+    i = "i" if nonblocking else ""
     for m in _FALLBACK.finditer(text):
-        if m.group(1).lower() == collective.replace("_", "").lower() or \
-                m.group(1).lower() == collective.lower():
+        if m.group(1).lower() in (i + collective.replace("_", "").lower(),
+                                  i + collective.lower()):
             return m.group(0).strip()
     return None
 

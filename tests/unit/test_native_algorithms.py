@@ -147,7 +147,8 @@ def test_merge_and_ratios() -> None:
     (["--native-algorithms", "no_such", "-c", "allreduce"], "unknown"),
     (["-n", "4", "-c", "allreduce"], "only with --native-algorithms"),
     (["--native-algorithms", "all", "-n", "0", "-c", "allreduce"], "must be >= 1"),
-    (["--native-algorithms", "all", "--nonblocking", "-c", "allreduce"], "not with"),
+    (["--native-algorithms", "all", "--persistent", "-c", "allreduce"], "not with"),
+    (["--native-algorithms", "ring", "--nonblocking", "-c", "allreduce"], "unknown"),
 ])
 def test_option_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
                         ) -> None:
@@ -228,6 +229,74 @@ def test_forced_algorithms_ran_in_bench(tmp_path: Path) -> None:
         assert all("tuned serves the forced collective" in str(e) for e in evidence), evidence
     else:
         assert evidence == [None, None, None]
+
+
+def test_nonblocking_tables_and_configs() -> None:
+    """The I-forms: MPICH's MPIR_CVAR_I<COLL>_INTRA_ALGORITHM, Open MPI's libnbc IDs; the
+    twins of the I-forms (sched_ before tsp_)."""
+    (cfg,) = launch.native_configs("mpich", ["allreduce"], ["tsp_ring"], nonblocking=True)
+    assert cfg.env["MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM"] == "tsp_ring"
+    assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM" not in cfg.env
+    assert [c.native for c in launch.native_configs("mpich", ["exscan"], ["all"],
+                                                    nonblocking=True)] == \
+        ["sched_recursive_doubling"]
+    (cfg,) = launch.native_configs("openmpi", ["allreduce", "bcast"], ["binomial"],
+                                   nonblocking=True)
+    assert cfg.flags[-4:] == ["--mca", "coll_libnbc_iallreduce_algorithm", "2",
+                              "--mca", "coll_libnbc_ibcast_algorithm", "2"][-4:]
+    assert "coll_tuned_use_dynamic_rules" not in cfg.flags
+    assert set(twins.MPICH_NB) == set(twins.MPICH)
+    assert twins.twin("allgather", "ring", "mpich", nonblocking=True) == "sched_ring"
+    assert twins.twin("allreduce", "ring", "mpich", nonblocking=True) == "tsp_ring"
+    assert twins.twin("allreduce", "ring", "openmpi", nonblocking=True) == "ring"
+    assert twins.twin("alltoall", "pairwise", "openmpi", nonblocking=True) is None
+    text = "Iallreduce tsp_ring cannot be applied.\n"
+    assert launch.fallback_message(text, "allreduce", nonblocking=True) == \
+        "Iallreduce tsp_ring cannot be applied"
+    assert launch.fallback_message(text, "allreduce") is None
+
+
+_NB_NAMES = {"mpich": ("sched_reduce_scatter_allgather", "sched_ring"),
+             "openmpi": ("rabenseifner", "recursive_doubling")}
+
+
+@pytest.mark.skipif(LAUNCHER is None or KIND not in _NB_NAMES,
+                    reason="no mpiexec, or a library mpicoll cannot force")
+def test_forced_nonblocking_algorithms_in_bench(tmp_path: Path) -> None:
+    """``bench --nonblocking --native-algorithms`` at P = 4: the I-form's forced algorithm
+    ran (MPICH: no "Iallreduce ... cannot be applied" notice where it applies, the notice at
+    1 and 2 elements, where sched_reduce_scatter_allgather cannot run); Open MPI: libnbc
+    forced, right results, native_ran unknown (libnbc does not say); the JSON validates."""
+    allreduce, allgather = _NB_NAMES[KIND]
+    out = tmp_path / "nb.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "mpicoll", "bench", "--nonblocking", "--native-algorithms",
+         allreduce, allgather, "-n", "4", "-c", "allreduce,allgather", "-a", "ring",
+         "-m", "8:64", "-i", "2", "-x", "1", "--json", str(out), "-q"],
+        capture_output=True, text=True, timeout=TIMEOUT, env=job_env(), check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert bench.validate(doc) == []
+    forced = [x for x in doc["results"] if x.get("native_algorithm")]
+    assert {(x["collective"], x["native_algorithm"]) for x in forced} == {
+        (c, n) for c in ("allreduce", "allgather") for n in (allreduce, allgather)
+        if n in launch.native_names(KIND, c, nonblocking=True)}
+    for x in forced:
+        assert x["status"] == "ok", x
+        assert x["nonblocking"] is True
+        if KIND == "openmpi":
+            assert x["native_ran"] is None, x
+            assert "coll_libnbc_i" in x["native_ran_evidence"]
+        elif x["native_algorithm"] == allreduce and x["count"] < 4:
+            assert x["native_ran"] == "auto", x
+            assert "Iallreduce sched_reduce_scatter_allgather cannot be applied" in \
+                x["native_ran_evidence"]
+        else:
+            assert x["native_ran"] == x["native_algorithm"], x
+    if KIND == "mpich":
+        pairs = {(x["collective"], x["p2p"], x["native"])
+                 for x in doc["native_algorithms"]["ratios"]}
+        assert pairs == {("allgather", "ring", "native:sched_ring")}
 
 
 # ---- one forced algorithm per collective, in a child launch of plain mpi4py -------------------
