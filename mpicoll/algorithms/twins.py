@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["MPICH", "MPICH_NB", "OMPI", "OMPI_NB", "OMPI_FALLBACKS", "TWINS", "ompi_ran", "p2p_twin", "twin"]
+__all__ = ["MPICH", "MPICH_NB", "OMPI", "OMPI_FALLBACKS", "OMPI_NB", "TWINS", "ompi_ran",
+           "p2p_twin", "twin"]
 
 #: MPICH: collective -> forceable ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM`` values (blocking, intra).
 MPICH: dict[str, tuple[str, ...]] = {
