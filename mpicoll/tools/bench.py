@@ -85,6 +85,7 @@ from .harness import (
     CallGuard,
     Plan,
     Progress,
+    Stderr,
     consensus,
     describe_error,
     make_backends,
@@ -345,34 +346,6 @@ def bench_collective(
             guard.Free()
 
 
-class _Stderr:
-    """Captures what is written on file descriptor 2 (the MPI library's C ``stderr`` too)
-    inside the ``with`` block, in :attr:`text`; lines that are not MPICH's fallback notice
-    are written to stderr again afterwards."""
-
-    def __enter__(self) -> _Stderr:
-        import tempfile
-
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
-        self.text = ""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stderr.flush()
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._file.seek(0)
-        self.text = self._file.read().decode(errors="replace")
-        self._file.close()
-        rest = [ln for ln in self.text.splitlines(keepends=True)
-                if "cannot be applied" not in ln and "not usable for the provided" not in ln]
-        if rest:
-            sys.stderr.write("".join(rest))
-
-
 def _forced_ran(comm: Any, case: Case, name: str, text: str, nonblocking: bool = False
                 ) -> dict[str, Any]:
     """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm
@@ -485,7 +458,7 @@ def _bench_collective(
                 # ---- check (outside timing) -------------------------------------------------
                 case.reset()
                 if impl.kind == "native" and native_label is not None:
-                    with _Stderr() as err:
+                    with Stderr() as err:
                         status, detail = run_checked(comm, fn, plan.nonblocking)
                     rec.update(_forced_ran(comm, case, native_label, err.text,
                                                plan.nonblocking))

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,8 @@ class Config:
     flags: list[str] = field(default_factory=list)
     native: str | None = None
     collectives: list[str] = field(default_factory=list)
+    #: the I-form's algorithm is forced (``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM``, libnbc)
+    nonblocking: bool = False
 
     def setting(self) -> str:
         """The settings as a user would type them: ``VAR=value ... --mca k v``."""
@@ -167,7 +169,7 @@ def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
             colls.setdefault(n, []).append(c)
     out = []
     for n in order:
-        cfg = Config(f"native:{n}", native=n, collectives=colls[n])
+        cfg = Config(f"native:{n}", native=n, collectives=colls[n], nonblocking=nonblocking)
         if kind == "mpich":
             cfg.env = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none",
                        "MPIR_CVAR_COLLECTIVE_FALLBACK": "print"}
@@ -257,14 +259,16 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
         timeout: float = 600.0, budget: float = 0.0,
-        progress: Any = None) -> list[Launch]:
-    """Launch ``mpicoll bench BENCH_ARGS --json PART`` on ``p`` ranks once per configuration.
+        progress: Any = None, command: str = "bench",
+        extra: Callable[[Config], list[str]] | None = None) -> list[Launch]:
+    """Launch ``mpicoll COMMAND BENCH_ARGS --json PART`` on ``p`` ranks once per configuration.
 
     Each launch runs under ``timeout`` seconds (killed past it: status 124); ``budget`` > 0
     caps the total: a configuration not started when it is spent is not run (status None is
     not used: it gets status 125 and no document).  ``progress(text)`` is called before each.
     A configuration with ``native`` set gets ``--native-label NAME -a none -c ITS_COLLS``
-    (its native column only)."""
+    (its native column only); ``extra(cfg)``, when given, gives those arguments instead
+    (``verify``'s)."""
     start = time.monotonic()
     launches = []
     with tempfile.TemporaryDirectory(prefix="mpicoll-launch-") as tmp:
@@ -274,14 +278,16 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
                 continue
             part = Path(tmp) / f"part{k}.json"
             args = list(bench_args)
-            if cfg.native is not None:
+            if extra is not None:
+                args += extra(cfg)
+            elif cfg.native is not None:
                 args += ["--native-label", cfg.native, "-a", "none",
                          "-c", ",".join(cfg.collectives)]
             cmd = [*mpiexec(), *cfg.flags, "-n", str(p), sys.executable, "-m", "mpicoll",
-                   "bench", *args, "--json", str(part), "-q"]
+                   command, *args, "--json", str(part), "-q"]
             if progress is not None:
-                progress(f"[mpicoll bench] launch {k + 1}/{len(configs)}: {cfg.name} "
-                         f"({cfg.setting()})")
+                progress(f"[mpicoll {command}] P = {p}: launch {k + 1}/{len(configs)}: "
+                         f"{cfg.name} ({cfg.setting()})")
             t0 = time.monotonic()
             try:
                 res = subprocess.run(cmd, env=_env(cfg.env), capture_output=True, text=True,
