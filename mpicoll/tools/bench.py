@@ -538,6 +538,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="time the I-forms and report communication/computation overlap (OSU, IMB-NBC)",
     )
     g.add_argument(
+        "--objects", action="store_true",
+        help="time the lower-case object methods instead (allreduce(1.5), bcast(dict), "
+        "gather(3), allgather(rank), alltoall(list), barrier()) for mpi4py, native and the -a "
+        "p2p algorithms, of the -c collectives that have one (docs/bench.md#objects)",
+    )
+    g.add_argument(
         "--persistent", action="store_true",
         help="also time each implementation's persistent form (Allreduce_init, ...: Start + "
         "Wait), in a column X:init beside X",
@@ -628,6 +634,15 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     persistent = bool(getattr(args, "persistent", False))
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")
+    if getattr(args, "objects", False):
+        for other, given in (("--nonblocking", args.nonblocking), ("--persistent", persistent),
+                             ("--native-algorithms", getattr(args, "native_algorithms", None)),
+                             ("--pattern", getattr(args, "pattern", None) not in (None, ["numpy"]))):
+            if given:
+                error(f"argument --objects: not with {other}")
+        if not any(c in OBJECT_CALLS for c in colls):
+            error(f"argument --objects: none of {', '.join(colls)} has an object call "
+                  f"(choose from {', '.join(OBJECT_CALLS)})")
     budget = args.time_budget
     if budget is None and args.iterations is None:
         budget = DEFAULT_TIME_BUDGET
@@ -738,7 +753,16 @@ def run(
     plain = comm.Dup() if label is None else None
     skipped: list[dict[str, Any]] = []
     try:
-        for coll in plan.collectives:
+        for coll in plan.collectives if getattr(args, "objects", False) else ():
+            if coll not in OBJECT_CALLS:
+                continue
+            recs = bench_objects(comm, plan, coll, native, p2p, plain, progress)
+            all_records += recs
+            progress.clear()
+            if rank == 0:
+                out.write(format_objects(coll, recs) + "\n")
+                out.flush()
+        for coll in plan.collectives if not getattr(args, "objects", False) else ():
             for pattern in plan.patterns:
                 adapted = adapt(pattern, coll, plan.dtype, plan.op, coll in _cases.REDUCTIONS)
                 if adapted.skip:  # the same verdict on every rank (the command line's)
@@ -775,6 +799,108 @@ def run(
     return 1 if wrong else 0
 
 
+
+
+#: ``--objects``: collective -> (the call as text, ``make(rank, p)`` -> its arguments, root).
+OBJECT_CALLS: dict[str, tuple[str, Callable[[int, int], tuple[Any, ...]], int | None]] = {
+    "allreduce": ("allreduce(1.5)", lambda r, p: (1.5,), None),
+    "bcast": ("bcast(dict)", lambda r, p: ({"step": 7, "lr": 0.5, "name": "run", "ids": [1, 2]}
+                                           if r == 0 else None,), 0),
+    "gather": ("gather(3)", lambda r, p: (3,), 0),
+    "allgather": ("allgather(rank)", lambda r, p: (r,), None),
+    "alltoall": ("alltoall(list)", lambda r, p: ([r * p + j for j in range(p)],), None),
+    "barrier": ("barrier()", lambda r, p: (), None),
+}
+
+
+def bench_objects(comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, plain: Any,
+                  progress: Progress) -> list[dict[str, Any]]:
+    """``--objects``: time the lower-case object call of ``coll`` (:data:`OBJECT_CALLS`) on
+    plain mpi4py (a duplicate of ``comm``), the native backend and each ``-a`` p2p algorithm
+    (``algorithm=``; ``auto``: none), each checked first against mpi4py's return value on
+    every rank (``WRONG`` and not timed where any rank differs).  One record each, pattern
+    ``object``; ``size_bytes`` is the pickled size of this rank 0's argument."""
+    import pickle
+
+    from ..algorithms.registry import RestrictionError
+
+    text, make, root = OBJECT_CALLS[coll]
+    p, rank = comm.Get_size(), comm.Get_rank()
+    args = make(rank, p)
+    kw = {} if root is None else {"root": root}
+    size = len(pickle.dumps(args[0] if args else None)) if coll != "barrier" else 0
+    size = comm.bcast(size, root=0)
+    impls: list[tuple[str, str, Any, str | None]] = [("mpi4py", "mpi4py", plain, None),
+                                                     ("native", "native", native, None)]
+    if p2p is not None:
+        impls += [(a, "p2p", p2p, a) for a in algorithms_of(coll, plan.algorithms)]
+    want = getattr(plain, coll)(*args, **kw)
+    records = []
+    for label, kind, backend, alg in impls:
+        rec: dict[str, Any] = {
+            "collective": coll, "pattern": "object", "object_call": text,
+            "implementation": label, "backend": kind, "algorithm": alg, "auto_choice": None,
+            "size_bytes": size, "count": 1, "dtype": "object",
+            "op": "sum" if coll == "allreduce" else None, "root": root, "in_place": False,
+            "nonblocking": False, "persistent": False, "status": "ok", "check": None,
+            "reason": None, "wrong_rank": None, "iterations": None, "warmup": None,
+            "time_us": None, "algbw_gbps": None, "busbw_gbps": None,
+            "busbw_factor": busbw_factor(coll, p), "predicted_us": None,
+            "measured_over_predicted": None}
+        extra = {} if kind != "p2p" or alg in (None, "auto") else {"algorithm": alg}
+        method = getattr(backend, coll)
+
+        def fn(method: Any = method, extra: dict[str, Any] = extra) -> Any:
+            return method(*args, **kw, **extra)
+
+        progress.show(f"[mpicoll bench] {text} {label}")
+        WATCHDOG.arm(plan.timeout, f"bench {text} {label}")
+        try:
+            na = None
+            try:
+                got, err = fn(), None
+            except (RestrictionError, ValueError) as exc:  # refused before any message
+                got, err, na = None, describe_error(exc), str(exc)
+            except Exception as exc:  # an implementation's own error: reported, not timed
+                got, err = None, describe_error(exc)
+            bad = comm.allgather(err if err else None if got == want else
+                                 f"got {got!r}, expected {want!r}")
+            first = next((k for k, b in enumerate(bad) if b), None)
+            if na is not None and all(b is not None for b in bad):
+                rec.update(status="n/a", reason=na)
+            elif first is not None:
+                rec.update(status="error" if err else "wrong", check="mpi4py",
+                           reason=bad[first], wrong_rank=first)
+            else:
+                rec["check"] = "mpi4py"
+                rec.update(measure_blocking(comm, fn, plan.settings))
+        finally:
+            WATCHDOG.disarm()
+        records.append(rec)
+    return records
+
+
+def format_objects(coll: str, records: Sequence[dict[str, Any]]) -> str:
+    """``--objects``: one row per implementation: median, min and max time (us), and its
+    ratio to mpi4py's median."""
+    text = records[0]["object_call"]
+    base = next((r["time_us"]["median"] for r in records
+                 if r["implementation"] == "mpi4py" and r["time_us"]), None)
+    lines = [f"# {text}: {records[0]['size_bytes']} bytes pickled; the lower-case object "
+             "method, checked against mpi4py's result on every rank",
+             f"# {'implementation':<20} {'check':>6} {'median':>10} {'min':>10} {'max':>10} "
+             f"{'/mpi4py':>8}",
+             f"# {'':<20} {'':>6} {'(us)':>10} {'(us)':>10} {'(us)':>10} {'(x)':>8}"]
+    for r in records:
+        t = r["time_us"]
+        if t is None:
+            lines.append(f"  {r['implementation']:<20} {r['status'].upper():>6}  "
+                         f"{str(r['reason'])[:150]}")
+            continue
+        ratio = f"{t['median'] / base:.2f}" if base else "-"
+        lines.append(f"  {r['implementation']:<20} {'ok':>6} {t['median']:>10.2f} "
+                     f"{t['min']:>10.2f} {t['max']:>10.2f} {ratio:>8}")
+    return "\n".join(lines) + "\n"
 
 
 def _child_args(argv: Sequence[str]) -> list[str]:
