@@ -635,9 +635,10 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")
     if getattr(args, "objects", False):
+        pattern_given = getattr(args, "pattern", None) not in (None, ["numpy"])
         for other, given in (("--nonblocking", args.nonblocking), ("--persistent", persistent),
                              ("--native-algorithms", getattr(args, "native_algorithms", None)),
-                             ("--pattern", getattr(args, "pattern", None) not in (None, ["numpy"]))):
+                             ("--pattern", pattern_given)):
             if given:
                 error(f"argument --objects: not with {other}")
         if not any(c in OBJECT_CALLS for c in colls):
