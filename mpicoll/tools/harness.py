@@ -227,9 +227,15 @@ class Stderr:
     inside the ``with`` block, in :attr:`text`; lines that are not MPICH's fallback notice
     are written to stderr again afterwards."""
 
+    def __init__(self, path: str | None = None) -> None:
+        #: where the capture goes (None: an anonymous temporary file); a named file outlives a
+        #: process that dies inside the block (an MPI library's abort), so a parent can read
+        #: what the library said
+        self.path = path
+
     def __enter__(self) -> Stderr:
         sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
+        self._file = open(self.path, "w+b") if self.path else tempfile.TemporaryFile()
         self._saved = os.dup(2)
         os.dup2(self._file.fileno(), 2)
         self.text = ""
@@ -242,6 +248,8 @@ class Stderr:
         self._file.seek(0)
         self.text = self._file.read().decode(errors="replace")
         self._file.close()
+        if self.path:
+            os.unlink(self.path)
         rest = [ln for ln in self.text.splitlines(keepends=True)
                 if "cannot be applied" not in ln and "not usable for the provided" not in ln]
         if rest:

@@ -108,6 +108,9 @@ class Launch:
     doc: dict[str, Any] | None
     output: str
     evidence: str | None = None
+    #: files the launch left beside its JSON part (``PART.rank<r>.current`` and ``.stderr``:
+    #: what verify's ranks were doing when the library killed them), by suffix
+    leftovers: dict[str, str] = field(default_factory=dict)
 
 
 def library() -> tuple[str, str]:
@@ -302,8 +305,10 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
             evidence = ompi_selection(output) if cfg.native is not None else None
             output = "".join(ln for ln in output.splitlines(keepends=True)
                              if "coll:base:comm_select" not in ln and "disqualifying" not in ln)
+            left = {f.name[len(part.name):]: f.read_text(errors="replace")
+                    for f in Path(tmp).glob(part.name + ".rank*")}
             launches.append(Launch(cfg, status, time.monotonic() - t0, doc, output[-4000:],
-                                   evidence))
+                                   evidence, left))
     return launches
 
 

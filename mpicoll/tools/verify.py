@@ -29,6 +29,7 @@ the backend and the error on stderr and aborts the job (non-zero exit status) af
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -295,12 +296,14 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
 def _check_case(
     comm: Any, case: Case, impls: list[str], native: Any, p2p: Any, forms: list[bool],
     timeout: float, guard: CallGuard, native_name: str = "native",
+    stderr_path: str | None = None,
 ) -> tuple[list[tuple[str, str, str, str | None]], Any, str | None]:
     """Run one case on every implementation and form.
 
     Every call is settled with ``guard`` (see :class:`mpicoll.tools.harness.CallGuard`).
     ``native_name``: the native implementation's label (``native:NAME`` in a forced launch,
-    whose native calls' stderr is captured for MPICH's fallback notice).
+    whose native calls' stderr is captured for MPICH's fallback notice, in ``stderr_path``
+    when given: the file stays if the library aborts the process inside the call).
 
     Returns:
         the local ``(impl, form, status, detail)`` verdicts, the native backend to use
@@ -325,7 +328,7 @@ def _check_case(
         try:
             case.reset()
             if native_name != "native":
-                with Stderr() as err:
+                with Stderr(stderr_path) as err:
                     status, detail = run_checked(comm, case.call(native, None, nb), nb)
                 notice = notice or fallback_message(err.text, case.collective, nb)
             else:
@@ -464,8 +467,12 @@ def run(
             impls = impls_of[coll] if p2p is not None else []
             for case in cases_of(plan, coll, p, rank):
                 progress.show(f"[mpicoll verify] {case.describe()}")
+                stderr_path = None
+                if label is not None and getattr(args, "json", None):
+                    stderr_path = _announce(args.json, case, forms[0])
                 local, native, notice = _check_case(comm, case, impls, native, p2p, forms,
-                                                    plan.timeout, guard, native_name)
+                                                    plan.timeout, guard, native_name,
+                                                    stderr_path)
                 # on the guard's communicator: a native call that failed may have left
                 # messages in flight on comm
                 per_rank = guard.comm.gather((local, notice), root=0)
@@ -505,6 +512,26 @@ def run(
                 {"P": p, "native": label, "form": args.native_form,
                  "outcomes": [asdict(o) for o in outcomes]}) + "\n")
     return 1 if rank == 0 and failed else 0
+
+
+def _announce(json_path: str, case: Case, nb: bool) -> str:
+    """A forced launch, before a case: write this rank's ``JSON.rank<r>.current`` (the case,
+    its shape and its reproducer part), so that the driver can report the case and rebuild
+    the call if the library kills the process inside it; returns the path under which the
+    native call's stderr is captured (``JSON.rank<r>.stderr``)."""
+    from .reproducer import rank_part, unsupported
+
+    base = f"{json_path}.rank{case.rank}"
+    info: dict[str, Any] = {"describe": case.describe(), "collective": case.collective,
+                            "count": case.count}
+    if case.problem() is None:
+        info["shape"] = _shape(case)
+        if unsupported(case) is None:
+            case.build()
+            case.reset()
+            info["part"] = rank_part(case, nb)
+    Path(base + ".current").write_text(json.dumps(info))
+    return base + ".stderr"
 
 
 def _shape(case: Case) -> dict[str, Any]:
@@ -577,6 +604,27 @@ def _child_args(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _died(res: dict[str, Any], cfg: Any) -> Outcome | None:
+    """A forced launch that wrote no results but left its ranks' ``.current`` files: the
+    case inside which the library killed the process, as a ``died`` outcome (what the ranks'
+    captured stderr says as its detail, every rank's reproducer part); None if it left none."""
+    left: dict[str, str] = res["left"]
+    current = {int(k.split(".")[1].removeprefix("rank")): json.loads(v)
+               for k, v in left.items() if k.endswith(".current")}
+    if not current:
+        return None
+    said = [v.strip() for k, v in sorted(left.items()) if k.endswith(".stderr") and v.strip()]
+    first = current[min(current)]
+    text = said[0] if said else res["output"].strip()[-400:]
+    detail = "the process died inside the call: " + " | ".join(
+        ln.strip() for ln in text.splitlines()[:2])
+    parts = [current[r].get("part") for r in sorted(current)]
+    return Outcome(first["collective"], f"native:{cfg.native}", first["count"], "died",
+                   first["describe"], detail, None,
+                   "nonblocking" if cfg.nonblocking else "blocking", None, first.get("shape"),
+                   parts if len(parts) == res["P"] and all(parts) else None)
+
+
 def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> int:
     """``verify --native-algorithms``: one launch per forced native algorithm, form and P
     (:mod:`.launcher`), each verifying ``native:NAME`` against the NumPy answer and p2p
@@ -602,10 +650,19 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     for p in args.np:
         configs = [c for nb in forms for c in launcher.native_configs(
             kind, plan.collectives, args.native_algorithms, p=p, nonblocking=nb)]
-        for ln in launcher.run(configs, p, child, timeout=args.launch_timeout,
-                               progress=progress.show, command="verify", extra=extra):
-            results.append({"P": p, "config": ln.config, "status": ln.status,
-                            "doc": ln.doc, "output": ln.output})
+        while configs:  # a launch the library killed: again for its collectives not reached
+            again = []
+            for ln in launcher.run(configs, p, child, timeout=args.launch_timeout,
+                                   progress=progress.show, command="verify", extra=extra):
+                res = {"P": p, "config": ln.config, "status": ln.status, "doc": ln.doc,
+                       "output": ln.output, "left": ln.leftovers}
+                results.append(res)
+                died = _died(res, ln.config) if ln.doc is None else None
+                colls = ln.config.collectives
+                if died is not None and died.collective in colls[:-1]:
+                    rest = colls[colls.index(died.collective) + 1:]
+                    again.append(dataclasses.replace(ln.config, collectives=rest))
+            configs = again
     progress.clear()
     out.write(f"# mpicoll verify --native-algorithms: {version} ({kind}); P = "
               f"{' '.join(map(str, args.np))}; one launch per forced algorithm, form and P; "
@@ -619,9 +676,16 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
         cfg, p = res["config"], res["P"]
         form = "nonblocking" if cfg.nonblocking else "blocking"
         if res["doc"] is None:
-            bad_launches.append(res)
+            died = _died(res, cfg)
+            if died is None:
+                bad_launches.append(res)
             for c in cfg.collectives:
-                rows.setdefault((c, form, cfg.native), {})[p] = f"exit {res['status']}"
+                if died is None or c == died.collective:
+                    rows.setdefault((c, form, cfg.native), {})[p] = f"exit {res['status']}"
+            if died is not None:
+                rows[(died.collective, form, cfg.native)][p] = "DIED"
+                fails.setdefault((died.collective, form, cfg.native), []).append(
+                    (p, died, cfg))
             continue
         stats: dict[str, dict[str, int]] = {}
         for raw in res["doc"]["outcomes"]:
@@ -647,12 +711,14 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
         out.write(f"{c:<20}  {form:<11}  {alg:<{w}}" + "".join(
             f"{cells.get(p, '-'):>9}" for p in args.np) + "\n")
     out.write("# cell: ok = every applicable case right; Fk/n = k of n wrong or raising; * = "
-              "the library fell back to its own choice on some case (MPICH's notice)\n\n")
+              "the library fell back to its own choice on some case (MPICH's notice); DIED = "
+              "the library killed the launch inside a native call (its later cases not run); "
+              "exit N = the launch failed otherwise\n\n")
     repro_dir = Path(args.repro_dir)
     summary = []
     for key, lst in fails.items():
         c, form, alg = key
-        p, o, cfg = min(lst, key=lambda x: (x[0], x[1].count))
+        p, o, cfg = min(lst, key=lambda x: (x[0], x[1].count, x[1].status != "died"))
         shape = ", ".join(f"{k} {v}" for k, v in (o.case or {}).items())
         nb = " (non-blocking)" if form == "nonblocking" else ""
         out.write(f"FAIL {version}: {c}{nb} forced by {cfg.setting()}: {len(lst)} failing "
