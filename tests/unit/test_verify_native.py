@@ -120,3 +120,41 @@ def test_verify_native_algorithms_end_to_end(tmp_path: Path) -> None:
         assert set(cells) == {"2", "3"}
         assert all(v.rstrip("*") == "ok" for v in cells.values()), cells
     assert doc["failures"] == []
+
+
+@pytest.mark.skipif(LAUNCHER is None or KIND != "mpich" or "5.0.2" not in VERSION,
+                    reason="uses a bug of the mpich 5.0.2 wheel as its fixture")
+def test_verify_native_reports_a_library_abort(tmp_path: Path) -> None:
+    """MPICH 5.0.2's forced reduce_scatter ``noncommutative`` asserts equal recvcounts
+    (reduce_scatter_intra_noncommutative.c:48) instead of falling back, and aborts the
+    process: verify reports the case it died in (P = 2, counts [0, 1]) with MPICH's message,
+    launches the other collective of the configuration again (reduce_scatter_block passes),
+    and the reproducer, run with plain mpi4py and the same settings, aborts the same way."""
+    assert LAUNCHER is not None
+    out = tmp_path / "v.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "mpicoll", "verify", "--native-algorithms", "noncommutative",
+         "-n", "2", "-c", "reduce_scatter,reduce_scatter_block", "--counts", "0,1",
+         "--json", str(out), "--repro-dir", str(tmp_path / "r"), "-q"],
+        capture_output=True, text=True, timeout=400, env=job_env(), check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    rows = {x["collective"]: x["cells"]["2"] for x in doc["rows"]}
+    assert rows == {"reduce_scatter": "DIED", "reduce_scatter_block": "ok"}
+    (fail,) = doc["failures"]
+    assert fail["smallest"]["status"] == "died"
+    assert fail["smallest"]["case"]["counts"] == [0, 1]
+    assert "recvcounts[i] == recvcounts[i + 1]" in fail["smallest"]["detail"]
+    assert "MPIR_CVAR_REDUCE_SCATTER_INTRA_ALGORITHM=noncommutative" in fail["command"]
+    env = job_env()
+    env.update({"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_COLLECTIVE_FALLBACK": "print",
+                "MPIR_CVAR_REDUCE_SCATTER_INTRA_ALGORITHM": "noncommutative"})
+    rep = subprocess.run([*LAUNCHER, "-n", "2", sys.executable, fail["reproducer"]],
+                         capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert rep.returncode != 0
+    assert "recvcounts[i] == recvcounts[i + 1]" in rep.stdout + rep.stderr
+    plain = subprocess.run([*LAUNCHER, "-n", "2", sys.executable, fail["reproducer"]],
+                           capture_output=True, text=True, timeout=120, env=job_env(),
+                           check=False)
+    assert plain.returncode == 0, plain.stdout + plain.stderr  # MPICH's default: right
+    assert "all ranks right" in plain.stdout
