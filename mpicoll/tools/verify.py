@@ -671,6 +671,7 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     rows: dict[tuple[str, str, str], dict[int, str]] = {}
     fails: dict[tuple[str, str, str], list[tuple[int, Outcome, launcher.Config]]] = {}
     fell: dict[tuple[str, str, str], list[str]] = {}
+    cross: dict[tuple[int, str, str], list[str]] = {}  # p2p verdicts on the same inputs
     bad_launches = []
     for res in results:
         cfg, p = res["config"], res["P"]
@@ -691,6 +692,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
         for raw in res["doc"]["outcomes"]:
             o = Outcome(**raw)
             if o.implementation != f"native:{cfg.native}":
+                cross.setdefault((p, o.describe, o.form), []).append(
+                    f"{o.implementation} {o.status}")
                 continue
             key = (o.collective, form, cfg.native)
             st = stats.setdefault(o.collective, {})
@@ -727,6 +730,9 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
         if o.notice:
             out.write(f"  (the library fell back to its own choice here: {o.notice!r}: the "
                       "wrong result is its default algorithm's)\n")
+        if (p, o.describe, o.form) in cross:
+            out.write(f"  p2p on the same inputs: {', '.join(cross[(p, o.describe, o.form)])}"
+                      "\n")
         entry = {"collective": c, "form": form, "algorithm": alg, "library": version,
                  "setting": cfg.setting(), "failing_cases": len(lst), "smallest": asdict(o),
                  "reproducer": None, "command": None}
