@@ -148,7 +148,8 @@ def test_merge_and_ratios() -> None:
     (["-n", "4", "-c", "allreduce"], "only with --native-algorithms"),
     (["--native-algorithms", "all", "-n", "0", "-c", "allreduce"], "must be >= 1"),
     (["--native-algorithms", "all", "--persistent", "-c", "allreduce"], "not with"),
-    (["--native-algorithms", "ring", "--nonblocking", "-c", "allreduce"], "unknown"),
+    (["--native-algorithms", "recursive_multiplying", "--nonblocking", "-c", "allreduce"],
+     "unknown"),
 ])
 def test_option_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
                         ) -> None:
