@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -530,7 +531,8 @@ def _announce(json_path: str, case: Case, nb: bool) -> str:
             case.build()
             case.reset()
             info["part"] = rank_part(case, nb)
-    Path(base + ".current").write_text(json.dumps(info))
+    Path(base + ".tmp").write_text(json.dumps(info))
+    os.replace(base + ".tmp", base + ".current")  # whole or absent, should the job be killed
     return base + ".stderr"
 
 
@@ -609,8 +611,13 @@ def _died(res: dict[str, Any], cfg: Any) -> Outcome | None:
     case inside which the library killed the process, as a ``died`` outcome (what the ranks'
     captured stderr says as its detail, every rank's reproducer part); None if it left none."""
     left: dict[str, str] = res["left"]
-    current = {int(k.split(".")[1].removeprefix("rank")): json.loads(v)
-               for k, v in left.items() if k.endswith(".current")}
+    current: dict[int, dict[str, Any]] = {}
+    for k, v in left.items():
+        if k.endswith(".current"):
+            try:
+                current[int(k.split(".")[1].removeprefix("rank"))] = json.loads(v)
+            except ValueError:  # unreadable: that rank's part is missing
+                continue
     if not current:
         return None
     said = [v.strip() for k, v in sorted(left.items()) if k.endswith(".stderr") and v.strip()]
