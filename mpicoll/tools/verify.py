@@ -625,11 +625,12 @@ def _died(res: dict[str, Any], cfg: Any) -> Outcome | None:
     text = said[0] if said else res["output"].strip()[-400:]
     detail = "the process died inside the call: " + " | ".join(
         ln.strip() for ln in text.splitlines()[:2])
-    parts = [current[r].get("part") for r in sorted(current)]
+    parts: list[dict[str, Any]] = [current[r]["part"] for r in sorted(current)
+                                   if current[r].get("part")]
     return Outcome(first["collective"], f"native:{cfg.native}", first["count"], "died",
                    first["describe"], detail, None,
                    "nonblocking" if cfg.nonblocking else "blocking", None, first.get("shape"),
-                   parts if len(parts) == res["P"] and all(parts) else None)
+                   parts if len(parts) == res["P"] else None)
 
 
 def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> int:
