@@ -658,7 +658,7 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     for p in args.np:
         configs = [c for nb in forms for c in launcher.native_configs(
             kind, plan.collectives, args.native_algorithms, p=p, nonblocking=nb)]
-        while configs:  # a launch the library killed: again for its collectives not reached
+        while configs:  # a launch the library killed: again for its other collectives
             again = []
             for ln in launcher.run(configs, p, child, timeout=args.launch_timeout,
                                    progress=progress.show, command="verify", extra=extra):
@@ -667,8 +667,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
                 results.append(res)
                 died = _died(res, ln.config) if ln.doc is None else None
                 colls = ln.config.collectives
-                if died is not None and died.collective in colls[:-1]:
-                    rest = colls[colls.index(died.collective) + 1:]
+                if died is not None and len(colls) > 1:  # the others' results died with it
+                    rest = [c for c in colls if c != died.collective]
                     again.append(dataclasses.replace(ln.config, collectives=rest))
             configs = again
     progress.clear()
@@ -739,8 +739,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
             out.write(f"  (the library fell back to its own choice here: {o.notice!r}: the "
                       "wrong result is its default algorithm's)\n")
         if (p, o.describe, o.form) in cross:
-            out.write(f"  p2p on the same inputs: {', '.join(cross[(p, o.describe, o.form)])}"
-                      "\n")
+            same = sorted(set(cross[(p, o.describe, o.form)]))
+            out.write(f"  p2p on the same inputs: {', '.join(same)}\n")
         entry = {"collective": c, "form": form, "algorithm": alg, "library": version,
                  "setting": cfg.setting(), "failing_cases": len(lst), "smallest": asdict(o),
                  "reproducer": None, "command": None}
