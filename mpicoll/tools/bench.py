@@ -85,6 +85,7 @@ from .harness import (
     CallGuard,
     Plan,
     Progress,
+    Stderr,
     consensus,
     describe_error,
     make_backends,
@@ -345,44 +346,40 @@ def bench_collective(
             guard.Free()
 
 
-class _Stderr:
-    """Captures what is written on file descriptor 2 (the MPI library's C ``stderr`` too)
-    inside the ``with`` block, in :attr:`text`; lines that are not MPICH's fallback notice
-    are written to stderr again afterwards."""
+def _forced_ran(comm: Any, case: Case, name: str, text: str, nonblocking: bool = False
+                ) -> dict[str, Any]:
+    """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm
+    (the same on every rank).
 
-    def __enter__(self) -> _Stderr:
-        import tempfile
+    MPICH: from what the ranks' library wrote on stderr during the check call
+    (``text``): with ``MPIR_CVAR_COLLECTIVE_FALLBACK=print`` it writes "<Coll> <name> cannot
+    be applied." when the forced algorithm cannot run on the call and it runs its own choice;
+    with ``MPIR_CVAR_DEVICE_COLLECTIVES=none`` no device algorithm can replace it silently.
+    Open MPI: tuned calls the forced ID's coll/base function unconditionally; that function
+    runs another algorithm, silently, where :func:`mpicoll.algorithms.twins.ompi_ran` says."""
+    from ..algorithms.twins import ompi_ran
+    from .launcher import fallback_message, library, ompi_id
 
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
-        self.text = ""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stderr.flush()
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._file.seek(0)
-        self.text = self._file.read().decode(errors="replace")
-        self._file.close()
-        rest = [ln for ln in self.text.splitlines(keepends=True)
-                if "cannot be applied" not in ln and "not usable for the provided" not in ln]
-        if rest:
-            sys.stderr.write("".join(rest))
-
-
-def _forced_ran(comm: Any, coll: str, name: str, text: str) -> dict[str, Any]:
-    """``native_ran`` and ``native_ran_evidence`` of one size of a forced native algorithm,
-    from what the ranks' library wrote on stderr during the check call (the same on every
-    rank).  MPICH with ``MPIR_CVAR_COLLECTIVE_FALLBACK=print`` writes "<Coll> <name> cannot be
-    applied." when the forced algorithm cannot run on the call and it runs its own choice;
-    with ``MPIR_CVAR_DEVICE_COLLECTIVES=none`` no device algorithm can replace it silently."""
-    from .launcher import fallback_message, library
-
-    said = [m for m in comm.allgather(fallback_message(text, coll)) if m]
+    coll = case.collective
+    said = [m for m in comm.allgather(fallback_message(text, coll, nonblocking)) if m]
     kind = library()[0]
+    if kind == "openmpi" and nonblocking:
+        return {"native_ran": None,
+                "native_ran_evidence": f"unknown: Open MPI: coll_libnbc_i{coll}_algorithm="
+                                       f"{ompi_id(coll, name, True)} forced; libnbc does not "
+                                       "say whether it ran, and its fallbacks are not tabulated"}
+    if kind == "openmpi":
+        ident = ompi_id(coll, name)
+        count = case.count // _dtypes.per_element(case.dtype)
+        ran, why = ompi_ran(coll, name, case.size, count, case.op != "noncomm")
+        forced = f"coll_tuned_{coll}_algorithm={ident} under coll_tuned_use_dynamic_rules=1"
+        if why is None:
+            return {"native_ran": name,
+                    "native_ran_evidence": f"Open MPI: {forced}; no coll/base fallback applies "
+                                           f"(P = {case.size}, count {count})"}
+        return {"native_ran": ran or "none",
+                "native_ran_evidence": f"Open MPI: {forced}; coll/base falls back silently "
+                                       f"to {ran or 'an error'}: {why}"}
     if kind != "mpich":
         return {"native_ran": None,
                 "native_ran_evidence": f"unknown: {kind} does not say per call which "
@@ -461,9 +458,10 @@ def _bench_collective(
                 # ---- check (outside timing) -------------------------------------------------
                 case.reset()
                 if impl.kind == "native" and native_label is not None:
-                    with _Stderr() as err:
+                    with Stderr() as err:
                         status, detail = run_checked(comm, fn, plan.nonblocking)
-                    rec.update(_forced_ran(comm, coll, native_label, err.text))
+                    rec.update(_forced_ran(comm, case, native_label, err.text,
+                                               plan.nonblocking))
                 else:
                     status, detail = run_checked(comm, fn, plan.nonblocking)
                 guard.settle(status, detail, f"bench {label}", native=impl.kind == "native")
@@ -538,6 +536,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--nonblocking", action="store_true",
         help="time the I-forms and report communication/computation overlap (OSU, IMB-NBC)",
+    )
+    g.add_argument(
+        "--objects", action="store_true",
+        help="time the lower-case object methods instead (allreduce(1.5), bcast(dict), "
+        "gather(3), allgather(rank), alltoall(list), barrier()) for mpi4py, native and the -a "
+        "p2p algorithms, of the -c collectives that have one (docs/bench.md#objects)",
     )
     g.add_argument(
         "--persistent", action="store_true",
@@ -630,6 +634,16 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     persistent = bool(getattr(args, "persistent", False))
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")
+    if getattr(args, "objects", False):
+        pattern_given = getattr(args, "pattern", None) not in (None, ["numpy"])
+        for other, given in (("--nonblocking", args.nonblocking), ("--persistent", persistent),
+                             ("--native-algorithms", getattr(args, "native_algorithms", None)),
+                             ("--pattern", pattern_given)):
+            if given:
+                error(f"argument --objects: not with {other}")
+        if not any(c in OBJECT_CALLS for c in colls):
+            error(f"argument --objects: none of {', '.join(colls)} has an object call "
+                  f"(choose from {', '.join(OBJECT_CALLS)})")
     budget = args.time_budget
     if budget is None and args.iterations is None:
         budget = DEFAULT_TIME_BUDGET
@@ -653,13 +667,14 @@ def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
     if not names and label is None:
         return p
     kind, version = library()
-    known = sorted({n for c in colls for n in native_names(kind, c)})
+    known = sorted({n for c in colls for n in native_names(kind, c, args.nonblocking)})
     if kind == "other":
         error(f"argument --native-algorithms: {version}: forcing its algorithms is supported "
               "for MPICH and Open MPI only")
     for n in names if names != ["all"] else []:
         if n not in known:
-            error(f"argument --native-algorithms: unknown {kind} algorithm {n!r} for "
+            error(f"argument --native-algorithms: unknown {kind} "
+                  f"{'non-blocking ' if args.nonblocking else ''}algorithm {n!r} for "
                   f"{', '.join(colls)} (choose from all, {', '.join(known)})")
     if label is not None:
         if label not in known:
@@ -669,9 +684,8 @@ def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
         error("argument --native-algorithms: bench starts one mpiexec per configuration "
               "itself: run it without mpiexec (python -m mpicoll bench --native-algorithms "
               "... -n P)")
-    if args.nonblocking or getattr(args, "persistent", False):
-        error("argument --native-algorithms: not with --nonblocking or --persistent yet "
-              "(those force MPIR_CVAR_I<COLL>_INTRA_ALGORITHM, not done)")
+    if getattr(args, "persistent", False):
+        error("argument --native-algorithms: not with --persistent yet")
     args.np = 4 if args.np is None else args.np
     if args.np < 1:
         error("argument -n/--np: must be >= 1")
@@ -740,7 +754,16 @@ def run(
     plain = comm.Dup() if label is None else None
     skipped: list[dict[str, Any]] = []
     try:
-        for coll in plan.collectives:
+        for coll in plan.collectives if getattr(args, "objects", False) else ():
+            if coll not in OBJECT_CALLS:
+                continue
+            recs = bench_objects(comm, plan, coll, native, p2p, plain, progress)
+            all_records += recs
+            progress.clear()
+            if rank == 0:
+                out.write(format_objects(coll, recs) + "\n")
+                out.flush()
+        for coll in plan.collectives if not getattr(args, "objects", False) else ():
             for pattern in plan.patterns:
                 adapted = adapt(pattern, coll, plan.dtype, plan.op, coll in _cases.REDUCTIONS)
                 if adapted.skip:  # the same verdict on every rank (the command line's)
@@ -779,6 +802,108 @@ def run(
 
 
 
+#: ``--objects``: collective -> (the call as text, ``make(rank, p)`` -> its arguments, root).
+OBJECT_CALLS: dict[str, tuple[str, Callable[[int, int], tuple[Any, ...]], int | None]] = {
+    "allreduce": ("allreduce(1.5)", lambda r, p: (1.5,), None),
+    "bcast": ("bcast(dict)", lambda r, p: ({"step": 7, "lr": 0.5, "name": "run", "ids": [1, 2]}
+                                           if r == 0 else None,), 0),
+    "gather": ("gather(3)", lambda r, p: (3,), 0),
+    "allgather": ("allgather(rank)", lambda r, p: (r,), None),
+    "alltoall": ("alltoall(list)", lambda r, p: ([r * p + j for j in range(p)],), None),
+    "barrier": ("barrier()", lambda r, p: (), None),
+}
+
+
+def bench_objects(comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, plain: Any,
+                  progress: Progress) -> list[dict[str, Any]]:
+    """``--objects``: time the lower-case object call of ``coll`` (:data:`OBJECT_CALLS`) on
+    plain mpi4py (a duplicate of ``comm``), the native backend and each ``-a`` p2p algorithm
+    (``algorithm=``; ``auto``: none), each checked first against mpi4py's return value on
+    every rank (``WRONG`` and not timed where any rank differs).  One record each, pattern
+    ``object``; ``size_bytes`` is the pickled size of this rank 0's argument."""
+    import pickle
+
+    from ..algorithms.registry import RestrictionError
+
+    text, make, root = OBJECT_CALLS[coll]
+    p, rank = comm.Get_size(), comm.Get_rank()
+    args = make(rank, p)
+    kw = {} if root is None else {"root": root}
+    size = len(pickle.dumps(args[0] if args else None)) if coll != "barrier" else 0
+    size = comm.bcast(size, root=0)
+    impls: list[tuple[str, str, Any, str | None]] = [("mpi4py", "mpi4py", plain, None),
+                                                     ("native", "native", native, None)]
+    if p2p is not None:
+        impls += [(a, "p2p", p2p, a) for a in algorithms_of(coll, plan.algorithms)]
+    want = getattr(plain, coll)(*args, **kw)
+    records = []
+    for label, kind, backend, alg in impls:
+        rec: dict[str, Any] = {
+            "collective": coll, "pattern": "object", "object_call": text,
+            "implementation": label, "backend": kind, "algorithm": alg, "auto_choice": None,
+            "size_bytes": size, "count": 1, "dtype": "object",
+            "op": "sum" if coll == "allreduce" else None, "root": root, "in_place": False,
+            "nonblocking": False, "persistent": False, "status": "ok", "check": None,
+            "reason": None, "wrong_rank": None, "iterations": None, "warmup": None,
+            "time_us": None, "algbw_gbps": None, "busbw_gbps": None,
+            "busbw_factor": busbw_factor(coll, p), "predicted_us": None,
+            "measured_over_predicted": None}
+        extra = {} if kind != "p2p" or alg in (None, "auto") else {"algorithm": alg}
+        method = getattr(backend, coll)
+
+        def fn(method: Any = method, extra: dict[str, Any] = extra) -> Any:
+            return method(*args, **kw, **extra)
+
+        progress.show(f"[mpicoll bench] {text} {label}")
+        WATCHDOG.arm(plan.timeout, f"bench {text} {label}")
+        try:
+            na = None
+            try:
+                got, err = fn(), None
+            except (RestrictionError, ValueError) as exc:  # refused before any message
+                got, err, na = None, describe_error(exc), str(exc)
+            except Exception as exc:  # an implementation's own error: reported, not timed
+                got, err = None, describe_error(exc)
+            bad = comm.allgather(err if err else None if got == want else
+                                 f"got {got!r}, expected {want!r}")
+            first = next((k for k, b in enumerate(bad) if b), None)
+            if na is not None and all(b is not None for b in bad):
+                rec.update(status="n/a", reason=na)
+            elif first is not None:
+                rec.update(status="error" if err else "wrong", check="mpi4py",
+                           reason=bad[first], wrong_rank=first)
+            else:
+                rec["check"] = "mpi4py"
+                rec.update(measure_blocking(comm, fn, plan.settings))
+        finally:
+            WATCHDOG.disarm()
+        records.append(rec)
+    return records
+
+
+def format_objects(coll: str, records: Sequence[dict[str, Any]]) -> str:
+    """``--objects``: one row per implementation: median, min and max time (us), and its
+    ratio to mpi4py's median."""
+    text = records[0]["object_call"]
+    base = next((r["time_us"]["median"] for r in records
+                 if r["implementation"] == "mpi4py" and r["time_us"]), None)
+    lines = [f"# {text}: {records[0]['size_bytes']} bytes pickled; the lower-case object "
+             "method, checked against mpi4py's result on every rank",
+             f"# {'implementation':<20} {'check':>6} {'median':>10} {'min':>10} {'max':>10} "
+             f"{'/mpi4py':>8}",
+             f"# {'':<20} {'':>6} {'(us)':>10} {'(us)':>10} {'(us)':>10} {'(x)':>8}"]
+    for r in records:
+        t = r["time_us"]
+        if t is None:
+            lines.append(f"  {r['implementation']:<20} {r['status'].upper():>6}  "
+                         f"{str(r['reason'])[:150]}")
+            continue
+        ratio = f"{t['median'] / base:.2f}" if base else "-"
+        lines.append(f"  {r['implementation']:<20} {'ok':>6} {t['median']:>10.2f} "
+                     f"{t['min']:>10.2f} {t['max']:>10.2f} {ratio:>8}")
+    return "\n".join(lines) + "\n"
+
+
 def _child_args(argv: Sequence[str]) -> list[str]:
     """The driver's bench arguments less those the driver itself handles (the launches'
     size, the native algorithms, the output files, -q)."""
@@ -813,7 +938,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     plan: Plan = args.plan
     kind, version = launcher.library()
     configs = [launcher.Config("default"),
-               *launcher.native_configs(kind, plan.collectives, args.native_algorithms)]
+               *launcher.native_configs(kind, plan.collectives, args.native_algorithms,
+                                        p=args.np, nonblocking=plan.nonblocking)]
     progress = Progress(not args.quiet)
     child = _child_args(argv)
     launches = launcher.run(configs, args.np, child, timeout=args.launch_timeout,
@@ -834,6 +960,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     for ln in launches:
         state = "ok" if ln.status == 0 else f"exit {ln.status}"
         out.write(f"#   {ln.config.name}: {ln.config.setting()} [{state}, {ln.seconds:.1f} s]\n")
+        if ln.evidence:
+            out.write(f"#     {ln.evidence}\n")
         if ln.doc is None:
             out.write("#     " + ln.output.strip().replace("\n", "\n#     ")[-1500:] + "\n")
     out.write("\n")
@@ -880,7 +1008,7 @@ def same_algorithm_ratios(records: Sequence[dict[str, Any]], kind: str) -> list[
         for lab, r in row.items():
             if r["backend"] != "p2p" or not r["algorithm"] or r["algorithm"] == "auto":
                 continue
-            name = twin(coll, r["algorithm"], kind)
+            name = twin(coll, r["algorithm"], kind, bool(r.get("nonblocking")))
             nat = row.get(f"native:{name}") if name else None
             if nat is None or nat["time_us"]["median"] <= 0:
                 continue
@@ -902,11 +1030,11 @@ def format_native_notes(coll: str, records: Sequence[dict[str, Any]],
             forced.setdefault(r["implementation"], []).append(r)
     for lab, recs in forced.items():
         ran = [r for r in recs if r.get("native_ran") == r["native_algorithm"]]
-        back = [r for r in recs if r.get("native_ran") == "auto"]
+        back = [r for r in recs if r.get("native_ran") not in (None, r["native_algorithm"])]
         unknown = [r for r in recs if r.get("native_ran") is None and r["status"] == "ok"]
         text = f"#   {lab} ran as forced at {len(ran)} of {len(recs)} size(s)"
         if back:
-            text += (f"; fell back to the library's choice at "
+            text += (f"; fell back to {back[0]['native_ran']} at "
                      f"{', '.join(human_size(r['size_bytes']) + 'B' for r in back)} "
                      f"({back[0]['native_ran_evidence']})")
         if unknown:
@@ -929,7 +1057,7 @@ def format_native_notes(coll: str, records: Sequence[dict[str, Any]],
                     (y for y in ratios if y["size_bytes"] == size and y["p2p"] == a
                      and y["native"] == b), None)
                 cell = "-" if hit is None else f"{hit['ratio']:.2f}" + (
-                    "*" if hit["native_ran"] == "auto" else "")
+                    "*" if hit["native_ran"] not in (None, b.split(":", 1)[1]) else "")
                 cells.append(f"{cell:>{len(h)}}")
             lines.append("#   " + "  ".join([f"{human_size(size) + 'B':>8}", *cells]))
     return "\n".join(lines) + ("\n" if lines else "")

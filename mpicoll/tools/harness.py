@@ -14,6 +14,7 @@ import re
 import shlex
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ __all__ = [
     "CallGuard",
     "Plan",
     "Progress",
+    "Stderr",
     "Watchdog",
     "consensus",
     "describe_error",
@@ -218,6 +220,40 @@ def describe_error(exc: BaseException) -> str:
              for ln in str(exc).splitlines()]
     text = " | ".join(ln for ln in lines if ln)
     return f"{name}: {text}" if text else name
+
+
+class Stderr:
+    """Captures what is written on file descriptor 2 (the MPI library's C ``stderr`` too)
+    inside the ``with`` block, in :attr:`text`; lines that are not MPICH's fallback notice
+    are written to stderr again afterwards."""
+
+    def __init__(self, path: str | None = None) -> None:
+        #: where the capture goes (None: an anonymous temporary file); a named file outlives a
+        #: process that dies inside the block (an MPI library's abort), so a parent can read
+        #: what the library said
+        self.path = path
+
+    def __enter__(self) -> Stderr:
+        sys.stderr.flush()
+        self._file = open(self.path, "w+b") if self.path else tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode(errors="replace")
+        self._file.close()
+        if self.path:
+            os.unlink(self.path)
+        rest = [ln for ln in self.text.splitlines(keepends=True)
+                if "cannot be applied" not in ln and "not usable for the provided" not in ln]
+        if rest:
+            sys.stderr.write("".join(rest))
 
 
 def stranding_grace(timeout: float) -> float:

@@ -19,8 +19,21 @@ Which settings force which library's algorithm (:func:`native_configs`):
   MPICH says so on stderr ("Allreduce reduce_scatter_allgather cannot be applied.") and runs
   its own choice instead.  bench captures that line per call (:func:`fallback_message`).
 * Open MPI: ``--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_<coll>_algorithm <ID>``
-  (the IDs of :data:`mpicoll.algorithms.twins.OMPI`).  Open MPI does not say per call which
-  algorithm ran: bench records ``unknown``.
+  (the IDs of :data:`mpicoll.algorithms.twins.OMPI`) plus ``--mca coll ^han,adapt,...``
+  (:data:`OMPI_EXCLUDE`) and ``--mca coll_base_verbose 9``.  Which coll component serves a
+  communicator is decided per communicator by priority: self 75 (MPI_COMM_SELF only), han 35,
+  tuned 30, basic and libnbc 10, adapt and sm 0 (``ompi_info --param coll all --level 9``,
+  Open MPI 5.0.11 wheel).  han disqualifies itself on one node ("comm has only local
+  processes", ``coll_han_module.c``), but on several nodes it would run its own hierarchical
+  algorithm over tuned's: excluding it (and adapt, sm, and the xhc/acoll/hcoll/ucc of other
+  builds; an absent name in an exclusion list is accepted) leaves tuned the provider of every
+  blocking collective.  ``coll_base_verbose 9`` makes every rank print "coll:base:comm_select:
+  selecting tuned, priority 30, Enabled" per communicator: :func:`ompi_selection` reads it
+  back as the launch's evidence.  Open MPI does not say per call which algorithm ran (its
+  tuned/base notices are ``OPAL_OUTPUT``, compiled out of release builds): bench says what
+  ran from :func:`mpicoll.algorithms.twins.ompi_ran` (coll/base's silent fallbacks), and
+  the test proves the forcing by traffic (``--mca pml_monitoring_enable 2``: per-peer message
+  counts of the collective's internal point-to-point traffic).
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +61,8 @@ __all__ = [
     "mpiexec",
     "native_configs",
     "native_names",
+    "ompi_id",
+    "ompi_selection",
     "run",
 ]
 
@@ -56,6 +71,10 @@ __all__ = [
 _JOB_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_MCA_ess",
              "OMPI_MCA_orte", "OMPI_MCA_pmix", "OMPI_UNIVERSE", "OMPI_FIRST", "OMPI_NUM",
              "OMPI_APP", "OMPI_FILE", "PRTE_", "OMPI_MCA_prte")
+
+#: Open MPI coll components excluded in a forced launch, so that tuned serves every blocking
+#: collective (absent names are accepted by the exclusion list).
+OMPI_EXCLUDE = "^han,adapt,sm,xhc,acoll,hcoll,ucc"
 
 
 @dataclass
@@ -70,6 +89,8 @@ class Config:
     flags: list[str] = field(default_factory=list)
     native: str | None = None
     collectives: list[str] = field(default_factory=list)
+    #: the I-form's algorithm is forced (``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM``, libnbc)
+    nonblocking: bool = False
 
     def setting(self) -> str:
         """The settings as a user would type them: ``VAR=value ... --mca k v``."""
@@ -86,6 +107,10 @@ class Launch:
     seconds: float
     doc: dict[str, Any] | None
     output: str
+    evidence: str | None = None
+    #: files the launch left beside its JSON part (``PART.rank<r>.current`` and ``.stderr``:
+    #: what verify's ranks were doing when the library killed them), by suffix
+    leftovers: dict[str, str] = field(default_factory=dict)
 
 
 def library() -> tuple[str, str]:
@@ -103,57 +128,104 @@ def library() -> tuple[str, str]:
     return "other", first.strip()
 
 
-def native_names(kind: str, collective: str) -> list[str]:
-    """The library's forceable algorithms of ``collective`` (empty for an unknown library)."""
-    from ..algorithms.twins import MPICH, OMPI
+def native_names(kind: str, collective: str, nonblocking: bool = False) -> list[str]:
+    """The library's forceable algorithms of ``collective`` (its I-form's with
+    ``nonblocking``; empty for an unknown library)."""
+    from ..algorithms.twins import MPICH, MPICH_NB, OMPI, OMPI_NB
 
     if kind == "mpich":
-        return list(MPICH.get(collective, ()))
+        return list((MPICH_NB if nonblocking else MPICH).get(collective, ()))
     if kind == "openmpi":
-        return list(OMPI.get(collective, {}).values())
+        return list((OMPI_NB if nonblocking else OMPI).get(collective, {}).values())
     return []
 
 
-def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str]) -> list[Config]:
+def ompi_id(collective: str, name: str, nonblocking: bool = False) -> int:
+    """Open MPI's ID of algorithm ``name`` (tuned's, or libnbc's for the I-form)."""
+    from ..algorithms.twins import OMPI, OMPI_NB
+
+    table = (OMPI_NB if nonblocking else OMPI)[collective]
+    return next(i for i, v in table.items() if v == name)
+
+
+def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
+                   p: int | None = None, nonblocking: bool = False) -> list[Config]:
     """One configuration per native algorithm name, forcing it for every collective in
-    ``collectives`` that has it (``names``: the names to force; ``["all"]`` every one)."""
-    from ..algorithms.twins import OMPI
+    ``collectives`` that has it (``names``: the names to force; ``["all"]`` every one).
+    With ``p``, an Open MPI algorithm that fails at every call at P = ``p`` (``two_proc``
+    at P != 2: :data:`mpicoll.algorithms.twins.OMPI_FALLBACKS`) is left out.  With
+    ``nonblocking``: the I-forms' algorithms (MPICH ``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM``,
+    Open MPI ``coll_libnbc_i<coll>_algorithm``)."""
+    from ..algorithms.twins import OMPI_FALLBACKS
 
     order: list[str] = []
     colls: dict[str, list[str]] = {}
     for c in collectives:
-        for n in native_names(kind, c):
+        for n in native_names(kind, c, nonblocking):
             if names != ["all"] and n not in names:
+                continue
+            rule = OMPI_FALLBACKS.get((c, n)) if kind == "openmpi" and not nonblocking else None
+            if p is not None and rule is not None and rule[1] is None and rule[0](p, 1, True):
                 continue
             if n not in colls:
                 order.append(n)
             colls.setdefault(n, []).append(c)
     out = []
     for n in order:
-        cfg = Config(f"native:{n}", native=n, collectives=colls[n])
+        cfg = Config(f"native:{n}", native=n, collectives=colls[n], nonblocking=nonblocking)
         if kind == "mpich":
             cfg.env = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none",
                        "MPIR_CVAR_COLLECTIVE_FALLBACK": "print"}
+            i = "I" if nonblocking else ""
             for c in colls[n]:
-                cfg.env[f"MPIR_CVAR_{c.upper()}_INTRA_ALGORITHM"] = n
+                cfg.env[f"MPIR_CVAR_{i}{c.upper()}_INTRA_ALGORITHM"] = n
+        elif nonblocking:
+            cfg.flags = ["--mca", "coll", OMPI_EXCLUDE, "--mca", "coll_base_verbose", "9"]
+            for c in colls[n]:
+                cfg.flags += ["--mca", f"coll_libnbc_i{c}_algorithm", str(ompi_id(c, n, True))]
         else:
-            cfg.flags = ["--mca", "coll_tuned_use_dynamic_rules", "1"]
+            cfg.flags = ["--mca", "coll", OMPI_EXCLUDE, "--mca", "coll_base_verbose", "9",
+                         "--mca", "coll_tuned_use_dynamic_rules", "1"]
             for c in colls[n]:
-                ident = next(i for i, v in OMPI[c].items() if v == n)
-                cfg.flags += ["--mca", f"coll_tuned_{c}_algorithm", str(ident)]
+                cfg.flags += ["--mca", f"coll_tuned_{c}_algorithm", str(ompi_id(c, n))]
         out.append(cfg)
     return out
+
+
+_SELECTING = re.compile(r"coll:base:comm_select: selecting\s+(\w+), priority\s+(-?\d+), "
+                        r"(Enabled|Disabled)")
+
+
+def ompi_selection(text: str) -> str | None:
+    """From the ``coll_base_verbose 9`` output ``text`` of an Open MPI launch: a line saying
+    which coll components were enabled on its communicators (tuned must be, han must not);
+    None if the output has no selection lines."""
+    enabled: dict[str, int] = {}
+    for m in _SELECTING.finditer(text):
+        if m.group(3) == "Enabled":
+            enabled[m.group(1)] = int(m.group(2))
+    if not enabled:
+        return None
+    top = sorted(enabled.items(), key=lambda kv: -kv[1])
+    names = ", ".join(f"{n} {pr}" for n, pr in top)
+    verdict = "tuned serves the forced collective" if "tuned" in enabled and not any(
+        n in enabled and enabled[n] > enabled["tuned"] for n in ("han", "adapt", "sm", "xhc",
+                                                                 "acoll", "hcoll", "ucc")) \
+        else "tuned is NOT the provider"
+    return f"coll_base_verbose: enabled {names}: {verdict}"
 
 
 _FALLBACK = re.compile(r"^\s*(\w+) (\w+) cannot be applied", re.MULTILINE)
 
 
-def fallback_message(text: str, collective: str) -> str | None:
-    """MPICH's line saying a forced algorithm of ``collective`` could not run (with
+def fallback_message(text: str, collective: str, nonblocking: bool = False) -> str | None:
+    """MPICH's line saying a forced algorithm of ``collective`` (its I-form with
+    ``nonblocking``: "Iallreduce ...") could not run (with
     ``MPIR_CVAR_COLLECTIVE_FALLBACK=print``), found in captured stderr ``text``; None if none."""
+    i = "i" if nonblocking else ""
     for m in _FALLBACK.finditer(text):
-        if m.group(1).lower() == collective.replace("_", "").lower() or \
-                m.group(1).lower() == collective.lower():
+        if m.group(1).lower() in (i + collective.replace("_", "").lower(),
+                                  i + collective.lower()):
             return m.group(0).strip()
     return None
 
@@ -190,14 +262,16 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
         timeout: float = 600.0, budget: float = 0.0,
-        progress: Any = None) -> list[Launch]:
-    """Launch ``mpicoll bench BENCH_ARGS --json PART`` on ``p`` ranks once per configuration.
+        progress: Any = None, command: str = "bench",
+        extra: Callable[[Config], list[str]] | None = None) -> list[Launch]:
+    """Launch ``mpicoll COMMAND BENCH_ARGS --json PART`` on ``p`` ranks once per configuration.
 
     Each launch runs under ``timeout`` seconds (killed past it: status 124); ``budget`` > 0
     caps the total: a configuration not started when it is spent is not run (status None is
     not used: it gets status 125 and no document).  ``progress(text)`` is called before each.
     A configuration with ``native`` set gets ``--native-label NAME -a none -c ITS_COLLS``
-    (its native column only)."""
+    (its native column only); ``extra(cfg)``, when given, gives those arguments instead
+    (``verify``'s)."""
     start = time.monotonic()
     launches = []
     with tempfile.TemporaryDirectory(prefix="mpicoll-launch-") as tmp:
@@ -207,14 +281,16 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
                 continue
             part = Path(tmp) / f"part{k}.json"
             args = list(bench_args)
-            if cfg.native is not None:
+            if extra is not None:
+                args += extra(cfg)
+            elif cfg.native is not None:
                 args += ["--native-label", cfg.native, "-a", "none",
                          "-c", ",".join(cfg.collectives)]
             cmd = [*mpiexec(), *cfg.flags, "-n", str(p), sys.executable, "-m", "mpicoll",
-                   "bench", *args, "--json", str(part), "-q"]
+                   command, *args, "--json", str(part), "-q"]
             if progress is not None:
-                progress(f"[mpicoll bench] launch {k + 1}/{len(configs)}: {cfg.name} "
-                         f"({cfg.setting()})")
+                progress(f"[mpicoll {command}] P = {p}: launch {k + 1}/{len(configs)}: "
+                         f"{cfg.name} ({cfg.setting()})")
             t0 = time.monotonic()
             try:
                 res = subprocess.run(cmd, env=_env(cfg.env), capture_output=True, text=True,
@@ -226,7 +302,13 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
                     (exc.stderr or b"").decode(errors="replace")
                     if isinstance(exc.stderr, bytes) else str(exc.stderr or ""))
             doc = json.loads(part.read_text()) if part.exists() else None
-            launches.append(Launch(cfg, status, time.monotonic() - t0, doc, output[-4000:]))
+            evidence = ompi_selection(output) if cfg.native is not None else None
+            output = "".join(ln for ln in output.splitlines(keepends=True)
+                             if "coll:base:comm_select" not in ln and "disqualifying" not in ln)
+            left = {f.name[len(part.name):]: f.read_text(errors="replace")
+                    for f in Path(tmp).glob(part.name + ".rank*")}
+            launches.append(Launch(cfg, status, time.monotonic() - t0, doc, output[-4000:],
+                                   evidence, left))
     return launches
 
 
@@ -258,6 +340,7 @@ def merge(launches: Sequence[Launch], kind: str, version: str) -> dict[str, Any]
         {"name": ln.config.name, "native": ln.config.native,
          "collectives": ln.config.collectives, "env": ln.config.env,
          "flags": ln.config.flags, "status": ln.status, "seconds": round(ln.seconds, 3),
+         "evidence": ln.evidence,
          "error": None if ln.status == 0 or ln.doc is not None else ln.output[-800:]}
         for ln in launches
     ]

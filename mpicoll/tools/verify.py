@@ -29,16 +29,29 @@ the backend and the error on stderr and aborts the job (non-zero exit status) af
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import cases as _cases
 from . import dtypes as _dtypes
 from .cases import Case
 from .compare import compare
-from .harness import WATCHDOG, CallGuard, Plan, Progress, make_backends, provenance, run_checked
+from .harness import (
+    WATCHDOG,
+    CallGuard,
+    Plan,
+    Progress,
+    Stderr,
+    make_backends,
+    provenance,
+    run_checked,
+)
 from .options import algorithms_of, seconds_problem, selection, split
 
 __all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "make_plan", "run"]
@@ -80,6 +93,12 @@ class Outcome:
     detail: str | None = None
     rank: int | None = None
     form: str = "blocking"
+    #: --native-label launches: MPICH's fallback notice during the native call (None: none)
+    notice: str | None = None
+    #: --native-label launches, a failing native call: the case's shape (P, root, counts,
+    #: displacements, ...) and every rank's reproducer part (:mod:`.reproducer`)
+    case: dict[str, Any] | None = None
+    repro: list[dict[str, Any]] | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +131,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "no limit); a rank whose call raised while others never finished it "
                         "aborts the job after min(10, SECONDS/2) s, naming the error")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
+    n = parser.add_argument_group("native algorithms (run without mpiexec: verify launches)")
+    n.add_argument("--native-algorithms", nargs="+", metavar="NAME", default=None,
+                   help="check the MPI library's own algorithms, each forced in its own launch "
+                   "(MPICH: MPIR_CVAR_[I]<COLL>_INTRA_ALGORITHM values; Open MPI: coll_tuned / "
+                   "coll_libnbc names): 'all' or names; with --nonblocking the I-forms' too "
+                   "(docs/bench.md#verify-native-algorithms)")
+    n.add_argument("-n", "--np", type=int, nargs="+", default=None, metavar="P",
+                   help="--native-algorithms: the launches' rank counts (default 2 3 4 5)")
+    n.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="--native-algorithms: seconds one launch may take (default 600)")
+    n.add_argument("--repro-dir", default="mpicoll-repro", metavar="DIR",
+                   help="--native-algorithms: where the reproducers are written "
+                   "(default ./mpicoll-repro)")
+    n.add_argument("--json", metavar="FILE", help="--native-algorithms: write the outcomes")
+    n.add_argument("--native-label", default=None, help=argparse.SUPPRESS)
+    n.add_argument("--native-form", choices=["blocking", "nonblocking"], default="blocking",
+                   help=argparse.SUPPRESS)
+
+
+def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
+                    error: Callable[[str], NoReturn]) -> None:
+    """Check ``--native-algorithms``, ``-n``, ``--native-label`` (the same verdict on every
+    rank)."""
+    from .launcher import library, native_names
+
+    names = split(getattr(args, "native_algorithms", None))
+    label = getattr(args, "native_label", None)
+    if getattr(args, "np", None) is not None and not names:
+        error("argument -n/--np: only with --native-algorithms (else run under mpiexec -n P)")
+    if not names and label is None:
+        if getattr(args, "json", None):
+            error("argument --json: only with --native-algorithms")
+        return
+    kind, version = library()
+    if kind == "other":
+        error(f"argument --native-algorithms: {version}: forcing its algorithms is supported "
+              "for MPICH and Open MPI only")
+    forms = [False, True] if args.nonblocking else [False]
+    if label is not None:
+        forms = [args.native_form == "nonblocking"]
+    known = sorted({n for c in colls for nb in forms for n in native_names(kind, c, nb)})
+    for n in ([label] if label is not None else names if names != ["all"] else []):
+        if n not in known:
+            error(f"argument --native-algorithms: unknown {kind} algorithm {n!r} for "
+                  f"{', '.join(colls)} (choose from all, {', '.join(known)})")
+    if label is not None:
+        return
+    if p > 1:
+        error("argument --native-algorithms: verify starts one mpiexec per configuration "
+              "itself: run it without mpiexec (python -m mpicoll verify --native-algorithms "
+              "... -n P ...)")
+    args.np = args.np or [2, 3, 4, 5]
+    if any(x < 1 for x in args.np):
+        error("argument -n/--np: must be >= 1")
+    why = seconds_problem("--launch-timeout", args.launch_timeout)
+    if why:
+        error(why)
+    args.native_algorithms = names
 
 
 def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]) -> Plan:
@@ -120,6 +197,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
 
     colls, algs = selection(args, registry.COLLECTIVES, ["all", "auto"], ("all", "auto", "none"),
                             error)
+    _native_options(args, colls, p, error)
+    native_mode = bool(getattr(args, "native_algorithms", None)) or \
+        getattr(args, "native_label", None) is not None
     if args.counts:
         try:
             counts = [int(x) for x in split([args.counts])]
@@ -147,6 +227,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
             error(f"argument --dtypes: unknown dtype {d!r} (choose from "
                   f"{', '.join(_dtypes.DTYPES)}, or a derived {_dtypes.DERIVED_GRAMMAR})")
     table = _QUICK_REDUCTION_DTYPES if args.quick else DEFAULT_REDUCTION_DTYPES
+    if ops is None and native_mode:  # predefined types and ops: the reproducers need them
+        ops = ["sum", "max"]
+        table = {"sum": ["float64"], "max": ["int32"]}
     if ops is None:
         ops = list(table) if dtypes is None else list(_dtypes.OPS)
     pairs: list[tuple[str, str]] = []
@@ -171,7 +254,8 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], NoReturn]
         if bad:
             error(f"argument --roots: {bad[0]} is not a rank (P = {p})")
     else:
-        roots = sorted({0, p // 2, p - 1}) if not args.quick else sorted({0, p - 1})
+        roots = None if native_mode else sorted({0, p // 2, p - 1}) if not args.quick \
+            else sorted({0, p - 1})
     in_place = {"no": [False], "yes": [True], "both": [False, True]}[args.in_place]
     if args.max_failures < 0:
         error("argument --max-failures: must be >= 0")
@@ -212,32 +296,44 @@ def cases_of(plan: Plan, coll: str, p: int, rank: int) -> list[Case]:
 
 def _check_case(
     comm: Any, case: Case, impls: list[str], native: Any, p2p: Any, forms: list[bool],
-    timeout: float, guard: CallGuard,
-) -> tuple[list[tuple[str, str, str, str | None]], Any]:
+    timeout: float, guard: CallGuard, native_name: str = "native",
+    stderr_path: str | None = None,
+) -> tuple[list[tuple[str, str, str, str | None]], Any, str | None]:
     """Run one case on every implementation and form.
 
     Every call is settled with ``guard`` (see :class:`mpicoll.tools.harness.CallGuard`).
+    ``native_name``: the native implementation's label (``native:NAME`` in a forced launch,
+    whose native calls' stderr is captured for MPICH's fallback notice, in ``stderr_path``
+    when given: the file stays if the library aborts the process inside the call).
 
     Returns:
-        the local ``(impl, form, status, detail)`` verdicts, and the native backend to use
-        from now on (``native``, or a fresh one if a native call raised on some rank).
+        the local ``(impl, form, status, detail)`` verdicts, the native backend to use
+        from now on (``native``, or a fresh one if a native call raised on some rank), and
+        the fallback notice this rank's library wrote during a native call (None: none).
     """
     from ..algorithms import registry
+    from .launcher import fallback_message
 
     out: list[tuple[str, str, str, str | None]] = []
     problem = case.problem()
     if problem is not None:
-        return [(impl, "", "n/a", problem) for impl in ["native", *impls]], native
+        return [(impl, "", "n/a", problem) for impl in [native_name, *impls]], native, None
     case.build()
     expected = case.expected()
+    notice = None
 
     for nb in forms:
         form = "nonblocking" if nb else "blocking"
-        label = f"verify {case.describe()} native {form}"
+        label = f"verify {case.describe()} {native_name} {form}"
         WATCHDOG.arm(timeout, label)
         try:
             case.reset()
-            status, detail = run_checked(comm, case.call(native, None, nb), nb)
+            if native_name != "native":
+                with Stderr(stderr_path) as err:
+                    status, detail = run_checked(comm, case.call(native, None, nb), nb)
+                notice = notice or fallback_message(err.text, case.collective, nb)
+            else:
+                status, detail = run_checked(comm, case.call(native, None, nb), nb)
             guard.settle(status, detail, label, native=True)
         finally:
             WATCHDOG.disarm()
@@ -249,7 +345,7 @@ def _check_case(
                 status, detail = "wrong", str(m)
             else:
                 reference = got
-        out.append(("native", form, status, detail))
+        out.append((native_name, form, status, detail))
         for name in impls:
             if name != "auto":
                 alg = registry.get(case.collective, name)
@@ -272,10 +368,11 @@ def _check_case(
             out.append((name, form, st, det))
     if guard.raised(native=True):  # messages of the failed call may be left on its comm
         native = guard.fresh_native(native)
-    return out, native
+    return out, native, notice
 
 
 _ORDER = {"ok": 0, "n/a": 1, "wrong": 2, "error": 3}
+_FORMS = {(False,): "blocking", (True,): "non-blocking", (False, True): "blocking + non-blocking"}
 
 
 Verdict = tuple[str, str, str, str | None]  # (implementation, form, status, detail)
@@ -335,14 +432,22 @@ def format_matrix(plan: Plan, outcomes: list[Outcome], p: int) -> str:
 def run(
     args: argparse.Namespace, comm: Any, argv: Sequence[str] = (), out: TextIO | None = None
 ) -> int:
-    """Run ``verify``; exit status 0 if everything applicable matched, 1 otherwise (all ranks)."""
+    """Run ``verify``; exit status 0 if everything applicable matched, 1 otherwise (all ranks).
+    With ``--native-algorithms``: the driver (:func:`run_native`); with ``--native-label``:
+    one forced launch, the native column ``native:NAME`` in the one form forced."""
+    if getattr(args, "native_algorithms", None):
+        return run_native(args, argv, out or sys.stdout)
     out = out or sys.stdout
     plan: Plan = args.plan
     rank, p = comm.Get_rank(), comm.Get_size()
+    label = getattr(args, "native_label", None)
+    native_name = "native" if label is None else f"native:{label}"
     impls_of = {c: algorithms_of(c, plan.algorithms) for c in plan.collectives}
     native, p2p = make_backends(comm, any(impls_of.values()))
     prov = provenance(comm, ["verify", *argv])
     forms = [False, True] if plan.nonblocking else [False]
+    if label is not None:
+        forms = [args.native_form == "nonblocking"]
     progress = Progress(rank == 0 and not args.quiet)
     if rank == 0:
         out.write(
@@ -351,7 +456,7 @@ def run(
             f"# counts {' '.join(map(str, plan.counts))}; roots "
             f"{'all' if plan.roots is None else ' '.join(map(str, plan.roots))}; in-place "
             f"{'/'.join('yes' if x else 'no' for x in plan.in_places)}; "
-            f"{'blocking + non-blocking' if plan.nonblocking else 'blocking'} forms\n"
+            f"{_FORMS[tuple(forms)]} forms\n"
             "# cell: ok = every applicable case matched; Fk/n = k of n failed; n/a = the "
             "algorithm's restrictions rule every case out\n\n"
         )
@@ -363,16 +468,28 @@ def run(
             impls = impls_of[coll] if p2p is not None else []
             for case in cases_of(plan, coll, p, rank):
                 progress.show(f"[mpicoll verify] {case.describe()}")
-                local, native = _check_case(comm, case, impls, native, p2p, forms,
-                                            plan.timeout, guard)
+                stderr_path = None
+                if label is not None and getattr(args, "json", None):
+                    stderr_path = _announce(args.json, case, forms[0])
+                local, native, notice = _check_case(comm, case, impls, native, p2p, forms,
+                                                    plan.timeout, guard, native_name,
+                                                    stderr_path)
                 # on the guard's communicator: a native call that failed may have left
                 # messages in flight on comm
-                per_rank = guard.comm.gather(local, root=0)
+                per_rank = guard.comm.gather((local, notice), root=0)
+                repro = None
+                if label is not None:
+                    repro = _reproduce(guard, case, native, forms[0], local, native_name)
                 if rank == 0:
                     assert per_rank is not None
-                    for impl, form, st, det, bad in _merge(per_rank):
-                        outcomes.append(Outcome(coll, impl, case.count, st, case.describe(),
-                                                det, bad, form))
+                    said = next((n for _, n in per_rank if n), None)
+                    for impl, form, st, det, bad in _merge([v for v, _ in per_rank]):
+                        o = Outcome(coll, impl, case.count, st, case.describe(), det, bad, form)
+                        if impl == native_name and label is not None:
+                            o.notice = said
+                            if st in ("wrong", "error"):
+                                o.case, o.repro = _shape(case), repro
+                        outcomes.append(o)
     finally:
         progress.clear()
     guard.Free()
@@ -391,5 +508,266 @@ def run(
         out.write(f"\nverify: {len(outcomes)} checks: {n_ok} passed, {len(failed)} failed, "
                   f"{n_na} n/a\n")
         out.flush()
+        if getattr(args, "json", None):
+            Path(args.json).write_text(json.dumps(
+                {"P": p, "native": label, "form": args.native_form,
+                 "outcomes": [asdict(o) for o in outcomes]}) + "\n")
     return 1 if rank == 0 and failed else 0
 
+
+def _announce(json_path: str, case: Case, nb: bool) -> str:
+    """A forced launch, before a case: write this rank's ``JSON.rank<r>.current`` (the case,
+    its shape and its reproducer part), so that the driver can report the case and rebuild
+    the call if the library kills the process inside it; returns the path under which the
+    native call's stderr is captured (``JSON.rank<r>.stderr``)."""
+    from .reproducer import rank_part, unsupported
+
+    base = f"{json_path}.rank{case.rank}"
+    info: dict[str, Any] = {"describe": case.describe(), "collective": case.collective,
+                            "count": case.count}
+    if case.problem() is None:
+        info["shape"] = _shape(case)
+        if unsupported(case) is None:
+            case.build()
+            case.reset()
+            info["part"] = rank_part(case, nb)
+    Path(base + ".tmp").write_text(json.dumps(info))
+    os.replace(base + ".tmp", base + ".current")  # whole or absent, should the job be killed
+    return base + ".stderr"
+
+
+def _shape(case: Case) -> dict[str, Any]:
+    """The case's shape for a report: P, root, count, per-rank counts and displacements
+    (the v-forms), dtype, op, in-place."""
+    from .cases import ROOTED, V_COLLECTIVES
+
+    shape: dict[str, Any] = {"P": case.size, "count": case.count, "dtype": case.dtype,
+                             "in_place": case.in_place}
+    if case.is_reduction:
+        shape["op"] = case.op
+    if case.collective in ROOTED:
+        shape["root"] = case.root
+    if case.collective in ("alltoallv", "alltoallw"):
+        p = case.size
+        shape["pair_counts"] = [[case.pair_count(i, j) for j in range(p)] for i in range(p)]
+        shape["displacements"] = [case._layout([case.pair_count(i, j) for j in range(p)])[1]
+                                  for i in range(p)]
+    elif case.collective in V_COLLECTIVES:
+        counts, displs, _ = case._layout(case.counts())
+        shape["counts"], shape["displacements"] = counts, displs
+    return shape
+
+
+def _reproduce(guard: CallGuard, case: Case, native: Any, nb: bool,
+               local: list[Verdict], native_name: str) -> list[dict[str, Any]] | None:
+    """Collective: when the native call of ``case`` failed on some rank, every rank's
+    reproducer part (:func:`.reproducer.rank_part`), gathered at rank 0 (None elsewhere, and
+    when nothing failed or the case cannot be written as plain mpi4py)."""
+    from .reproducer import rank_part, unsupported
+
+    failed = any(impl == native_name and st in ("wrong", "error") for impl, _, st, _ in local)
+    if not guard.comm.allreduce(failed, op=_lor()) or case.problem() is not None \
+            or unsupported(case) is not None:
+        return None
+    case.reset()
+    part = rank_part(case, nb)
+    parts = guard.comm.gather(part, root=0)
+    return parts
+
+
+def _lor() -> Any:
+    from mpi4py import MPI
+
+    return MPI.LOR
+
+
+
+def _child_args(argv: Sequence[str]) -> list[str]:
+    """The driver's verify arguments less those the driver itself handles."""
+    drop_value = {"--native-algorithms", "-n", "--np", "--launch-timeout", "--json",
+                  "--repro-dir", "-c", "--collective"}
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            if a.startswith("-"):
+                skip = False
+            else:
+                continue
+        key = a.split("=", 1)[0]
+        if key in drop_value:
+            skip = "=" not in a
+            continue
+        if a in ("-q", "--quiet", "--nonblocking"):
+            continue
+        out.append(a)
+    if not any(a.split("=", 1)[0] in ("-a", "--algorithm") for a in out):
+        out += ["-a", "auto"]  # p2p auto: the cross-check on the same inputs
+    return out
+
+
+def _died(res: dict[str, Any], cfg: Any) -> Outcome | None:
+    """A forced launch that wrote no results but left its ranks' ``.current`` files: the
+    case inside which the library killed the process, as a ``died`` outcome (what the ranks'
+    captured stderr says as its detail, every rank's reproducer part); None if it left none."""
+    left: dict[str, str] = res["left"]
+    current: dict[int, dict[str, Any]] = {}
+    for k, v in left.items():
+        if k.endswith(".current"):
+            try:
+                current[int(k.split(".")[1].removeprefix("rank"))] = json.loads(v)
+            except ValueError:  # unreadable: that rank's part is missing
+                continue
+    if not current:
+        return None
+    said = [v.strip() for k, v in sorted(left.items()) if k.endswith(".stderr") and v.strip()]
+    first = current[min(current)]
+    text = said[0] if said else res["output"].strip()[-400:]
+    detail = "the process died inside the call: " + " | ".join(
+        ln.strip() for ln in text.splitlines()[:2])
+    parts: list[dict[str, Any]] = [current[r]["part"] for r in sorted(current)
+                                   if current[r].get("part")]
+    return Outcome(first["collective"], f"native:{cfg.native}", first["count"], "died",
+                   first["describe"], detail, None,
+                   "nonblocking" if cfg.nonblocking else "blocking", None, first.get("shape"),
+                   parts if len(parts) == res["P"] else None)
+
+
+def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> int:
+    """``verify --native-algorithms``: one launch per forced native algorithm, form and P
+    (:mod:`.launcher`), each verifying ``native:NAME`` against the NumPy answer and p2p
+    ``auto`` (or ``-a``) on every case; a table of passed/failed per algorithm, form and P,
+    then per failing algorithm and form its smallest failing case as the MPI library's, with a
+    plain mpi4py reproducer (written under ``--repro-dir``) and the command that runs it."""
+    from . import launcher
+    from .reproducer import command, script
+
+    plan: Plan = args.plan
+    kind, version = launcher.library()
+    child = _child_args(argv)
+    progress = Progress(not args.quiet)
+
+    def extra(cfg: launcher.Config) -> list[str]:
+        assert cfg.native is not None
+        return ["--native-label", cfg.native, "--native-form",
+                "nonblocking" if cfg.nonblocking else "blocking",
+                "-c", ",".join(cfg.collectives)]
+
+    forms = [False, True] if plan.nonblocking else [False]
+    results: list[dict[str, Any]] = []  # per launch
+    for p in args.np:
+        configs = [c for nb in forms for c in launcher.native_configs(
+            kind, plan.collectives, args.native_algorithms, p=p, nonblocking=nb)]
+        while configs:  # a launch the library killed: again for its other collectives
+            again = []
+            for ln in launcher.run(configs, p, child, timeout=args.launch_timeout,
+                                   progress=progress.show, command="verify", extra=extra):
+                res = {"P": p, "config": ln.config, "status": ln.status, "doc": ln.doc,
+                       "output": ln.output, "left": ln.leftovers}
+                results.append(res)
+                died = _died(res, ln.config) if ln.doc is None else None
+                colls = ln.config.collectives
+                if died is not None and len(colls) > 1:  # the others' results died with it
+                    rest = [c for c in colls if c != died.collective]
+                    again.append(dataclasses.replace(ln.config, collectives=rest))
+            configs = again
+    progress.clear()
+    out.write(f"# mpicoll verify --native-algorithms: {version} ({kind}); P = "
+              f"{' '.join(map(str, args.np))}; one launch per forced algorithm, form and P; "
+              "native:NAME against NumPy and the p2p algorithms on the same inputs\n")
+    # rows: (collective, form, algorithm) -> P -> cell
+    rows: dict[tuple[str, str, str], dict[int, str]] = {}
+    fails: dict[tuple[str, str, str], list[tuple[int, Outcome, launcher.Config]]] = {}
+    fell: dict[tuple[str, str, str], list[str]] = {}
+    cross: dict[tuple[int, str, str], list[str]] = {}  # p2p verdicts on the same inputs
+    bad_launches = []
+    for res in results:
+        cfg, p = res["config"], res["P"]
+        form = "nonblocking" if cfg.nonblocking else "blocking"
+        if res["doc"] is None:
+            died = _died(res, cfg)
+            if died is None:
+                bad_launches.append(res)
+            for c in cfg.collectives:
+                if died is None or c == died.collective:
+                    rows.setdefault((c, form, cfg.native), {})[p] = f"exit {res['status']}"
+            if died is not None:
+                rows[(died.collective, form, cfg.native)][p] = "DIED"
+                fails.setdefault((died.collective, form, cfg.native), []).append(
+                    (p, died, cfg))
+            continue
+        stats: dict[str, dict[str, int]] = {}
+        for raw in res["doc"]["outcomes"]:
+            o = Outcome(**raw)
+            if o.implementation != f"native:{cfg.native}":
+                cross.setdefault((p, o.describe, o.form), []).append(
+                    f"{o.implementation} {o.status}")
+                continue
+            key = (o.collective, form, cfg.native)
+            st = stats.setdefault(o.collective, {})
+            st[o.status] = st.get(o.status, 0) + 1
+            if o.notice:
+                fell.setdefault(key, []).append(f"P={p}: {o.notice}")
+            if o.status in ("wrong", "error"):
+                fails.setdefault(key, []).append((p, o, cfg))
+        for c, st in stats.items():
+            mark = "*" if any(x.startswith(f"P={p}:") for x in fell.get((c, form, cfg.native),
+                                                                         [])) else ""
+            rows.setdefault((c, form, cfg.native), {})[p] = _cell(st) + mark
+    w = max([16] + [len(a) for _, _, a in rows])
+    head = f"{'collective':<20}  {'form':<11}  {'native algorithm':<{w}}" + "".join(
+        f"{'P=' + str(p):>9}" for p in args.np)
+    out.write(head + "\n" + "-" * len(head) + "\n")
+    for (c, form, alg), cells in rows.items():
+        out.write(f"{c:<20}  {form:<11}  {alg:<{w}}" + "".join(
+            f"{cells.get(p, '-'):>9}" for p in args.np) + "\n")
+    out.write("# cell: ok = every applicable case right; Fk/n = k of n wrong or raising; * = "
+              "the library fell back to its own choice on some case (MPICH's notice); DIED = "
+              "the library killed the launch inside a native call (its later cases not run); "
+              "exit N = the launch failed otherwise\n\n")
+    repro_dir = Path(args.repro_dir)
+    summary = []
+    for key, lst in fails.items():
+        c, form, alg = key
+        p, o, cfg = min(lst, key=lambda x: (x[0], x[1].count, x[1].status != "died"))
+        shape = ", ".join(f"{k} {v}" for k, v in (o.case or {}).items())
+        nb = " (non-blocking)" if form == "nonblocking" else ""
+        out.write(f"FAIL {version}: {c}{nb} forced by {cfg.setting()}: {len(lst)} failing "
+                  f"case(s); the smallest: {o.describe}: {shape}: "
+                  f"{'rank ' + str(o.rank) + ': ' if o.rank is not None else ''}{o.detail}\n")
+        if o.notice:
+            out.write(f"  (the library fell back to its own choice here: {o.notice!r}: the "
+                      "wrong result is its default algorithm's)\n")
+        if (p, o.describe, o.form) in cross:
+            same = sorted(set(cross[(p, o.describe, o.form)]))
+            out.write(f"  p2p on the same inputs: {', '.join(same)}\n")
+        entry = {"collective": c, "form": form, "algorithm": alg, "library": version,
+                 "setting": cfg.setting(), "failing_cases": len(lst), "smallest": asdict(o),
+                 "reproducer": None, "command": None}
+        if o.repro:
+            repro_dir.mkdir(parents=True, exist_ok=True)
+            path = repro_dir / f"{c}-{'i' if form == 'nonblocking' else ''}{alg}-P{p}.py"
+            text = script(o.repro, f"{version}: {c}{nb} with {cfg.setting()}\n"
+                          f"{o.describe}; {shape}\nmpicoll verify: {o.detail}")
+            path.write_text(text)
+            cmd = command(p, str(path), cfg.env, cfg.flags)
+            entry["reproducer"], entry["command"] = str(path), cmd
+            out.write(f"reproducer ({path}):\n{text}\nrun: {cmd}\n\n")
+        else:
+            out.write("  (no reproducer: a derived/pair datatype or a user op)\n\n")
+        summary.append(entry)
+    for res in bad_launches:
+        out.write(f"LAUNCH FAILED P={res['P']} {res['config'].name} ({res['config'].setting()})"
+                  f": exit {res['status']}: {res['output'].strip()[-600:]}\n")
+    n_fail = sum(len(v) for v in fails.values())
+    out.write(f"\nverify --native-algorithms: {len(results)} launches, {len(rows)} (collective, "
+              f"form, algorithm) rows, {len(fails)} failing ({n_fail} cases), "
+              f"{len(bad_launches)} launch(es) failed\n")
+    out.flush()
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"library": kind, "version": version, "P": args.np,
+             "rows": [{"collective": c, "form": f, "algorithm": a, "cells": cells}
+                      for (c, f, a), cells in rows.items()],
+             "failures": summary}, indent=1) + "\n")
+    return 1 if fails or bad_launches else 0
