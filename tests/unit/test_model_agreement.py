@@ -2,8 +2,9 @@
 naming different models, or naming a file missing on some ranks, it makes every rank raise at
 the p2p backend's construction, never a silent split of ``auto``'s choices.
 
-The jobs are MPMD launches (``mpiexec -n 1 -env MPICOLL_MODEL a.json python ... : -n 2 python
-...``; Open MPI: ``-x``) started from this single process under a timeout, as a user would."""
+The jobs are MPMD launches (``mpiexec -n 1 env MPICOLL_MODEL=a.json python ... : -n 2 python
+...``: Open MPI 5's ``-x`` reaches every context of the job, so the variable is set per context
+by ``env``) started from this single process under a timeout, as a user would."""
 
 from __future__ import annotations
 
@@ -52,15 +53,13 @@ def mpmd(tmp: Path, values: list[str | None]) -> dict[int, str]:
     out_dir.mkdir()
     environ = job_env()
     environ.pop("MPICOLL_MODEL", None)
-    openmpi = "--oversubscribe" in LAUNCHER
     cmd = list(LAUNCHER)
     for k, value in enumerate(values):
         if k:
             cmd.append(":")
         cmd += ["-n", "1"]
-        if value is not None:
-            cmd += ["-x", f"MPICOLL_MODEL={value}"] if openmpi else ["-env", "MPICOLL_MODEL",
-                                                                     value]
+        if value is not None:  # env(1), not -env/-x: Open MPI 5 applies -x to every context
+            cmd += ["env", f"MPICOLL_MODEL={value}"]
         cmd += [sys.executable, "-c", CHILD, str(out_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=environ, start_new_session=True)
