@@ -356,6 +356,8 @@ def test_errors(kind: str) -> None:
          lambda c: c.Allreduce([MPI.BOTTOM, 1, dt], [MPI.BOTTOM, 1, dt2], op=AFFINE), True),
         ("Bcast of MPI.BOTTOM without a datatype", lambda c: c.Bcast([MPI.BOTTOM, 1]), True),
     ]
+    if kind == "native" and not MPICH:  # native is plain mpi4py there: Open MPI segfaults
+        cases = cases[1:]
     for what, call, plain in cases:
         want = _raised(lambda call=call: call(WORLD)) if plain else MPI.Exception  # type: ignore[misc]
         got = _raised(lambda call=call: call(b))  # type: ignore[misc]

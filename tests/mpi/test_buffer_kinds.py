@@ -28,6 +28,7 @@ from mpi4py import MPI
 WORLD = MPI.COMM_WORLD
 P, RANK = WORLD.size, WORLD.rank
 TOTAL = float(sum(range(1, P + 1)))
+MPICH = "MPICH" in MPI.Get_library_version()
 
 
 def _expect(b: Any, call: Callable[[], Any], hit: bool) -> None:
@@ -321,8 +322,12 @@ def test_a_truncation_says_what_mpi_said(form: str) -> None:
                 assert raised.Get_error_class() == MPI.ERR_TRUNCATE
                 text = str(raised)
                 assert "Allreduce" in text
-                assert "16 bytes into a buffer of 8" in text
-                assert "from rank 0" in text
+                # MPICH's status gives both sizes and the peer; Open MPI's at most the
+                # bytes received, and the peers a request may have failed on
+                assert "message truncated" in text, text
+                if MPICH:
+                    assert "16 bytes into a buffer of 8" in text, text
+                    assert "from rank 0" in text, text
         sub.Barrier()
         b.Free()
     sub.Free()

@@ -390,7 +390,13 @@ def test_mismatch_as_mpi4py(p2p: Any, case: str) -> None:
     that stopped)."""
     make = MISMATCHES[case]
     world, p2p = _scratch_comms()
-    want = _outcome(world, make, {})
+    if case == "scatter_root_own_small" and "Open MPI" in MPI.Get_library_version():
+        # a root's own block cut short: MPICH cuts it, Open MPI's root raises MPI_ERR_TRUNCATE
+        # and leaves the other ranks waiting, so plain mpi4py is not run there; p2p cuts it
+        # as MPICH does on both libraries (docs/errors.md)
+        want = ("ok", [])
+    else:
+        want = _outcome(world, make, {})
     if case in ("scatter_send_shorter", "scatter_root_own_small", "gather_f32_f64_root"):
         # MPI leaves what lands where of an erroneous call to the algorithm (a relay of a
         # tree lays blocks out by its own count): only who raises is compared

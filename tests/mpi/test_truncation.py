@@ -242,7 +242,9 @@ def test_own_block_truncation_as_mpi4py(v: bool) -> None:
             if outcome == "restricted":
                 break
             assert outcome == "truncate", (alg, form, outcome)
-            if P > 1:  # (at P = 1 MPICH leaves the own block untouched; p2p cuts it)
+            # (at P = 1 MPICH leaves the own block untouched, p2p cuts it; Open MPI leaves
+            # the whole receive untouched: the bytes are MPICH's, compared there only)
+            if P > 1 and "MPICH" in MPI.Get_library_version():
                 assert np.array_equal(got, want), (alg, form, got, want)
         WORLD.Barrier()
     r = np.zeros(P)
