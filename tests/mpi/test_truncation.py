@@ -184,6 +184,9 @@ def test_truncation_completes(coll: str, algorithm: str) -> None:
 
 
 @_PEER
+@pytest.mark.skipif("MPICH" not in MPI.Get_library_version(),
+                    reason="the reference is MPICH's: Open MPI's own collectives on these "
+                           "erroneous inputs leave the job unable to Comm_dup (P = 5)")
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("coll", ["gather", "reduce"])
@@ -228,8 +231,9 @@ def test_own_block_truncation_as_mpi4py(v: bool) -> None:
     world = WORLD.Dup()
     _USED.append(world)
     name, args, want = _own_block(v)
-    native = _run(world, name, args, "blocking")  # (MPICH's Alltoall at P > 1: its Waitall's
-    assert native == "truncate" or native.startswith(f"class {MPI.ERR_IN_STATUS}:"), native
+    if "MPICH" in MPI.Get_library_version():  # (Open MPI aborts the job on it at P = 5)
+        native = _run(world, name, args, "blocking")  # (MPICH's Alltoall at P > 1: its
+        assert native == "truncate" or native.startswith(f"class {MPI.ERR_IN_STATUS}:"), native
     #                                                  MPI_ERR_IN_STATUS)
     p2p = mpicoll.p2p(WORLD)
     _USED.append(p2p)
