@@ -907,24 +907,9 @@ def format_objects(coll: str, records: Sequence[dict[str, Any]]) -> str:
 def _child_args(argv: Sequence[str]) -> list[str]:
     """The driver's bench arguments less those the driver itself handles (the launches'
     size, the native algorithms, the output files, -q)."""
-    drop_value = {"--native-algorithms", "-n", "--np", "--launch-timeout", "--json", "--csv",
-                  "--plot"}
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            if a.startswith("-"):
-                skip = False
-            else:
-                continue
-        key = a.split("=", 1)[0]
-        if key in drop_value:
-            skip = "=" not in a
-            continue
-        if a in ("-q", "--quiet"):
-            continue
-        out.append(a)
-    return out
+    from .launcher import child_args
+    return child_args(argv, {"--native-algorithms", "-n", "--np", "--launch-timeout",
+                             "--json", "--csv", "--plot"}, {"-q", "--quiet"})
 
 
 def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> int:

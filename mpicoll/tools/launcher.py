@@ -347,3 +347,25 @@ def merge(launches: Sequence[Launch], kind: str, version: str) -> dict[str, Any]
     base.update(provenance=prov, results=records, skipped=skipped, summary=summarize(records),
                 wrong=sum(r["status"] in ("wrong", "error") for r in records))
     return base
+
+
+def child_args(argv: Sequence[str], drop_value: set[str], drop_flag: set[str]) -> list[str]:
+    """A driver's command-line arguments for its launches: ``argv`` less the options the driver
+    itself handles (``drop_value``: options with a value, as ``-n 4`` or ``-n=4``; the values
+    that follow are dropped up to the next option; ``drop_flag``: flags without one)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            if a.startswith("-"):
+                skip = False
+            else:
+                continue
+        key = a.split("=", 1)[0]
+        if key in drop_value:
+            skip = "=" not in a
+            continue
+        if a in drop_flag:
+            continue
+        out.append(a)
+    return out

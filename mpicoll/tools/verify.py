@@ -584,23 +584,10 @@ def _lor() -> Any:
 
 def _child_args(argv: Sequence[str]) -> list[str]:
     """The driver's verify arguments less those the driver itself handles."""
-    drop_value = {"--native-algorithms", "-n", "--np", "--launch-timeout", "--json",
-                  "--repro-dir", "-c", "--collective"}
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            if a.startswith("-"):
-                skip = False
-            else:
-                continue
-        key = a.split("=", 1)[0]
-        if key in drop_value:
-            skip = "=" not in a
-            continue
-        if a in ("-q", "--quiet", "--nonblocking"):
-            continue
-        out.append(a)
+    from .launcher import child_args
+    out = child_args(argv, {"--native-algorithms", "-n", "--np", "--launch-timeout",
+                            "--json", "--repro-dir", "-c", "--collective"},
+                     {"-q", "--quiet", "--nonblocking"})
     if not any(a.split("=", 1)[0] in ("-a", "--algorithm") for a in out):
         out += ["-a", "auto"]  # p2p auto: the cross-check on the same inputs
     return out
