@@ -788,12 +788,7 @@ def run(
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
         doc = document(plan, prov, all_records, skipped)
-        if args.json:
-            Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-        if args.csv:
-            write_csv(args.csv, doc)
-        if args.plot:
-            write_plot(args.plot, doc)
+        _write_outputs(args, doc)
         if wrong:
             out.write(f"# {wrong} WRONG result(s): see the notes under the tables\n")
         out.flush()
@@ -912,6 +907,16 @@ def _child_args(argv: Sequence[str]) -> list[str]:
                              "--json", "--csv", "--plot"}, {"-q", "--quiet"})
 
 
+def _write_outputs(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """Write bench's document where ``--json``, ``--csv`` and ``--plot`` ask (rank 0)."""
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    if args.csv:
+        write_csv(args.csv, doc)
+    if args.plot:
+        write_plot(args.plot, doc)
+
+
 def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> int:
     """``bench --native-algorithms``: one launch for the library's default (native, mpi4py and
     the ``-a`` p2p algorithms) and one per forced native algorithm (:mod:`.launcher`), merged
@@ -960,12 +965,7 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
             out.write(format_native_notes(coll, recs, [x for x in ratios
                                                        if x["collective"] == coll
                                                        and x["pattern"] == pattern]) + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-    if args.csv:
-        write_csv(args.csv, doc)
-    if args.plot:
-        write_plot(args.plot, doc)
+    _write_outputs(args, doc)
     failed = [ln for ln in launches if ln.status != 0]
     if doc["wrong"]:
         out.write(f"# {doc['wrong']} WRONG result(s): see the notes under the tables\n")
