@@ -125,6 +125,7 @@ from .report import (
     describe_model,
     document,
     format_block,
+    format_stats,
     header,
     human_size,
     plot_problem,
@@ -589,6 +590,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--plot", metavar="FILE.png",
                    help="latency vs size plot (needs matplotlib; the extension names the "
                    "format: png, svg, pdf, ...)")
+    o.add_argument("--stats", action="store_true",
+                   help="print, under each table, p50/p90/p99/min/max, the coefficient of "
+                   "variation, the entry skew and the most often slowest rank of every timed "
+                   "result (the JSON always has them, and every iteration's time)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
 
 
@@ -779,6 +784,8 @@ def run(
                 progress.clear()
                 if rank == 0:
                     out.write(format_block(plan, coll, recs, p, pattern, adapted.note) + "\n")
+                    if getattr(args, "stats", False):
+                        out.write(format_stats(recs) + "\n")
                     out.flush()
     finally:
         progress.clear()
@@ -962,6 +969,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
             if not recs:
                 continue
             out.write(format_block(plan, coll, recs, args.np, pattern))
+            if getattr(args, "stats", False):
+                out.write(format_stats(recs))
             out.write(format_native_notes(coll, recs, [x for x in ratios
                                                        if x["collective"] == coll
                                                        and x["pattern"] == pattern]) + "\n")
