@@ -430,6 +430,17 @@ def write_csv(path: str, doc: dict[str, Any]) -> None:
                 w.writerow(row)
 
 
+def _wrap(name: str, width: int = 11) -> str:
+    """``name`` broken after underscores into lines of about ``width`` characters."""
+    lines: list[str] = []
+    for part in name.replace("_", "_ ").split(" "):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
 def write_heatmap(path: str, doc: dict[str, Any]) -> None:
     """One panel per collective (numpy pattern, else the first): P (rows) x size (columns),
     each cell the fastest implementation's name and speed-up over the library's default,
@@ -451,9 +462,9 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
     ncols = min(2, n)
     nrows = math.ceil(n / ncols)
     all_sizes = sorted({b["size_bytes"] for b in best})
-    fig, axes = plt.subplots(nrows, ncols, squeeze=False,
-                             figsize=(max(6.0, 1.3 * len(all_sizes)) * ncols,
-                                      (1.2 + 0.7 * len(doc["settings"]["np"])) * nrows + 0.6))
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(max(6.0, 1.1 * len(all_sizes)) * ncols,
+                                      (1.4 + 0.9 * len(doc["settings"]["np"])) * nrows + 0.8))
     top = max([b["speedup_over_default"] or 1.0 for b in best] + [1.01])
     norm = LogNorm(vmin=1.0, vmax=top)
     image = None
@@ -469,9 +480,10 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
             i, j = ps.index(b["P"]), sizes.index(b["size_bytes"])
             sp = b["speedup_over_default"]
             grid[i][j] = sp if sp is not None else math.nan
-            label = b["fastest"].replace("native:", "n:")
-            ax.text(j, i, f"{label}\n{'x' + format(sp, '.2f') if sp else '-'}",
-                    ha="center", va="center", fontsize=7)
+            dark = sp is not None and norm(sp) > 0.6
+            ax.text(j, i, f"{_wrap(b['fastest'].replace('native:', 'n:'))}\n"
+                    f"{'x' + format(sp, '.2f') if sp else '-'}", ha="center", va="center",
+                    fontsize=6.5, color="white" if dark else "black")
         image = ax.imshow(grid, cmap="YlGn", norm=norm, aspect="auto", origin="lower")
         ax.set_xticks(range(len(sizes)), [human_size(s) + "B" for s in sizes], rotation=45,
                       fontsize=8)
@@ -483,8 +495,9 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
         axes[k // ncols][k % ncols].set_visible(False)
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), label="speed-up over the default (x)")
-    lib = doc["provenance"]["library"]["version"]
-    fig.suptitle(f"mpicoll sweep: fastest implementation per (P, size) ({lib[:60]}); "
-                 "n:NAME = the library's algorithm NAME forced", fontsize=10)
+    lib = " ".join(doc["provenance"]["library"]["version"].split())
+    fig.suptitle(f"mpicoll sweep, {lib[:50]}: the fastest implementation per (P, size) and its "
+                 "speed-up over the library's default\n(n:NAME: the library's algorithm NAME "
+                 "forced; others: mpicoll's p2p algorithms)", fontsize=9)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
