@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from mpicoll.tools import cli, launcher, sweep
-
 from _launch import REPO, job_env
 from _launch import launcher as find_mpiexec
+
+from mpicoll.tools import cli, launcher, sweep
 
 TEMPLATE: dict[str, Any] = {}
 
@@ -104,7 +103,8 @@ def test_sweep_resumes_after_an_interruption_and_merges(
     assert "3 launch(es) run, 3 taken from" in text
     doc = json.loads(out.read_text())
     assert sweep.validate(doc) == []
-    assert doc["complete"] and doc["pending"] == []
+    assert doc["complete"]
+    assert doc["pending"] == []
     assert [r["P"] for r in doc["runs"]] == [2, 3]
     for run in doc["runs"]:
         impls = {r["implementation"] for r in run["doc"]["results"]}
@@ -179,7 +179,8 @@ def test_sweep_budget_leaves_launches_pending(
     assert slow.calls == [(2, "default")]  # the budget is spent after the first launch
     assert "5 pending (rerun the same command to resume)" in text
     doc = json.loads(out.read_text())
-    assert len(doc["pending"]) == 5 and not doc["complete"]
+    assert len(doc["pending"]) == 5
+    assert not doc["complete"]
     assert sweep.validate(doc) == []
 
 
