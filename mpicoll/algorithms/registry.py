@@ -403,9 +403,11 @@ def choose(
     in_place: bool = False,
     uniform: bool = True,
 ) -> Algorithm:
-    """The algorithm ``"auto"`` runs: the static rule's pick, or, if a calibrated model is
-    loaded (:mod:`mpicoll.model`), the lowest predicted time; never one whose restrictions the
-    call breaks (the first applicable one in registration order is the fallback).
+    """The algorithm ``"auto"`` runs: the measured selection table's pick where one is loaded
+    (:mod:`mpicoll.model.selection`) and covers the call, else the static rule's pick, or, if
+    a calibrated model is loaded (:mod:`mpicoll.model`), the lowest predicted time; never one
+    whose restrictions the call breaks (the first applicable one in registration order is the
+    fallback).
 
     It reads only values every rank shares, so every rank picks the same algorithm: ``p``,
     ``nbytes`` (the message's type signature in bytes, count x the datatype's size: the same
@@ -424,7 +426,14 @@ def choose(
     if not ok:
         raise RestrictionError(f"no {collective} algorithm applies to this call")
     from ..model import alphabeta as model
+    from ..model import selection
 
+    table = selection.current()
+    if table is not None:  # measured on this machine (mpicoll tune --emit mpicoll)
+        name = table.pick(collective, p, nbytes)
+        for a in ok:
+            if a.name == name:
+                return a
     m = model.current()
     if m is not None:  # the formulas take one line: the one of a message of nbytes
         alpha, beta = m.line(nbytes)

@@ -399,6 +399,35 @@ register(Subcommand(
 ))
 
 
+def _tune_configure(p: argparse.ArgumentParser) -> None:
+    from . import tune
+
+    tune.add_arguments(p)
+
+
+def _tune_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+    from . import tune
+
+    tune.check_arguments(args, size, error)
+
+
+def _tune_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    from . import tune
+
+    return tune.run(args, comm, argv, out)
+
+
+register(Subcommand(
+    "tune", "write MPICH's, Open MPI's or mpicoll's selection file from a sweep",
+    _tune_configure, _tune_run, _tune_validate,
+    description="From a sweep's --json (mpicoll sweep), the fastest algorithm per collective, "
+    "P and message size, written as MPICH's JSON selection tree "
+    "(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE), Open MPI's classic dynamic rules file "
+    "(coll_tuned_dynamic_rules_filename) or mpicoll's table that algorithm='auto' reads "
+    "($MPICOLL_SELECTION). No MPI job needed.",
+))
+
+
 # --------------------------------------------------------------------------------------------
 # entry points
 

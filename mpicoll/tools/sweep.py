@@ -332,10 +332,12 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                 if interrupted or (args.budget and time.monotonic() - t0 > args.budget):
                     pending.append({"P": p, "config": cfg.name})
                     continue
+                progress.show(f"[mpicoll sweep] P = {p}: {cfg.name} "
+                              f"({configs.index(cfg) + 1}/{len(configs)}; "
+                              f"{time.monotonic() - t0:.0f} s so far)")
                 try:
                     launches += launcher.run([cfg], p, args.bench_args,
-                                             timeout=args.launch_timeout,
-                                             progress=progress.show, launch=prefix)
+                                             timeout=args.launch_timeout, launch=prefix)
                     ran += 1
                 except KeyboardInterrupt:
                     interrupted = True
