@@ -38,8 +38,9 @@ S, the fastest algorithm among those measured, written as:
   size up (candidates: the sweep's p2p columns other than ``auto``).
 
 Every choice is printed with its measured time and the library default's; where the default
-was the fastest the file still names an algorithm (the fastest forced one): ``tune --check``
-(not yet written) is what would prove a rule.
+was the fastest the file still names an algorithm (the fastest forced one).  ``--check``
+reruns bench with the file loaded and without and prints the verdict per size
+(:func:`check`); it does not yet drop the rules that lost.
 """
 
 from __future__ import annotations
@@ -374,6 +375,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "dynamic rules file; mpicoll: the table algorithm='auto' reads")
     parser.add_argument("-o", "--output", metavar="FILE", required=True,
                         help="the file to write")
+    parser.add_argument("--check", action="store_true",
+                        help="then rerun bench (without mpiexec: one launch per P of the "
+                        "sweep with the file loaded, one without) and print, per collective "
+                        "and size, the default's and the tuned time and whether the tuned one "
+                        "is faster, slower or within the noise")
+    parser.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="--check: seconds one launch may take (default 600)")
     parser.add_argument("--commutative-only", action="store_true",
                         help="--emit ompi: the program reduces with commutative ops only "
                         "(allows algorithms Open MPI runs for commutative ops alone)")
@@ -396,6 +404,8 @@ def check_arguments(args: argparse.Namespace, size: int, error: Callable[[str], 
         error(f"argument --emit: {args.emit} needs a sweep made with {want}, not {kind}")
     if args.commutative_only and args.emit != "ompi":
         error("argument --commutative-only: only with --emit ompi")
+    if args.check and size > 1:
+        error("argument --check: tune launches bench itself: run it without mpiexec")
     args.doc = doc
 
 
@@ -431,4 +441,62 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                 cells.append(f"{size}B {name} {t:.1f}{ratio}")
             out.write(f"#   P={p}: " + "; ".join(cells) + "\n")
     out.write(f"# wrote {args.output}: use it as {how}\n")
+    if args.check:
+        return check(args, out)
     return 0
+
+
+def _spread(r: dict[str, Any]) -> tuple[float, float, float]:
+    t = r["time_us"]
+    return t.get("p10", t["min"]), t["median"], t.get("p90", t["max"])
+
+
+def check(args: argparse.Namespace, out: TextIO) -> int:
+    """``--check``: per P of the sweep, bench launched with the file loaded and without
+    (:func:`.launcher.run`; the sweep's bench arguments, native only, or p2p ``auto`` only for
+    ``--emit mpicoll``), and per collective and size: the default's and the tuned median
+    [p10..p90] and the verdict, ``faster``/``SLOWER`` where the p10..p90 ranges do not
+    overlap, else ``within noise``.  Returns 1 if a size was SLOWER."""
+    from . import launcher
+    from .launcher import OMPI_EXCLUDE, Config
+
+    doc = args.doc
+    path = str(Path(args.output).resolve())
+    if args.emit == "mpich":
+        tuned = Config("tuned", env={"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path,
+                                     "MPIR_CVAR_DEVICE_COLLECTIVES": "none"})
+    elif args.emit == "ompi":
+        tuned = Config("tuned", flags=["--mca", "coll", OMPI_EXCLUDE, "--mca",
+                                       "coll_tuned_use_dynamic_rules", "1", "--mca",
+                                       "coll_tuned_dynamic_rules_filename", path])
+    else:
+        tuned = Config("tuned", env={"MPICOLL_SELECTION": path})
+    column = "auto" if args.emit == "mpicoll" else "native"
+    bench_args = [*doc["settings"]["bench_args"], "-a", "auto" if column == "auto" else "none"]
+    slower = 0
+    for run in doc["runs"]:
+        p = run["P"]
+        launches = launcher.run([Config("default"), tuned], p, bench_args,
+                                timeout=args.launch_timeout)
+        got = {}
+        for ln in launches:
+            if ln.doc is None:
+                out.write(f"# --check P={p}: the {ln.config.name} launch failed (status "
+                          f"{ln.status}): {ln.output[-600:]}\n")
+                return 1
+            got[ln.config.name] = {(r["collective"], r["size_bytes"]): r
+                                   for r in ln.doc["results"]
+                                   if r["implementation"] == column and r["status"] == "ok"
+                                   and r["time_us"] and not r.get("persistent")}
+        out.write(f"# --check P={p}: {column} median [p10..p90] us, default vs with "
+                  f"{args.output}\n")
+        for key in sorted(got["default"]):
+            if key not in got["tuned"]:
+                continue
+            d, t = _spread(got["default"][key]), _spread(got["tuned"][key])
+            verdict = ("faster" if t[2] < d[0] else "SLOWER" if t[0] > d[2]
+                       else "within noise")
+            slower += verdict == "SLOWER"
+            out.write(f"#   {key[0]} {key[1]}B: default {d[1]:.1f} [{d[0]:.1f}..{d[2]:.1f}], "
+                      f"tuned {t[1]:.1f} [{t[0]:.1f}..{t[2]:.1f}]: {verdict}\n")
+    return 1 if slower else 0

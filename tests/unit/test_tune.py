@@ -293,3 +293,42 @@ def test_ompi_rules_load_and_their_algorithm_runs(tmp_path: Path) -> None:
         assert tuned == forced, alg
         results[alg] = tuned
     assert results["ring"] != results["recursive_doubling"]
+
+
+def test_tune_check_compares_default_and_tuned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from mpicoll.tools import launcher
+
+    src = tmp_path / "s.json"
+    doc = mpich_doc()
+    doc["settings"] = {"bench_args": ["-c", "allreduce", "-m", "8:64"]}
+    src.write_text(json.dumps(doc))
+    seen: list[tuple[int, list[str], list[str]]] = []
+
+    def fake(configs: list[launcher.Config], p: int, bench_args: list[str],
+             **kw: Any) -> list[launcher.Launch]:
+        seen.append((p, [c.name for c in configs], list(bench_args)))
+        out = []
+        for c in configs:
+            tuned = c.name == "tuned"
+            assert tuned == ("MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE" in c.env)
+            recs = []
+            for size, (lo, mid, hi) in ((8, (1, 2, 3) if tuned else (5, 6, 7)),
+                                        (64, (4, 5, 6) if tuned else (1, 2, 3)),
+                                        (512, (1, 2, 5) if tuned else (2, 3, 4))):
+                r = rec("allreduce", size, "native", mid)
+                r["time_us"] = {"median": mid, "min": lo, "max": hi, "p10": lo, "p90": hi}
+                recs.append(r)
+            out.append(launcher.Launch(c, 0, 1.0, {"results": recs}, ""))
+        return out
+
+    monkeypatch.setattr(launcher, "run", fake)
+    status = cli.main(["tune", str(src), "--emit", "mpich", "-o", str(tmp_path / "t.json"),
+                       "--check"])
+    text = capsys.readouterr().out
+    assert status == 1  # a size was slower
+    assert seen == [(p, ["default", "tuned"], ["-c", "allreduce", "-m", "8:64", "-a", "none"])
+                    for p in (2, 4)]
+    assert "allreduce 8B: default 6.0 [5.0..7.0], tuned 2.0 [1.0..3.0]: faster" in text
+    assert "allreduce 64B: default 2.0 [1.0..3.0], tuned 5.0 [4.0..6.0]: SLOWER" in text
+    assert "allreduce 512B: default 3.0 [2.0..4.0], tuned 2.0 [1.0..5.0]: within noise" in text
