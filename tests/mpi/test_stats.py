@@ -66,7 +66,7 @@ def test_the_rank_that_sleeps_is_the_slowest_of_every_iteration() -> None:
     last = SIZE - 1
 
     def fn() -> None:
-        if RANK == last:
+        if last == RANK:
             time.sleep(0.2)
 
     res = measure_blocking(WORLD, fn, Settings(3, 0, None))
