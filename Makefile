@@ -39,7 +39,7 @@ PIP_FLAGS     ?= --progress-bar off
 # `make sweep`: its rank counts, its own options (e.g. --budget 120, --fresh) and bench's
 SWEEP_NP         ?= 2 3 4
 SWEEP_ARGS       ?=
-SWEEP_BENCH_ARGS ?= -c allreduce bcast -a all -m 8:64K --time-budget 0.02
+SWEEP_BENCH_ARGS ?= -c allreduce -a all -m 8:64K --time-budget 0.02
 
 # ---- the MPI library and its launcher ---------------------------------------------------------
 ifeq ($(MPI),mpich)

@@ -571,6 +571,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cost model for the predicted time of each p2p result (a file written "
                    "by mpicoll calibrate; default: the calibrated model if there is one, else "
                    "the built-in defaults)")
+    t.add_argument("--split", metavar="MOD:k|DIV:k", default=None,
+                   help="run on several sub-communicators at once (nccl-tests' split, IMB "
+                   "-multi): MOD:k, rank r in group r mod k; DIV:k, in group r div k; every "
+                   "group's tables, then the aggregate")
     n = parser.add_argument_group("native algorithms (run without mpiexec: bench launches)")
     n.add_argument(
         "--native-algorithms", nargs="+", metavar="NAME", default=None,
@@ -636,6 +640,19 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         error("argument --test-calls: must be >= 0")
     if args.test_calls and not args.nonblocking:
         error("argument --test-calls: only with --nonblocking")
+    if getattr(args, "split", None):
+        from .split import group_sizes, parse_split
+        try:
+            smallest = min(group_sizes(*parse_split(args.split, p), p))
+        except ValueError as exc:
+            error(f"argument --split: {exc}")
+        if any(c in _cases.ROOTED for c in colls) and args.root >= smallest:
+            error(f"argument --root: root {args.root} is not a rank of the smallest group "
+                  f"of --split {args.split} ({smallest} ranks)")
+        for other, given in (("--native-algorithms", getattr(args, "native_algorithms", None)),
+                             ("--objects", getattr(args, "objects", False))):
+            if given:
+                error(f"argument --split: not with {other}")
     persistent = bool(getattr(args, "persistent", False))
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")
@@ -739,6 +756,9 @@ def run(
     out = out or sys.stdout
     if getattr(args, "native_algorithms", None):
         return run_native(args, argv, out)
+    if getattr(args, "split", None):
+        from .split import run_split
+        return run_split(args, comm, argv, out, run, _write_outputs)
     rank, p = comm.Get_rank(), comm.Get_size()
     plan: Plan = args.plan
     label = getattr(args, "native_label", None)
@@ -795,6 +815,7 @@ def run(
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
         doc = document(plan, prov, all_records, skipped)
+        args.last_document = doc  # --split: the group's document, for its merge
         _write_outputs(args, doc)
         if wrong:
             out.write(f"# {wrong} WRONG result(s): see the notes under the tables\n")
