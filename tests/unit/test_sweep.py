@@ -215,6 +215,8 @@ def test_real_sweep_killed_then_resumed(tmp_path: Path) -> None:
     total = 2 * (2 if names else 1)
     saved = sum(len(r["doc"]["provenance"]["launches"]) for r in killed["runs"])
     assert 1 <= saved < total
+    assert not killed["complete"]
+    assert len(killed["pending"]) == total - saved
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
                          check=False)
     assert res.returncode == 0, res.stdout + res.stderr
