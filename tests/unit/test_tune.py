@@ -332,3 +332,21 @@ def test_tune_check_compares_default_and_tuned(tmp_path: Path, monkeypatch: pyte
     assert "allreduce 8B: default 6.0 [5.0..7.0], tuned 2.0 [1.0..3.0]: faster" in text
     assert "allreduce 64B: default 2.0 [1.0..3.0], tuned 5.0 [4.0..6.0]: SLOWER" in text
     assert "allreduce 512B: default 3.0 [2.0..4.0], tuned 2.0 [1.0..5.0]: within noise" in text
+
+
+@pytest.mark.parametrize("coll", ["bcast", "reduce", "allreduce", "reduce_scatter_block",
+                                  "reduce_scatter", "allgather", "alltoall", "gather",
+                                  "scatter", "scan", "exscan"])
+@pytest.mark.parametrize("p", [1, 3, 4])
+def test_bench_size_is_the_nbytes_auto_reads(coll: str, p: int) -> None:
+    """The mpicoll table is keyed on bench's S; auto looks it up with the call's nbytes: the
+    same number for every collective the table can hold (non-v ones), at every rank."""
+    from mpicoll.backends.args import PARSERS
+    from mpicoll.tools.cases import Case, count_for
+
+    for size in (8, 4096, 1000):
+        for rank in range(p):
+            case = Case(coll, count_for(coll, size, p, 8), "float64", "sum", 0, False, p,
+                        rank).build()
+            args, kw = case.arguments()
+            assert PARSERS[coll](p, rank, *args, **kw).nbytes == case.nbytes(), (size, rank)
