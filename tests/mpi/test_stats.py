@@ -1,16 +1,14 @@
 """bench's per-iteration statistics on every rank of the job (P = 1..5): the record of
 :func:`mpicoll.tools.measure.measure_blocking` is the same on every rank and consistent (one
 entry per iteration, the counts per rank and per host summing to the iterations, the hosts
-the job's), and each iteration's time is the max over ranks of the local call times, which a
-rank that always sleeps longest makes it the slowest of every iteration.
+the job's), and, with each rank's clock replaced by a known one, each iteration's time (the
+max over ranks), its slowest rank and its entry skew are the known ones.
 
 Run: ``mpiexec -n P python -m pytest --with-mpi tests/mpi/test_stats.py``.  Timings are never
 asserted: only what is recorded about them.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
@@ -60,17 +58,28 @@ def test_iteration_stats_are_consistent_and_agreed(nonblocking: bool) -> None:
 
 
 @pytest.mark.mpi
-def test_the_rank_that_sleeps_is_the_slowest_of_every_iteration() -> None:
-    """The last rank sleeps 200 ms in each call, the others return at once: each iteration's
-    time is its (the max over ranks), and it is the slowest rank of all of them."""
-    last = SIZE - 1
+def test_known_clocks_give_known_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank's clock replaced by one that advances by rank + 1 seconds per reading: every
+    call of rank r then lasts r + 1 s and starts at (2k + 1)(r + 1) s in iteration k, so
+    every iteration's time is P s, its slowest rank P - 1 and its entry skew (2k + 1)(P - 1)
+    s, exactly (one host: the clocks are compared as they are)."""
+    import mpicoll.tools.measure as measure
 
-    def fn() -> None:
-        if last == RANK:
-            time.sleep(0.2)
+    if len(set(WORLD.allgather(MPI.Get_processor_name()))) > 1:
+        pytest.skip("one host only: across hosts the clocks are offset by ping-pong")
+    step = float(RANK + 1)
+    now = [0.0]
 
-    res = measure_blocking(WORLD, fn, Settings(3, 0, None))
+    def clock() -> float:
+        now[0] += step
+        return now[0]
+
+    monkeypatch.setattr(measure.time, "perf_counter", clock)
+    res = measure_blocking(WORLD, lambda: None, Settings(3, 0, None))
     its = res["iteration_stats"]
-    assert its["slowest_rank"] == [last] * 3
-    assert its["slowest_count_by_rank"][last] == 3
-    assert all(t >= 2e5 for t in its["iterations_us"])  # the sleeper's 200 ms, not a no-op's
+    assert its["iterations_us"] == [SIZE * 1e6] * 3
+    assert its["slowest_rank"] == [SIZE - 1] * 3
+    assert its["slowest_count_by_rank"] == [0] * (SIZE - 1) + [3]
+    assert its["entry_skew_us"] == [(2 * k + 1) * (SIZE - 1) * 1e6 for k in range(3)]
+    assert res["time_us"]["p50"] == SIZE * 1e6
+    assert res["time_us"]["cv"] == 0.0
