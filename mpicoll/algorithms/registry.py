@@ -590,10 +590,11 @@ def choose(
 
     table = selection.current()
     if table is not None:  # measured on this machine (mpicoll tune --emit mpicoll)
-        name = table.pick(collective, p, nbytes)
+        picked = table.pick(collective, p, nbytes)
+        base = (picked or "").partition(":")[0]  # a parameterised name: pipeline:65536
         for a in ok:
-            if a.name == name:
-                return a
+            if picked is not None and a.name == base:
+                return get(collective, picked) if picked != base else a
     m = model.current()
     if m is not None:  # the formulas take one line: the one of a message of nbytes
         alpha, beta = m.line(nbytes)
