@@ -465,8 +465,8 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
         if b["collective"] not in colls:
             colls.append(b["collective"])
     n = len(colls)
-    ncols = min(2, n)
-    nrows = math.ceil(n / ncols)
+    ncols = 1  # one collective per row: the sizes run across
+    nrows = n
     all_sizes = sorted({b["size_bytes"] for b in best})
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
                              figsize=(max(6.0, 1.1 * len(all_sizes)) * ncols,
