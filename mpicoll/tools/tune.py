@@ -280,7 +280,10 @@ def _mpich_leaf(coll: str, name: str) -> dict[str, Any]:
     """The subtree running MPICH algorithm ``name`` of ``coll`` behind the guards its
     restrictions need (the other branch of each: :data:`MPICH_SAFE`)."""
     safe = MPICH_SAFE[coll][0]
-    node: dict[str, Any] = _alg(coll, "intra", name)
+    # nb (and gatherv's, scatterv's linear) serve both communicator kinds: MPIR_<Coll>_allcomm_*
+    allcomm = name == "nb" or (coll in ("gatherv", "scatterv") and name == "linear")
+    node: dict[str, Any] = (_alg(coll, "allcomm", name) if allcomm
+                            else _alg(coll, "intra", name))
     for r in MPICH_RESTRICTED.get((coll, name), ()):
         if r == "commutative":
             node = {"is_commutative=no": safe, "is_commutative=any": node}

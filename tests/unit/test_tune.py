@@ -122,6 +122,15 @@ def test_mpich_tree_is_complete_guarded_and_ends_every_list_in_any() -> None:
     assert tree["collective=scan"]["comm_type=any"] == tree["collective=scan"]["comm_type=intra"]
 
 
+def test_mpich_names_of_the_allcomm_algorithms() -> None:
+    """MPICH's CVAR value nb is the container MPIR_<Coll>_allcomm_nb (one for intra and
+    inter), gatherv's linear MPIR_Gatherv_allcomm_linear; the others are intra ones."""
+    assert tune._mpich_leaf("allreduce", "nb") == {"algorithm=MPIR_Allreduce_allcomm_nb": {}}
+    assert tune._mpich_leaf("bcast", "nb") == {"algorithm=MPIR_Bcast_allcomm_nb": {}}
+    assert tune._mpich_leaf("gatherv", "linear") == {"algorithm=MPIR_Gatherv_allcomm_linear": {}}
+    assert tune._mpich_leaf("bcast", "binomial") == {"algorithm=MPIR_Bcast_intra_binomial": {}}
+
+
 def test_mpich_guard_for_count_below_pof2() -> None:
     leaf = tune._mpich_leaf("allreduce", "reduce_scatter_allgather")
     safe = {"algorithm=MPIR_Allreduce_intra_recursive_doubling": {}}
@@ -265,7 +274,8 @@ def tree_for(alg: str, other: str, kind: str) -> dict[str, Any]:
                     reason="the MPICH tree is loaded by MPICH (the Open MPI test is below)")
 def test_mpich_tree_loads_and_its_algorithm_runs(tmp_path: Path) -> None:
     results = {}
-    for alg, other in (("ring", "recursive_doubling"), ("recursive_doubling", "ring")):
+    for alg, other in (("ring", "recursive_doubling"), ("recursive_doubling", "ring"),
+                       ("nb", "ring")):
         path = tmp_path / f"{alg}.json"
         path.write_text(json.dumps(tune.emit_mpich(tree_for(alg, other, "mpich"))))
         tuned = probe({"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(path),
