@@ -360,3 +360,37 @@ def test_bench_size_is_the_nbytes_auto_reads(coll: str, p: int) -> None:
                         rank).build()
             args, kw = case.arguments()
             assert PARSERS[coll](p, rank, *args, **kw).nbytes == case.nbytes(), (size, rank)
+
+
+@pytest.mark.skipif(find_mpiexec() is None or library()[0] != "mpich",
+                    reason="MPICH parses the tree (the names are MPICH's)")
+def test_mpich_parses_every_name_the_tree_can_hold(tmp_path: Path) -> None:
+    """MPICH reads the whole tree at MPI_Init and aborts on a name it does not know (the
+    negative control: a bogus one). Every forceable algorithm of every collective (without
+    parameters), as the fastest, in rounds: each tree must load and the probe run."""
+    from mpicoll.algorithms.twins import MPICH
+
+    usable = {c: [n for n in names if "params" not in tune.MPICH_RESTRICTED.get((c, n), ())]
+              for c, names in MPICH.items()}
+    rounds = max(len(v) for v in usable.values())
+    for k in range(rounds):
+        recs = [rec(c, 8, f"native:{names[k % len(names)]}", 1.0, op=None)
+                for c, names in usable.items() if names]
+        path = tmp_path / f"round{k}.json"
+        path.write_text(json.dumps(tune.emit_mpich(sweep_doc("mpich", {3: recs}))))
+        probe({"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(path),
+               "MPIR_CVAR_DEVICE_COLLECTIVES": "none"})
+    bogus = tune.emit_mpich(sweep_doc("mpich", {}))
+    bogus["collective=bcast"]["comm_type=intra"] = {"algorithm=MPIR_Bcast_intra_bogus": {}}
+    path = tmp_path / "bogus.json"
+    path.write_text(json.dumps(bogus))
+    mpiexec = find_mpiexec()
+    assert mpiexec is not None
+    env = job_env()
+    env.update({"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(path),
+                "MPIR_CVAR_DEVICE_COLLECTIVES": "none"})
+    res = subprocess.run([*mpiexec, "-n", "2", sys.executable,
+                          str(REPO / "tests" / "unit" / "_tune_probe.py")],
+                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode != 0
+    assert "algorithm=MPIR_Bcast_intra_bogus" in res.stdout + res.stderr
