@@ -194,6 +194,12 @@ def ompi_ran(collective: str, name: str, p: int, count: int, commutative: bool =
 TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("barrier", "smp"): ("smp", None),
     ("barrier", "dissemination"): (None, 4),
+    ("barrier", "k_dissemination"): ("k_dissemination", None),
+    ("barrier", "recexch"): ("recexch", None),
+    ("barrier", "linear"): (None, 1),
+    ("barrier", "double_ring"): (None, 2),
+    ("barrier", "recursive_doubling"): (None, 3),
+    ("barrier", "tree"): (None, 6),
     ("bcast", "binomial"): ("binomial", 6),
     ("bcast", "scatter_allgather"): ("scatter_recursive_doubling_allgather", 8),
     ("bcast", "scatter_ring_allgather"): ("scatter_ring_allgather", 9),
