@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from .registry import Cost, algorithm, default_rule
+from .registry import Cost, Param, algorithm, default_rule
 from .schedule import Context, Round, Schedule, pof2_floor
-
-_K_EXTRA: dict[str, object] = {"k": 2}  # until the registry binds parameters
 
 
 def dissemination_sends(p: int, k: int) -> int:
@@ -30,7 +28,9 @@ def dissemination_sends(p: int, k: int) -> int:
     cost=Cost("sends(p, k)*alpha",
               where="sends = k-1 per round for ceil(log_k p) rounds, less those that wrap to the "
                     "rank itself (radix min(k, p))",
-              extra={"sends": dissemination_sends, **_K_EXTRA}),
+              extra={"sends": dissemination_sends}, exact=("one_peer",), bound=2.0),
+    params=(Param("k", 2, 2, 64, "radix: peers signalled per round (k - 1 of them)",
+                  examples=(3, 4, 5)),),
     source="Hensgen, Finkel & Manber 1988; MPICH barrier_intra_k_dissemination",
 )
 def k_dissemination(ctx: Context, *, k: int = 2) -> Schedule:
@@ -146,7 +146,10 @@ def recexch_fold(p: int, k: int) -> int:
               let=(("K", "max(2, min(k, p))"), ("L", "phases(p, K)"), ("F", "fanin(p, K)")),
               where="K = the radix, lowered to p; L = floor(log_K p) exchange phases; F = "
                     "min(p - K^L, K-1) messages into and out of a participant",
-              extra={"phases": recexch_floor_phases, "fanin": recexch_fold, **_K_EXTRA}),
+              extra={"phases": recexch_floor_phases, "fanin": recexch_fold},
+              exact=("one_peer",), bound=0.75),
+    params=(Param("k", 2, 2, 64, "radix: neighbours per exchange phase (k - 1 of them)",
+                  examples=(3, 4, 5)),),
     source="MPICH barrier_intra_recexch (allreduce_intra_recexch of 0 bytes), "
            "recexchalgo.c's neighbours",
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pytest
@@ -62,11 +63,12 @@ def _heard(schedule: Callable[[Context], Schedule], p: int) -> list[set[int]]:
 
 
 def _variants() -> list[tuple[str, Callable[[Context], Schedule]]]:
+    """Every flat barrier of the registry with its parameters' examples, and larger radices."""
     out: list[tuple[str, Callable[[Context], Schedule]]] = [
-        (a.name, a.schedule) for a in registry.algorithms("barrier") if a.name != "smp"]
-    for k in (3, 4, 5, 8):
-        out.append((f"k_dissemination:{k}", lambda ctx, k=k: k_dissemination(ctx, k=k)))
-        out.append((f"recexch:{k}", lambda ctx, k=k: recexch(ctx, k=k)))
+        (a.name, a.schedule) for a in registry.variants("barrier") if a.name != "smp"]
+    for k in (8, 13):
+        out.append((f"k_dissemination:{k}", partial(k_dissemination, k=k)))
+        out.append((f"recexch:{k}", partial(recexch, k=k)))
     return out
 
 
