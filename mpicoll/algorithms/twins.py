@@ -248,6 +248,7 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("alltoallw", "scattered"): ("scattered", None),
     ("scan", "recursive_doubling"): ("recursive_doubling", 2),
     ("scan", "linear"): (None, 1),
+    ("scan", "smp"): ("smp", None),
     ("exscan", "recursive_doubling"): ("recursive_doubling", 2),
     ("exscan", "linear"): (None, 1),
 }
