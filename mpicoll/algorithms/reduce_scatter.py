@@ -8,6 +8,7 @@ Schedules take ``(ctx, sendbuf, recvbuf, counts, op)``: ``sendbuf`` is this rank
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -27,6 +28,7 @@ from .schedule import (
     Schedule,
     block,
     displacements,
+    is_pof2,
     pof2_floor,
     segment,
     segments,
@@ -239,39 +241,10 @@ def butterfly_core(g: Context, bufs: tuple[np.ndarray, np.ndarray], counts: Sequ
     return a, lo
 
 
-#: the butterfly's lg p' halving steps on equal blocks
-_HALVES = "lg(P)*alpha + (P-1)/P*m*(beta + gamma)"
-
-
-@algorithm(
-    _BOTH, "butterfly",
-    cost=Cost(_HALVES + " + (P > 2)*(alpha + n/p*beta) + fold*(2*alpha + n*(beta + gamma) + "
-              "n/p*beta)",
-              let=(("m", "n*(1 + fold*(p - P)/p)"),),
-              where="p' = 2^floor(lg p), fold = [p != p']; m = the bytes the p' ranks halve "
-                    "(the first 2(p - p') blocks travel in pairs)",
-              exact=("even", "pof2"), bound=0.25),
-    source="Traff, 'An improved algorithm for (non-commutative) reduce-scatter with an "
-           "application', EuroPVM/MPI 2005; Open MPI coll_base_reduce_scatter butterfly",
-)
-def butterfly(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
-              op: MPI.Op) -> Schedule:
-    """Butterfly reduce-scatter for any op and any p (Open MPI's form of Traff's algorithm).
-
-    The p - p' extra ranks fold in first (rank 2i hands its vector to 2i+1, which reduces it,
-    lower rank on the left, as :mod:`~mpicoll.algorithms.fold`); the p' = 2^floor(lg p) ranks
-    left run :func:`butterfly_core` on p' blocks (new rank i's block is its own, or the pair's
-    two for a folded pair), ending with block mirror(i); one exchange along the mirror
-    permutation then hands every block to its owner (a pair's first block to the even rank
-    that sat out)::
-
-        p = 6 (p' = 4):  fold:    0 -> 1, 2 -> 3               (new ranks 1:0 3:1 4:2 5:3)
-                         halve:   new 0<->1, 2<->3;  0<->2, 1<->3
-                         mirror:  new 1 (rank 3) <-> new 2 (rank 4): blocks [b0 b1] and b4;
-                                  new 0 (rank 1) -> rank 0;  rank 4 -> rank 2  (pairs' firsts)
-
-    Every step reduces the lower ranks' data on the left: non-commutative ops are correct.
-    """
+def butterfly_folded(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
+                     counts: Sequence[int], op: MPI.Op) -> Schedule:
+    """The butterfly for any p: fold, :func:`butterfly_core`, then the mirror exchange (see
+    :func:`butterfly`)."""
     p, r = ctx.size, ctx.rank
     displs = displacements(counts)
     if p == 1:
@@ -305,11 +278,90 @@ def butterfly(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Se
         yield tuple(ops)
 
 
+def butterfly_mirrored(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
+                       counts: Sequence[int], op: MPI.Op) -> Schedule:
+    """The butterfly for a power-of-two p on blocks laid out in mirror order, so that no
+    exchange follows (see :func:`noncommutative`)."""
+    p = ctx.size
+    bits = p.bit_length() - 1
+    displs = displacements(counts)
+    order = [mirror(i, bits) for i in range(p)]  # order[place] = the block at that place
+    pcounts = [counts[order[i]] for i in range(p)]
+    pdispls = displacements(pcounts)
+    work = ctx.scratch(sendbuf.size)
+    for i in range(p):
+        ctx.copy(block(sendbuf, counts, displs, order[i]), block(work, pcounts, pdispls, i))
+    held, place = yield from butterfly_core(ctx, (work, ctx.scratch(sendbuf.size)), pcounts,
+                                            pdispls, op)
+    ctx.copy(block(held, pcounts, pdispls, place), recvbuf)
+
+
+#: the butterfly's lg p' halving steps (m: the bytes the p' ranks halve: the first 2(p - p')
+#: blocks travel in pairs), the fold's two messages and a block to the ranks that sat out
+_FOLDED = ("lg(P)*alpha + (P-1)/P*m*(beta + gamma) + fold*(2*alpha + n*(beta + gamma) + "
+           "n/p*beta)")
+_FOLDED_LET = (("m", "n*(1 + fold*(p - P)/p)"),)
+_FOLDED_WHERE = ("p' = 2^floor(lg p), fold = [p != p']; m = the bytes the p' ranks halve (the "
+                 "first 2(p - p') blocks travel in pairs)")
+_TRAFF = ("Traff, 'An improved algorithm for (non-commutative) reduce-scatter with an "
+          "application', EuroPVM/MPI 2005")
+
+
+@algorithm(
+    "reduce_scatter", "butterfly",
+    cost=Cost(_FOLDED + " + (P > 2)*(alpha + n/p*beta)", let=_FOLDED_LET, where=_FOLDED_WHERE,
+              exact=("even", "pof2"), bound=0.25),
+    source=_TRAFF + "; Open MPI coll_base_reduce_scatter butterfly",
+)
+def butterfly(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
+              op: MPI.Op) -> Schedule:
+    """Butterfly reduce-scatter for any op and any p (Open MPI's form of Traff's algorithm).
+
+    The p - p' extra ranks fold in first (rank 2i hands its vector to 2i+1, which reduces it,
+    lower rank on the left, as :mod:`~mpicoll.algorithms.fold`); the p' = 2^floor(lg p) ranks
+    left run :func:`butterfly_core` on p' blocks (new rank i's block is its own, or the pair's
+    two for a folded pair), ending with block mirror(i); one exchange along the mirror
+    permutation then hands every block to its owner (a pair's first block to the even rank
+    that sat out)::
+
+        p = 6 (p' = 4):  fold:    0 -> 1, 2 -> 3               (new ranks 1:0 3:1 4:2 5:3)
+                         halve:   new 0<->1, 2<->3;  0<->2, 1<->3
+                         mirror:  new 1 (rank 3) <-> new 2 (rank 4): blocks [b0 b1] and b4;
+                                  new 0 (rank 1) -> rank 0;  rank 4 -> rank 2  (pairs' firsts)
+
+    Every step reduces the lower ranks' data on the left: non-commutative ops are correct.
+    """
+    yield from butterfly_folded(ctx, sendbuf, recvbuf, counts, op)
+
+
+@algorithm(
+    "reduce_scatter_block", "butterfly",
+    cost=Cost(_FOLDED + " + fold*(P > 2)*(alpha + n/p*beta)", let=_FOLDED_LET,
+              where=_FOLDED_WHERE, exact=("even", "pof2"), bound=0.25),
+    source=_TRAFF + "; Open MPI coll_base_reduce_scatter_block butterfly",
+)
+def butterfly_block(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
+                    counts: Sequence[int], op: MPI.Op) -> Schedule:
+    """Butterfly reduce-scatter-block for any op and any p, as Open MPI runs it: for a power
+    of two p the blocks are laid out in mirror order first and no exchange follows (as
+    :func:`noncommutative`); otherwise the fold and the mirror exchange of :func:`butterfly`::
+
+        p = 4:  places [b0 b2 b1 b3];  k=0: 0<->1, 2<->3 (halves);  k=1: 0<->2, 1<->3
+        p = 6:  fold 0 -> 1, 2 -> 3;  the butterfly on new ranks 0..3;  the mirror exchange
+
+    Every step reduces the lower ranks' data on the left: non-commutative ops are correct.
+    """
+    if is_pof2(ctx.size):
+        yield from butterfly_mirrored(ctx, sendbuf, recvbuf, counts, op)
+    else:
+        yield from butterfly_folded(ctx, sendbuf, recvbuf, counts, op)
+
+
 @algorithm(
     _BOTH, "noncommutative",
     cost=Cost("lg(p)*alpha + (p-1)/p*n*(beta + gamma)", exact=("even",), bound=0.05),
     restrictions=("pof2",),
-    source="Traff, EuroPVM/MPI 2005; MPICH reduce_scatter_intra_noncommutative",
+    source=_TRAFF + "; MPICH reduce_scatter_intra_noncommutative",
 )
 def noncommutative(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
                    counts: Sequence[int], op: MPI.Op) -> Schedule:
@@ -323,18 +375,7 @@ def noncommutative(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
     The lower ranks' data is always on the left: non-commutative ops are correct.  MPICH
     needs equal counts; here any counts do (the places' sizes follow the blocks').
     """
-    p = ctx.size
-    bits = p.bit_length() - 1
-    displs = displacements(counts)
-    order = [mirror(i, bits) for i in range(p)]  # order[place] = the block at that place
-    pcounts = [counts[order[i]] for i in range(p)]
-    pdispls = displacements(pcounts)
-    work = ctx.scratch(sendbuf.size)
-    for i in range(p):
-        ctx.copy(block(sendbuf, counts, displs, order[i]), block(work, pcounts, pdispls, i))
-    held, place = yield from butterfly_core(ctx, (work, ctx.scratch(sendbuf.size)), pcounts,
-                                            pdispls, op)
-    ctx.copy(block(held, pcounts, pdispls, place), recvbuf)
+    yield from butterfly_mirrored(ctx, sendbuf, recvbuf, counts, op)
 
 
 def _cyclic(wd: Sequence[int], p: int, q0: int, nblocks: int) -> list[tuple[int, int]]:
@@ -425,6 +466,60 @@ def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
                 off += b - a
         mask <<= 1
         level += 1
+    ctx.copy(work[: counts[r]], recvbuf)
+
+
+def halving_skips(p: int) -> list[int]:
+    """The skips s_0 = 1 < s_1 < ... < s_q = p of :func:`circulant`, q = ceil(lg p): each
+    the ceiling of half the next."""
+    skips = [p]
+    while skips[-1] > 1:
+        skips.append(-(-skips[-1] // 2))
+    return skips[::-1]
+
+
+@algorithm(
+    _BOTH, "circulant",
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*(beta + gamma)", exact=("even",), bound=0.05),
+    restrictions=("commutative",),
+    source="Traff, 'Optimal, non-pipelined reduce-scatter and allreduce algorithms', "
+           "arXiv 2410.14234 (2024)",
+)
+def circulant(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, counts: Sequence[int],
+              op: MPI.Op) -> Schedule:
+    """Traff's reduce-scatter in ceil(lg p) rounds for any p, each rank sending, receiving and
+    reducing exactly p-1 blocks.  With the skips s_0 = 1 < ... < s_q = p (each the ceiling of
+    half the next), a rank holds partial sums of the blocks r, r+1, ..., r + s_(k+1) - 1
+    before round k (k = q-1 down to 0); it sends the upper part, blocks r + s_k .. r +
+    s_(k+1) - 1, to rank r + s_k (where they are the lowest), and adds what rank r - s_k sends
+    to its own lowest s_(k+1) - s_k blocks::
+
+        p = 5 (skips 1 2 3 5):  k=2: r -> r+3: blocks r+3, r+4    (r adds from r-3: r, r+1)
+                                k=1: r -> r+2: block r+2          (r adds from r-2: r)
+                                k=0: r -> r+1: block r+1          (r adds from r-1: r)
+
+    The vector is kept rotated to start at the rank's own block, so each message is one
+    range.  Contributions arrive out of rank order: needs a commutative op.  No MPI library
+    has it.
+    """
+    p, r = ctx.size, ctx.rank
+    displs = displacements(counts)
+    total = displs[p - 1] + counts[p - 1]
+    mine = displs[r]
+
+    def at(q: int) -> Any:  # where place q (block (r + q) % p) starts in the rotated vector
+        return total if q == p else displs[(r + q) % p] - mine + total * (r + q >= p)
+
+    work = ctx.scratch(total)
+    ctx.copy(sendbuf[mine:], work[: total - mine])
+    ctx.copy(sendbuf[:mine], work[total - mine :])
+    tmp = ctx.scratch(total)
+    skips = halving_skips(p)
+    for k in range(len(skips) - 2, -1, -1):
+        lo, hi = skips[k], skips[k + 1]
+        incoming = tmp[: at(hi - lo)]
+        yield ctx.sendrecv(work[at(lo) : at(hi)], (r + lo) % p, incoming, (r - lo) % p)
+        ctx.reduce(incoming, work[: at(hi - lo)], op)
     ctx.copy(work[: counts[r]], recvbuf)
 
 

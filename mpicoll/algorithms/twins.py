@@ -168,6 +168,7 @@ OMPI_FALLBACKS: dict[tuple[str, str], tuple[Callable[[int, int, bool], bool], st
                                      "coll_base_bcast.c: count < P"),
     ("bcast", "scatter_allgather_ring"): (lambda p, n, c: n < p, "basic_linear",
                                           "coll_base_bcast.c: count < P"),
+    ("barrier", "two_proc"): (lambda p, n, c: p > 2, None, "coll_base_barrier.c: P > 2"),
     ("reduce_scatter_block", "recursive_halving"): (lambda p, n, c: not c, "basic_linear",
                                                     "coll_base_reduce_scatter_block.c: "
                                                     "a non-commutative op"),
@@ -256,7 +257,11 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 
 #: Why a forceable native algorithm has no p2p twin: (library, collective, native name) ->
 #: the reason the twin table shows.
-NO_TWIN: dict[tuple[str, str, str], str] = {}
+NO_TWIN: dict[tuple[str, str, str], str] = {
+    ("openmpi", "barrier", "two_proc"): (
+        "P = 2 only (it fails with MPI_ERR_UNSUPPORTED_OPERATION on more ranks): there its one "
+        "exchange is the whole of dissemination (bruck) and of recursive_doubling"),
+}
 for _coll, _names in MPICH.items():
     if "nb" in _names:
         NO_TWIN["mpich", _coll, "nb"] = (
