@@ -168,6 +168,7 @@ OMPI_FALLBACKS: dict[tuple[str, str], tuple[Callable[[int, int, bool], bool], st
                                      "coll_base_bcast.c: count < P"),
     ("bcast", "scatter_allgather_ring"): (lambda p, n, c: n < p, "basic_linear",
                                           "coll_base_bcast.c: count < P"),
+    ("barrier", "two_proc"): (lambda p, n, c: p > 2, None, "coll_base_barrier.c: P > 2"),
     ("reduce_scatter_block", "recursive_halving"): (lambda p, n, c: not c, "basic_linear",
                                                     "coll_base_reduce_scatter_block.c: "
                                                     "a non-commutative op"),
@@ -195,6 +196,12 @@ def ompi_ran(collective: str, name: str, p: int, count: int, commutative: bool =
 TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("barrier", "smp"): ("smp", None),
     ("barrier", "dissemination"): (None, 4),
+    ("barrier", "k_dissemination"): ("k_dissemination", None),
+    ("barrier", "recexch"): ("recexch", None),
+    ("barrier", "linear"): (None, 1),
+    ("barrier", "double_ring"): (None, 2),
+    ("barrier", "recursive_doubling"): (None, 3),
+    ("barrier", "tree"): (None, 6),
     ("bcast", "binomial"): ("binomial", 6),
     ("bcast", "scatter_allgather"): ("scatter_recursive_doubling_allgather", 8),
     ("bcast", "scatter_ring_allgather"): ("scatter_ring_allgather", 9),
@@ -220,6 +227,15 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("reduce_scatter", "pairwise"): ("pairwise", None),
     ("reduce_scatter", "recursive_halving"): ("recursive_halving", 2),
     ("reduce_scatter", "ring"): (None, 3),
+    ("reduce_scatter_block", "butterfly"): (None, 4),
+    ("reduce_scatter", "butterfly"): (None, 4),
+    ("reduce_scatter_block", "noncommutative"): ("noncommutative", None),
+    ("reduce_scatter", "noncommutative"): ("noncommutative", None),
+    ("reduce_scatter_block", "recursive_doubling"): ("recursive_doubling", 2),
+    ("reduce_scatter", "recursive_doubling"): ("recursive_doubling", None),
+    # reduce to rank 0, then scatter(v) from it (the reduce is the library's own choice)
+    ("reduce_scatter_block", "reduce_scatterv"): (None, 1),
+    ("reduce_scatter", "reduce_scatterv"): (None, 1),
     ("allgather", "ring"): ("ring", 4),
     ("allgather", "recursive_doubling"): ("recursive_doubling", 3),
     ("allgather", "bruck"): ("brucks", 2),
@@ -233,6 +249,7 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("alltoallw", "scattered"): ("scattered", None),
     ("scan", "recursive_doubling"): ("recursive_doubling", 2),
     ("scan", "linear"): (None, 1),
+    ("scan", "smp"): ("smp", None),
     ("exscan", "recursive_doubling"): ("recursive_doubling", 2),
     ("exscan", "linear"): (None, 1),
 }
@@ -240,7 +257,11 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 
 #: Why a forceable native algorithm has no p2p twin: (library, collective, native name) ->
 #: the reason the twin table shows.
-NO_TWIN: dict[tuple[str, str, str], str] = {}
+NO_TWIN: dict[tuple[str, str, str], str] = {
+    ("openmpi", "barrier", "two_proc"): (
+        "P = 2 only (it fails with MPI_ERR_UNSUPPORTED_OPERATION on more ranks): there its one "
+        "exchange is the whole of dissemination (bruck) and of recursive_doubling"),
+}
 for _coll, _names in MPICH.items():
     if "nb" in _names:
         NO_TWIN["mpich", _coll, "nb"] = (
