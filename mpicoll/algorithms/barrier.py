@@ -289,6 +289,22 @@ def linear(ctx: Context) -> Schedule:
     yield tuple(ctx.send(ctx.scratch(0), i) for i in range(1, p))
 
 
+@algorithm(
+    "barrier", "two_proc",
+    cost=Cost("(p > 1)*alpha"),
+    restrictions=("two_ranks",),
+    source="Open MPI coll_base_barrier_intra_two_procs",
+)
+def two_proc(ctx: Context) -> Schedule:
+    """Two ranks exchange one empty message::
+
+        p = 2:   0 <-> 1
+    """
+    if ctx.size == 2:
+        peer = 1 - ctx.rank
+        yield ctx.sendrecv(ctx.scratch(0), peer, ctx.scratch(0), peer)
+
+
 @default_rule("barrier")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     return "dissemination"

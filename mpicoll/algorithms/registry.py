@@ -55,6 +55,7 @@ RESTRICTIONS: dict[str, str] = {
     "count_ge_p": "needs count >= number of ranks",
     "no_in_place": "does not support MPI.IN_PLACE",
     "uniform": "needs equal counts on every rank",
+    "two_ranks": "needs at most two ranks (Open MPI's two_proc forms)",
 }
 
 
@@ -383,6 +384,7 @@ class Algorithm:
                 or (r == "count_ge_p" and count is not None and count < p)
                 or (r == "no_in_place" and in_place)
                 or (r == "uniform" and not uniform)
+                or (r == "two_ranks" and p > 2)
             )
             if bad:
                 return f"{self.collective} algorithm {self.name!r} {RESTRICTIONS[r]}"

@@ -199,6 +199,7 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("barrier", "k_dissemination"): ("k_dissemination", None),
     ("barrier", "recexch"): ("recexch", None),
     ("barrier", "linear"): (None, 1),
+    ("barrier", "two_proc"): (None, 5),
     ("barrier", "double_ring"): (None, 2),
     ("barrier", "recursive_doubling"): (None, 3),
     ("barrier", "tree"): (None, 6),
@@ -257,11 +258,7 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 
 #: Why a forceable native algorithm has no p2p twin: (library, collective, native name) ->
 #: the reason the twin table shows.
-NO_TWIN: dict[tuple[str, str, str], str] = {
-    ("openmpi", "barrier", "two_proc"): (
-        "P = 2 only (it fails with MPI_ERR_UNSUPPORTED_OPERATION on more ranks): there its one "
-        "exchange is the whole of dissemination (bruck) and of recursive_doubling"),
-}
+NO_TWIN: dict[tuple[str, str, str], str] = {}
 for _coll, _names in MPICH.items():
     if "nb" in _names:
         NO_TWIN["mpich", _coll, "nb"] = (

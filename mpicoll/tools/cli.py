@@ -158,6 +158,7 @@ _RESTRICTION_LABELS = {
     "count_ge_p": "count >= P",
     "no_in_place": "no in-place",
     "uniform": "equal counts",
+    "two_ranks": "P <= 2",
 }
 
 
