@@ -76,13 +76,14 @@ from ..algorithms.datatypes import (
     extents,
     is_derived,
     same_layout,
+    typed_scratch,
     typed_view,
 )
 
 __all__ = [
     "ARG_ERRORS", "Buf", "MPITypeError", "MPIValueError", "VBuf", "check_counts", "datatype_of",
     "int_list", "is_in_place", "is_in_place_constant", "nbytes", "parse", "parse_v",
-    "parse_w", "same_type", "sent_view", "WBuf",
+    "parse_w", "same_type", "sent_view", "Spill", "WBuf", "widen",
 ]
 
 
@@ -137,15 +138,47 @@ def _is_bottom(spec: Any) -> bool:
 
 
 @dataclass
+class Spill:
+    """How a buffer whose spec reaches outside its memory (or, for a v-spec receive, whose
+    blocks overlap) is run: the call works on a scratch (``Buf.array`` is a view of it) of the
+    declared size, so the schedule has the shape the peers expect; ``copy_in`` (before the
+    schedule: the user's bytes into the scratch) and ``copy_out`` (after it: the scratch's
+    bytes that have a place in the user's memory back there) are ``(src, dst)`` pairs for
+    ``ctx.copy`` (:class:`~mpicoll.algorithms.datatypes.TypedView` of bytes, or of the
+    buffer's datatype: by type signature, holes untouched).  ``error_class`` (or None) is what
+    the rank raises at the end of the call, with ``detail`` (see :func:`_spill`);
+    ``user``: the user's own memory (for the aliasing check).  Not a check: the call goes."""
+
+    copy_in: tuple[tuple[np.ndarray, np.ndarray], ...]
+    copy_out: tuple[tuple[np.ndarray, np.ndarray], ...]
+    error_class: int | None
+    detail: str
+    user: np.ndarray
+    #: the check's own sentence (what checked mode refuses the call with)
+    problem: str = ""
+
+    def then(self, other: Spill | None) -> Spill:
+        """This spill and ``other`` made on its scratch: copies in this one's first, copies
+        out ``other``'s first; the first error."""
+        if other is None:
+            return self
+        first = self if self.error_class is not None else other
+        return Spill(self.copy_in + other.copy_in, other.copy_out + self.copy_out,
+                     first.error_class, first.detail, self.user, first.problem)
+
+
+@dataclass
 class Buf:
     """A parsed buffer: ``array`` is a 1-D numpy view of exactly ``count`` elements.
 
     ``bottom``: for ``[MPI.BOTTOM, count, datatype]`` (absolute addresses) the user's
-    datatype; ``datatype`` is then its shifted twin (see :func:`_bottom`)."""
+    datatype; ``datatype`` is then its shifted twin (see :func:`_bottom`).  ``spill``: see
+    :class:`Spill` (``array`` is then a view of a scratch, or of memory past the buffer)."""
 
     array: np.ndarray
     datatype: MPI.Datatype
     bottom: MPI.Datatype | None = None
+    spill: Spill | None = None
 
     @property
     def count(self) -> int:
@@ -161,6 +194,7 @@ class VBuf:
     counts: list[int]
     displs: list[int]
     bottom: MPI.Datatype | None = None
+    spill: Spill | None = None
 
     def block(self, i: int) -> np.ndarray:
         """Rank ``i``'s block, a view of ``counts[i]`` elements at ``displs[i]``."""
@@ -461,7 +495,8 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         displ = 0 if dsp is None else _index(dsp, what, "displacement")
         if (count is not None and count < 0) or displ < 0:
             raise ValueError(f"{what}: message: negative count or displacement")
-        return _parse_derived(_as_array(obj, what, writable), dt, count, displ, blocks, what)
+        return _parse_derived(_as_array(obj, what, writable), dt, count, displ, blocks, what,
+                              writable)
     flat, datatype, null = _base(obj, dt, is_list, what, writable)
     displ = 0
     if dsp is not None:
@@ -488,18 +523,106 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
                 f"{what}: message: cannot infer count, number of entries {count} is not a "
                 f"multiple of required number of blocks {blocks} (the call needs one equal "
                 "block per rank)")
-    if displ + count > flat.size:
+    if displ + count > flat.size:  # (B), on one rank's values: the call goes (see _spill)
         shown = count // blocks if per_block else count
-        raise ValueError(
+        isz = flat.dtype.itemsize
+        lo, hi = displ * isz, (displ + count) * isz
+        mem, shift, spill = _spill(
+            flat.view(np.uint8), lo, hi, writable,
             f"{what}: count {shown}{per_block} at displacement {displ} needs "
-            f"{displ + count} elements, buffer has {flat.size} (MPI would go out of bounds)"
-        )
+            f"{displ + count} elements, buffer has {flat.size} (MPI would go out of bounds)")
+        view = mem[lo + shift : hi + shift].view(flat.dtype)
+        return Buf(view if spill is not None else TypedView.of(view, datatype), datatype,
+                   spill=spill)
     return Buf(flat[displ : displ + count], datatype)
 
 
 def _raw(arr: np.ndarray) -> np.ndarray:
     """The bytes of a contiguous array, as a 1-D uint8 view (no copy)."""
     return arr.reshape(-1, order="A").view(np.uint8)
+
+
+def _beyond(raw: np.ndarray, lo: int, hi: int) -> np.ndarray | None:
+    """Bytes ``[lo, hi)`` (from ``raw``'s first byte) of the numpy array ``raw`` is a view of,
+    if that array holds them all (``raw`` a slice of a larger array): the memory MPI reads
+    there; else None."""
+    top = raw
+    while isinstance(top.base, np.ndarray):
+        top = top.base
+    if top is raw or not (top.flags.c_contiguous or top.flags.f_contiguous):
+        return None
+    whole = top.reshape(-1, order="A").view(np.uint8)
+    if not whole.size:
+        return None
+    at = raw.__array_interface__["data"][0] - whole.__array_interface__["data"][0]
+    if at + lo < 0 or at + hi > whole.size:
+        return None
+    return np.asarray(whole[at + lo : at + hi])
+
+
+def _spill(raw: np.ndarray, lo: int, hi: int, writable: bool, detail: str
+           ) -> tuple[np.ndarray, int, Spill | None]:
+    """A spec that reaches bytes ``[lo, hi)`` of a buffer whose bytes are ``raw`` (1-D
+    uint8), outside them (check kind (B): one rank's own values, so no refusal; the call
+    goes, with the shape the peers expect): ``(mem, shift, spill)``, where byte ``b`` of the
+    buffer is ``mem[b + shift]`` for every ``b`` in ``[lo, hi)`` and in the buffer.
+
+    * A receive (``writable``): ``mem`` is a scratch of the declared size; the call copies
+      the buffer's bytes in before its schedule (what it does not write stays), receives into
+      the scratch, copies back the bytes that have a place in the buffer, and this rank
+      raises ``MPI_ERR_TRUNCATE`` (an ``MPI.Exception``) at the end of the call: MPI's error
+      for data that does not fit a receive, on the rank where it does not fit, after every
+      round (the peers complete).  Plain MPI (MPICH, mpi4py 4) writes past the buffer there,
+      silently; p2p keeps what fits and says so.
+    * A send: if ``raw`` is a slice of a larger numpy array that holds the bytes, ``mem`` is
+      that memory (MPI reads it there: the call sends it, as plain MPI does; no error, spill
+      None).  Else ``mem`` is a scratch of zeros with the buffer's bytes copied in before the
+      schedule: the call sends what the buffer holds and zeros in place of the memory past
+      it, and this rank raises ``MPI_ERR_BUFFER`` at the end of the call (MPI would read
+      memory that is not the buffer's: undefined); the peers are not left waiting."""
+    n = raw.size
+    inside = max(0, min(hi, n) - max(lo, 0))
+    if not writable:
+        there = _beyond(raw, lo, hi)
+        if there is not None:
+            return there, -lo, None
+    shift = max(0, -lo)
+    mem = np.zeros(shift + max(hi, n), np.uint8)
+    user, mine = TypedView.of(raw, MPI.BYTE), TypedView.of(mem[shift : shift + n], MPI.BYTE)
+    if writable:
+        return mem, shift, Spill(
+            ((user, mine),), ((mine, user),), MPI.ERR_TRUNCATE,
+            f"{detail}: message truncated: the call received into a scratch of the "
+            f"declared size ({hi - lo} bytes) and kept the {inside} that fit in the buffer",
+            raw, detail)
+    return mem, shift, Spill(
+        ((user, mine),), (), MPI.ERR_BUFFER,
+        f"{detail}: MPI would read outside the buffer; the call sent the {inside} bytes the "
+        f"buffer holds and zeros in place of the other {hi - lo - inside}", raw, detail)
+
+
+def widen(buf: Buf, count: int, problem: str) -> Buf:
+    """``buf`` (a receive buffer the call also reads: an in-place input) as ``count``
+    elements, more than it holds (check kind (B), one rank's own values: the call goes): a
+    scratch with the buffer's elements copied in before the schedule and back after it,
+    zeros past them; the rank raises ``MPI_ERR_BUFFER`` at the end of the call (MPI would
+    read and write past the buffer)."""
+    n = buf.count
+    if is_derived(buf.datatype):  # as typed_scratch, of zeros
+        ext = extents(buf.datatype)
+        lo, hi = ext.span(count)
+        wide = typed_view(np.zeros(max(0, -lo) + max(hi, count * ext.extent, 0), np.uint8),
+                          max(0, -lo), count, ext.extent)
+    else:
+        wide = np.zeros(count, buf.array.dtype)
+    user = TypedView.of(buf.array, buf.datatype)
+    mine = TypedView.of(wide[:n], buf.datatype)
+    spill = Spill(((user, mine),), ((mine, user),), MPI.ERR_BUFFER,
+                  f"{problem}: MPI would read and write past the buffer; the call used its "
+                  f"{n} elements and zeros in place of the other {count - n}, and wrote back "
+                  "what fits", np.asarray(buf.array), problem)
+    return Buf(wide, buf.datatype, buf.bottom,
+               spill if buf.spill is None else buf.spill.then(spill))
 
 
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
@@ -519,7 +642,7 @@ def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
 
 
 def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, displ: int,
-                   blocks: int, what: str) -> Buf:
+                   blocks: int, what: str, writable: bool = False) -> Buf:
     """:func:`parse` of a spec whose datatype is derived: ``count`` elements of dtype
     ``np.dtype((np.void, extent))`` whose element 0 starts ``displ * extent`` bytes into the
     buffer (see :mod:`mpicoll.algorithms.datatypes`).  Without a count, as mpi4py: the buffer's
@@ -537,9 +660,17 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     elif blocks != 1:
         per_block = f" ({count} per block x {blocks} blocks)"
         count *= blocks
-    check_span(datatype, displ * extent, count, raw.size, what,
-               f" (extent {extent}) at displacement {displ}{per_block}")
-    return Buf(typed_view(raw, displ * extent, count, extent), datatype)
+    origin = displ * extent
+    try:
+        check_span(datatype, origin, count, raw.size, what,
+                   f" (extent {extent}) at displacement {displ}{per_block}")
+    except ValueError as exc:  # (B), on one rank's values: the call goes (see _spill)
+        lo, hi = extents(datatype).span(count)
+        mem, shift, spill = _spill(raw, origin + lo, origin + hi, writable, str(exc))
+        view = typed_view(mem, origin + shift, count, extent)
+        return Buf(view if spill is not None else TypedView.of(view, datatype), datatype,
+                   spill=spill)
+    return Buf(typed_view(raw, origin, count, extent), datatype)
 
 
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
@@ -637,41 +768,80 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                              "(expected one per rank)")
         displs = [_index(v, what, "displacements") for v in vals]
     given = None
-    if bottom:  # one view from address 0 that spans every block (see _bottom)
-        if any(d < 0 for c, d in zip(counts, displs, strict=True) if c):
-            raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement: mpicoll "
-                             "needs the blocks at displacements >= 0 from MPI.BOTTOM")
-        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
-        flat, datatype = _bottom(datatype, end, 0, what)
-        given = _datatype(dt, what) if end else None
+    spill: Spill | None = None
+    live = [(i, c, d) for i, (c, d) in enumerate(zip(counts, displs, strict=True)) if c]
+    if bottom:  # one view from MPI.BOTTOM's element min(0, displs) that spans every block
+        low = min((d for _, _, d in live), default=0)
+        low = min(low, 0)  # a negative displacement: an absolute address too (see _bottom)
+        end = max((d + c for _, c, d in live), default=0)
+        flat, datatype = _bottom(datatype, end - low, low, what)
+        displs = [d - low for d in displs]
+        given = _datatype(dt, what) if end - low else None
         derived = True
-    elif derived:  # blocks are checked against the typemap's bytes; the view spans them all
-        for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
-            check_span(datatype, d * extent, c, raw.size, what,
-                       f" (extent {extent}) of block {i} at displacement {d}")
-        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
-        if end > flat.size:
-            flat = typed_view(raw, 0, end, extent)
-    for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
+    elif live:
         if derived:
-            break
-        if c and (d < 0 or d + c > flat.size):
-            raise ValueError(
+            ext = extents(datatype)
+            unit, spans, problem = extent, [], ""
+            for i, c, d in live:
+                a, b = ext.span(c)
+                spans.append((d * extent + a, d * extent + b))
+                try:
+                    check_span(datatype, d * extent, c, raw.size, what,
+                               f" (extent {extent}) of block {i} at displacement {d}")
+                except ValueError as exc:
+                    problem = problem or str(exc)
+        else:
+            raw, unit = flat.view(np.uint8), flat.dtype.itemsize
+            spans = [(d * unit, (d + c) * unit) for _, c, d in live]
+            problem = next((
                 f"{what}: block {i} (count {c} at displacement {d}) lies outside the buffer's "
                 f"{flat.size} elements (MPI would go out of bounds; check the counts and "
-                "displacements)"
-            )
-    if writable:  # check (L): MPI forbids writing a location twice; schedules read back
-        blocks = enumerate(zip(counts, displs, strict=True))
-        spans = sorted((d, d + c, i) for i, (c, d) in blocks if c)
-        for (_, end, i), (start, _, j) in pairwise(spans):
-            if start < end:
-                raise ValueError(
-                    f"{what}: blocks {i} and {j} overlap (block {j} starts at displacement "
-                    f"{start}, inside block {i}, which ends at {end}); MPI forbids receiving "
-                    "into one location twice"
-                )
-    return VBuf(flat, datatype, counts, displs, bottom=given)
+                "displacements)" for i, c, d in live if d < 0 or d + c > flat.size), "")
+        low = min(d for _, _, d in live)
+        end = max(d + c for _, c, d in live)
+        if problem:  # (B), on one rank's values: the call goes (see _spill)
+            mem, shift, spill = _spill(raw, min(a for a, _ in spans),
+                                       max(b for _, b in spans), writable, problem)
+            origin = low * unit + shift
+            if derived:
+                flat = typed_view(mem, origin, end - low, extent)
+            else:
+                flat = mem[origin : origin + (end - low) * unit].view(flat.dtype)
+            if spill is None:  # memory past the buffer that MPI reads: the call sends it
+                flat = TypedView.of(flat, datatype)
+            displs = [d - low for d in displs]
+        elif derived and end > flat.size:  # the view spans every block
+            flat = typed_view(raw, 0, end, extent)
+    if writable and _overlap(counts, displs):  # (L) made to go: see _repack
+        flat, displs, over = _repack(flat, datatype, counts, displs, derived)
+        spill = over if spill is None else spill.then(over)
+    return VBuf(flat, datatype, counts, displs, bottom=given, spill=spill)
+
+
+def _overlap(counts: list[int], displs: list[int]) -> bool:
+    """Whether two blocks of a v-spec share an element (MPI calls receiving into one
+    location twice erroneous; MPICH writes both, in the order the messages arrive)."""
+    spans = sorted((d, d + c) for c, d in zip(counts, displs, strict=True) if c)
+    return any(start < end for (_, end), (start, _) in pairwise(spans))
+
+
+def _repack(flat: np.ndarray, datatype: MPI.Datatype, counts: list[int], displs: list[int],
+            derived: bool) -> tuple[np.ndarray, list[int], Spill]:
+    """A receive v-spec whose blocks overlap, made to go (it was check (L): the forwarding
+    schedules read blocks back from the receive buffer, so a block written over before it
+    is forwarded would forward wrong data): the call works on a scratch with the blocks
+    back to back (each block's own elements: copied in from the buffer before the schedule,
+    for the in-place forms), and copies the blocks back into the buffer after it in rank
+    order, so where blocks overlap the higher rank's block is what stays (MPICH leaves
+    whichever message arrived last; MPI calls the program erroneous).  No error."""
+    packed = [int(x) for x in np.cumsum([0, *counts[:-1]], dtype=np.int64)]
+    total = sum(counts)
+    scratch = typed_scratch(total, datatype) if derived else np.empty(total, flat.dtype)
+    pairs = tuple((TypedView.of(flat[d : d + c], datatype),
+                   TypedView.of(scratch[q : q + c], datatype))
+                  for c, d, q in zip(counts, displs, packed, strict=True) if c)
+    return scratch, packed, Spill(pairs, tuple((b, a) for a, b in pairs), None, "",
+                                  np.asarray(flat))
 
 
 @dataclass
@@ -685,6 +855,7 @@ class WBuf:
     displs: list[int]
     datatypes: list[MPI.Datatype]
     blocks: PerPeer
+    spill: Spill | None = None
 
     def nbytes(self, i: int) -> int:
         """Bytes of data in block ``i`` (``counts[i] * datatypes[i].Get_size()``)."""
@@ -746,30 +917,42 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
         raise TypeError(f"{what}: Alltoallw needs a sequence of {size} datatypes, one per rank")
     if len(types) != size:
         raise ValueError(f"{what}: datatypes has {len(types)} entries, expected {size}")
-    blocks = []
-    used = list(types)
-    for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+    for i, t in enumerate(types):
         if not isinstance(t, MPI.Datatype):
             raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
         _null_type(t, f"{what}: datatypes[{i}]", False)
-        if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom)
-            if c and d < 0:
-                raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement ({d} for "
-                                 f"block {i}): mpicoll needs displacements >= 0")
+    mem, shift, spill = raw, 0, None
+    if not bottom:  # blocks whose typemap leaves the buffer: (B), the call goes (_spill)
+        spans, problem = [], ""
+        for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+            a, b = extents(t).span(c)
+            if b > a:
+                spans.append((d + a, d + b))
+                try:
+                    check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
+                except ValueError as exc:
+                    problem = problem or str(exc)
+        if problem:
+            mem, shift, spill = _spill(raw, min(a for a, _ in spans),
+                                       max(b for _, b in spans), writable, problem)
+    blocks = []
+    used = list(types)
+    for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+        if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom; a
+            # negative d is an address too, checked there as every other)
             view, twin = _bottom(t, c, 0, f"{what}: block {i}", byte_offset=d)
             if c:
                 used[i] = twin
             blocks.append(TypedView.of(view, twin))
             continue
-        check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
         if c and t.Get_extent()[1] <= 0:  # extent 0 (or negative): one element of c of them
-            blocks.append(_one_block(raw, d, c, t))
+            blocks.append(_one_block(mem, d + shift, c, t))
             continue
         extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
-        blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
+        blocks.append(TypedView.of(typed_view(mem, d + shift, c, extent), t))
     # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
     # two of them write one byte twice is the user's to keep, as in MPI; not checked)
-    return WBuf(raw, counts, displs, used, PerPeer(blocks))
+    return WBuf(raw, counts, displs, used, PerPeer(blocks), spill=spill)
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:
