@@ -143,12 +143,12 @@ def _spilled(call: Call, *bufs: Buf | VBuf | WBuf | None) -> Call:
         for src, dst in outs:
             ctx.copy(src, dst)
 
-    if first is None:
-        return dataclasses.replace(call, prepare=prepare, finish=finish)
-    assert first.error_class is not None
+    bounds = next((sp.problem for sp in spills if sp.problem), None)
+    if first is None or first.error_class is None:
+        return dataclasses.replace(call, prepare=prepare, finish=finish, bounds=bounds)
     return dataclasses.replace(call, prepare=prepare, finish=finish,
                                truncated=LocalError(first.detail, first.error_class),
-                               bounds=first.problem)
+                               bounds=bounds)
 
 
 def _op(op: Any, buf: Buf | VBuf) -> MPI.Op:

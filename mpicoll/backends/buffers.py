@@ -164,7 +164,8 @@ class Spill:
             return self
         first = self if self.error_class is not None else other
         return Spill(self.copy_in + other.copy_in, other.copy_out + self.copy_out,
-                     first.error_class, first.detail, self.user, first.problem)
+                     first.error_class, first.detail, self.user,
+                     self.problem or other.problem)
 
 
 @dataclass
@@ -812,28 +813,36 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
             displs = [d - low for d in displs]
         elif derived and end > flat.size:  # the view spans every block
             flat = typed_view(raw, 0, end, extent)
-    if writable and _overlap(counts, displs):  # (L) made to go: see _repack
-        flat, displs, over = _repack(flat, datatype, counts, displs, derived)
+    problem = _overlap(counts, displs, what) if writable else ""
+    if problem:  # (L) made to go: see _repack
+        flat, displs, over = _repack(flat, datatype, counts, displs, derived, problem)
         spill = over if spill is None else spill.then(over)
     return VBuf(flat, datatype, counts, displs, bottom=given, spill=spill)
 
 
-def _overlap(counts: list[int], displs: list[int]) -> bool:
-    """Whether two blocks of a v-spec share an element (MPI calls receiving into one
-    location twice erroneous; MPICH writes both, in the order the messages arrive)."""
-    spans = sorted((d, d + c) for c, d in zip(counts, displs, strict=True) if c)
-    return any(start < end for (_, end), (start, _) in pairwise(spans))
+def _overlap(counts: list[int], displs: list[int], what: str) -> str:
+    """Why two blocks of a receive v-spec share an element, or "" (MPI calls receiving into
+    one location twice erroneous; MPICH writes both, in the order the messages arrive)."""
+    spans = sorted((d, d + c, i) for i, (c, d) in enumerate(zip(counts, displs, strict=True))
+                   if c)
+    for (_, end, i), (start, _, j) in pairwise(spans):
+        if start < end:
+            return (f"{what}: blocks {i} and {j} overlap (block {j} starts at displacement "
+                    f"{start}, inside block {i}, which ends at {end}); MPI forbids receiving "
+                    "into one location twice")
+    return ""
 
 
 def _repack(flat: np.ndarray, datatype: MPI.Datatype, counts: list[int], displs: list[int],
-            derived: bool) -> tuple[np.ndarray, list[int], Spill]:
+            derived: bool, problem: str) -> tuple[np.ndarray, list[int], Spill]:
     """A receive v-spec whose blocks overlap, made to go (it was check (L): the forwarding
     schedules read blocks back from the receive buffer, so a block written over before it
     is forwarded would forward wrong data): the call works on a scratch with the blocks
     back to back (each block's own elements: copied in from the buffer before the schedule,
     for the in-place forms), and copies the blocks back into the buffer after it in rank
     order, so where blocks overlap the higher rank's block is what stays (MPICH leaves
-    whichever message arrived last; MPI calls the program erroneous).  No error."""
+    whichever message arrived last; MPI calls the program erroneous).  No error (checked
+    mode refuses it on every rank, with ``problem``)."""
     packed = [int(x) for x in np.cumsum([0, *counts[:-1]], dtype=np.int64)]
     total = sum(counts)
     scratch = typed_scratch(total, datatype) if derived else np.empty(total, flat.dtype)
@@ -841,7 +850,7 @@ def _repack(flat: np.ndarray, datatype: MPI.Datatype, counts: list[int], displs:
                    TypedView.of(scratch[q : q + c], datatype))
                   for c, d, q in zip(counts, displs, packed, strict=True) if c)
     return scratch, packed, Spill(pairs, tuple((b, a) for a, b in pairs), None, "",
-                                  np.asarray(flat))
+                                  np.asarray(flat), problem)
 
 
 @dataclass

@@ -44,8 +44,9 @@ class Call:
             sentence and error class (a buffer spec reaching outside its buffer: see
             :func:`mpicoll.backends.buffers._spill`).
         bounds: why this rank's buffer specs reach outside its buffers (the call runs on a
-            scratch and raises ``truncated`` at its end), or None; checked mode refuses such
-            a call on every rank before any message instead.
+            scratch and raises ``truncated`` at its end) or its receive blocks overlap (the
+            call goes, no error), or None; checked mode refuses such a call on every rank
+            before any message instead.
     """
 
     collective: str
