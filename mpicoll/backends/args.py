@@ -421,7 +421,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         if rb.count < total_known:  # type: ignore[operator]
             rb = widen(rb, int(total_known),  # type: ignore[arg-type]
                        f"recvbuf: has {rb.count} elements, {name} with MPI.IN_PLACE needs "
-                       f"the whole input ({total_known})")
+                       f"the whole input ({total_known})", counts[rank])
         src = rb.array[:total_known]
     else:
         assert s is not None

@@ -602,13 +602,20 @@ def _spill(raw: np.ndarray, lo: int, hi: int, writable: bool, detail: str
         f"buffer holds and zeros in place of the other {hi - lo - inside}", raw, detail)
 
 
-def widen(buf: Buf, count: int, problem: str) -> Buf:
+def widen(buf: Buf, count: int, problem: str, writes: int) -> Buf:
     """``buf`` (a receive buffer the call also reads: an in-place input) as ``count``
-    elements, more than it holds (check kind (B), one rank's own values: the call goes): a
-    scratch with the buffer's elements copied in before the schedule and back after it,
-    zeros past them; the rank raises ``MPI_ERR_BUFFER`` at the end of the call (MPI would
-    read and write past the buffer)."""
+    elements, more than it holds (check kind (B), one rank's own values: the call goes).
+    Where ``buf`` is a slice of a larger numpy array that holds them and the call writes
+    only its first ``writes`` elements, within ``buf``, that memory (what MPI reads there; no
+    error).  Else a scratch with the buffer's elements copied in
+    before the schedule and back after it, zeros past them; the rank raises
+    ``MPI_ERR_BUFFER`` at the end of the call (MPI would read and write past the buffer)."""
     n = buf.count
+    if not is_derived(buf.datatype) and buf.spill is None and writes <= n:  # MPI reads it
+        isz = buf.array.dtype.itemsize
+        there = _beyond(np.asarray(buf.array).view(np.uint8), 0, count * isz)
+        if there is not None:
+            return Buf(TypedView.of(there.view(buf.array.dtype), buf.datatype), buf.datatype)
     if is_derived(buf.datatype):  # as typed_scratch, of zeros
         ext = extents(buf.datatype)
         lo, hi = ext.span(count)
