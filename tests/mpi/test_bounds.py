@@ -325,6 +325,8 @@ def gatherv_send_owned(v: int) -> Case | None:
 def reduce_scatter_in_place_owned(v: int) -> Case | None:
     """In-place Reduce_scatter whose recvbuf owns only the victim's block: the rest of its
     input is zeros, MPI_ERR_BUFFER at the end of the call on the victim."""
+    if P < 2:  # needs a second block
+        return None
     inputs = [np.arange(N * P, dtype=np.float64) + i for i in range(P)]
     inputs[v][N:] = 0.0
     want = sum(inputs)[RANK * N :][:N]
@@ -342,6 +344,8 @@ OWNED_CASES = [allgather_send_owned, gatherv_send_owned, reduce_scatter_in_place
 
 def allgatherv_overlap(v: int) -> Case | None:
     """The victim's receive blocks overlap by one element each: written in rank order."""
+    if P < 2:  # needs a second block
+        return None
     if v != RANK:
         out = np.full(N * P, SENT)
         return Case("Allgatherv", (_src(RANK), [out, [N] * P, None, MPI.DOUBLE]), [out],
@@ -357,6 +361,8 @@ def allgatherv_overlap(v: int) -> Case | None:
 
 
 def gatherv_overlap(v: int) -> Case | None:
+    if P < 2:  # needs a second block
+        return None
     if v != RANK:
         return Case("Gatherv", (_src(RANK), None, v), [], [], [], None, None)
     out = np.full(N + P, SENT)
@@ -547,7 +553,8 @@ def test_checked_mode_refuses_on_every_rank() -> None:
     for make in (allgather_recv, allgatherv_overlap, allgather_send_owned):
         for v in _victims():
             case = make(v)
-            assert case is not None
+            if case is None:
+                continue
             before = [w.copy() for w in case.watch]
             with pytest.raises(ValueError) as info:
                 getattr(backend, case.method)(*case.args)
