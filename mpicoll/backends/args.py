@@ -152,7 +152,14 @@ def _spilled(call: Call, *bufs: Buf | VBuf | WBuf | None) -> Call:
 
 
 def _op(op: Any, buf: Buf | VBuf) -> MPI.Op:
-    """Check (A): the op and the reduction's datatype, which MPI requires to agree."""
+    """Check (A): the op and the reduction's datatype, which MPI requires to agree (so a
+    datatype of extent <= 0, which only one-block specs outside reductions take, raises on
+    every rank)."""
+    twin = getattr(buf, "twin_of", None)
+    if twin is not None:
+        raise TypeError(f"datatype: a reduction on a derived datatype of extent "
+                        f"{twin.Get_extent()[1]}: mpicoll needs a positive extent for "
+                        "reductions (Create_resized it)")
     return check_op(op, buf.datatype, buf.array.dtype)
 
 

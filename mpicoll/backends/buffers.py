@@ -180,6 +180,9 @@ class Buf:
     datatype: MPI.Datatype
     bottom: MPI.Datatype | None = None
     spill: Spill | None = None
+    #: the user's datatype of extent <= 0 whose ``count`` elements are this one element of
+    #: ``datatype`` (its twin: see :func:`_parse_derived`), or None
+    twin_of: MPI.Datatype | None = None
 
     @property
     def count(self) -> int:
@@ -654,9 +657,17 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     """:func:`parse` of a spec whose datatype is derived: ``count`` elements of dtype
     ``np.dtype((np.void, extent))`` whose element 0 starts ``displ * extent`` bytes into the
     buffer (see :mod:`mpicoll.algorithms.datatypes`).  Without a count, as mpi4py: the buffer's
-    bytes over the extent (ValueError unless whole)."""
-    extent = _derived_extent(datatype, what)
+    bytes over the extent (ValueError unless whole).
+
+    A datatype of extent <= 0 with a count, one block (Bcast's buffer, Scatter's receive,
+    Gather's and Allgather's send, a reduction's buffers): the ``count`` elements as one
+    element of a twin type (:func:`_one_block`: the same bytes, the same type signature),
+    ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks, or no count
+    to infer from, it stays refused (:func:`_derived_extent`)."""
     raw = _raw(arr)
+    if count and blocks == 1 and datatype.Get_extent()[1] <= 0:
+        return _parse_twin(raw, datatype, count, displ, what, writable)
+    extent = _derived_extent(datatype, what)
     per_block = ""
     if count is None:
         if raw.size % extent:
@@ -679,6 +690,26 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
         return Buf(view if spill is not None else TypedView.of(view, datatype), datatype,
                    spill=spill)
     return Buf(typed_view(raw, origin, count, extent), datatype)
+
+
+def _parse_twin(raw: np.ndarray, datatype: MPI.Datatype, count: int, displ: int, what: str,
+                writable: bool) -> Buf:
+    """``count`` elements of a datatype of extent <= 0 from element ``displ`` (byte
+    ``displ * extent``) of ``raw``: one element of its twin (see :func:`_parse_derived`); a
+    twin reaching outside the buffer goes as any other spec (:func:`_spill`)."""
+    origin = int(displ * datatype.Get_extent()[1])
+    view = _one_block(raw, origin, count, datatype)
+    twin = view.datatype
+    try:
+        check_span(twin, origin, 1, raw.size, what, f" ({count} of a datatype of extent "
+                   f"{datatype.Get_extent()[1]}) at displacement {displ}")
+    except ValueError as exc:  # (B), on one rank's values: the call goes (see _spill)
+        lo, hi = extents(twin).span(1)
+        mem, shift, spill = _spill(raw, origin + lo, origin + hi, writable, str(exc))
+        view = _one_block(mem, origin + shift, count, datatype)
+        twin = view.datatype
+        return Buf(view, twin, spill=spill, twin_of=datatype)
+    return Buf(view, twin, twin_of=datatype)
 
 
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
@@ -987,8 +1018,8 @@ def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = Fals
     ``MPI_ERR_TRUNCATE`` where a receive is too small."""
     if not reduction:
         return
-    given_a = a.datatype if a.bottom is None else a.bottom
-    given_b = b.datatype if b.bottom is None else b.bottom
+    given_a = getattr(a, "twin_of", None) or (a.datatype if a.bottom is None else a.bottom)
+    given_b = getattr(b, "twin_of", None) or (b.datatype if b.bottom is None else b.bottom)
     if given_a != given_b:
         raise ValueError(
             f"{what}: mismatch in send and receive MPI datatypes: send "
