@@ -629,3 +629,85 @@ def test_one_rank_alone_never_hangs() -> None:
             assert np.array_equal(res, _gathered())
         finally:
             three.Free()
+
+
+def _twins() -> tuple[MPI.Datatype, MPI.Datatype]:
+    """A double of extent 0 and one of extent -8 (elements in decreasing address order)."""
+    return (MPI.DOUBLE.Create_resized(0, 0).Commit(),
+            MPI.DOUBLE.Create_resized(0, -8).Commit())
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_extent_zero_or_negative_one_block_as_mpi4py() -> None:
+    """A one-block spec of a datatype of extent 0 or below (Bcast's root sending one double
+    three times, Gather and Allgather sends walking down the memory, on one rank only for
+    Allgather) goes on p2p, with plain mpi4py's bytes on every rank."""
+    zero, neg = _twins()
+    try:
+        outs: dict[str, list[np.ndarray]] = {}
+        for name, b in (("plain", WORLD), ("p2p", p2p())):
+            got = []
+            x = np.array([5.0, 6.0]) if RANK == 0 else np.zeros(3)
+            b.Bcast([x, 3, zero] if RANK == 0 else x, root=0)
+            got.append(x)
+            y = np.array([1.0, 2.0, 3.0]) + 10 * RANK
+            g = np.zeros(2 * P) if RANK == P - 1 else None
+            b.Gather([y[1:], 2, neg], g, root=P - 1)
+            if g is not None:
+                got.append(g)
+            a = np.zeros(2 * P)
+            b.Allgather([y[1:], 2, neg] if RANK == P // 2 else y[1::-1].copy(), a)
+            got.append(a)
+            outs[name] = got
+        for mine, theirs in zip(outs["p2p"], outs["plain"], strict=True):
+            assert np.array_equal(mine, theirs), (mine, theirs)
+        assert np.array_equal(outs["p2p"][-1], np.ravel([[2.0 + 10 * i, 1.0 + 10 * i]
+                                                          for i in range(P)]))
+    finally:
+        zero.Free()
+        neg.Free()
+
+
+def _user_sum(a: Any, b: Any, datatype: MPI.Datatype) -> None:
+    x, y = np.frombuffer(a, np.float64), np.frombuffer(b, np.float64)
+    y += x
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_remaining_checks_raise_on_every_rank_before_any_message() -> None:
+    """The checks that remain outside checked mode read values every rank passes alike (or
+    are mpi4py's own: tests/mpi/test_errors.py, at every P): given the refused value on every
+    rank, every rank raises, no buffer changes, no message is left waiting, and the next
+    call is right.  (A): a root outside the communicator, an op MPI does not define for the
+    datatype, a reduction on a datatype of extent <= 0; (L): a datatype of extent <= 0 on the
+    block side of a collective (p blocks at one address)."""
+    backend = p2p()
+    zero, _neg = _twins()
+    op = MPI.Op.Create(_user_sum, commute=True)
+    try:
+        cases: list[tuple[str, type[BaseException], Callable[[np.ndarray], Any]]] = [
+            ("root", ValueError, lambda a: backend.Bcast(a[:2], root=P)),
+            ("op", TypeError, lambda a: backend.Allreduce(a[:2], a[2:4], op=MPI.LAND)),
+            ("extent in a reduction", TypeError,
+             lambda a: backend.Allreduce([a[:1], 2, zero], [a[2:3], 2, zero], op=op)),
+            ("extent on a block side", TypeError,
+             lambda a: backend.Allgather(a[:1], [a[2:], 1, zero])),
+        ]
+        for what, exc, call in cases:
+            a = np.arange(4.0 + P)
+            before = a.copy()
+            with pytest.raises(exc):
+                call(a)
+            assert np.array_equal(a, before), what
+            WORLD.Barrier()
+            st = MPI.Status()
+            assert not backend._comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st), what
+        r = np.zeros(3)
+        backend.Allreduce(np.full(3, RANK + 1.0), r)
+        assert np.array_equal(r, np.full(3, P * (P + 1) / 2))
+    finally:
+        op.Free()
+        zero.Free()
+        _neg.Free()
