@@ -692,13 +692,28 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     return Buf(typed_view(raw, origin, count, extent), datatype)
 
 
+def _twin_block(raw: np.ndarray, origin: int, count: int, datatype: MPI.Datatype
+                ) -> TypedView:
+    """As :func:`_one_block`, the twin's extent its true extent (at least 1), so that the
+    schedules' scratch buffers of several twins (a tree's relays) do not overlap."""
+    one = datatype.Create_contiguous(count)
+    try:
+        lb, true_extent = one.Get_true_extent()
+        twin = one.Create_resized(int(lb), max(1, int(true_extent))).Commit()
+    finally:
+        one.Free()
+    view = TypedView.of(typed_view(raw, origin, 1, max(1, int(true_extent))), twin)
+    weakref.finalize(view, _free_type, twin).atexit = False
+    return view
+
+
 def _parse_twin(raw: np.ndarray, datatype: MPI.Datatype, count: int, displ: int, what: str,
                 writable: bool) -> Buf:
     """``count`` elements of a datatype of extent <= 0 from element ``displ`` (byte
     ``displ * extent``) of ``raw``: one element of its twin (see :func:`_parse_derived`); a
     twin reaching outside the buffer goes as any other spec (:func:`_spill`)."""
     origin = int(displ * datatype.Get_extent()[1])
-    view = _one_block(raw, origin, count, datatype)
+    view = _twin_block(raw, origin, count, datatype)
     twin = view.datatype
     try:
         check_span(twin, origin, 1, raw.size, what, f" ({count} of a datatype of extent "
@@ -706,7 +721,7 @@ def _parse_twin(raw: np.ndarray, datatype: MPI.Datatype, count: int, displ: int,
     except ValueError as exc:  # (B), on one rank's values: the call goes (see _spill)
         lo, hi = extents(twin).span(1)
         mem, shift, spill = _spill(raw, origin + lo, origin + hi, writable, str(exc))
-        view = _one_block(mem, origin + shift, count, datatype)
+        view = _twin_block(mem, origin + shift, count, datatype)
         twin = view.datatype
         return Buf(view, twin, spill=spill, twin_of=datatype)
     return Buf(view, twin, twin_of=datatype)
