@@ -9,8 +9,8 @@ account for them).
 
 Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
 defined for the datatype, a reduction's send and receive datatypes that differ);
-``ValueError`` for a wrong value (root outside [0, p), a count past the buffer,
-``MPI.IN_PLACE`` where MPI forbids it, aliased send and receive buffers).
+``ValueError`` for a wrong value (root outside [0, p), ``MPI.IN_PLACE`` where MPI forbids
+it, aliased send and receive buffers).
 
 Every check here is of one kind, named in a comment (``# check (A)``, ...) where it is made;
 ``docs/errors.md`` lists them with the reason:
@@ -21,9 +21,15 @@ Every check here is of one kind, named in a comment (``# check (A)``, ...) where
   same rank before any message (its spec grammar, a reduction's two datatypes or counts,
   ``MPI_ERR_COUNT``/``MPI_ERR_TYPE``/``MPI_ERR_BUFFER`` from MPI's argument checks), so a
   program behaves as under plain mpi4py;
-* **(B) bounds**: a count or displacement that would make MPI read or write outside the
-  user's buffer (mpi4py hands it to MPI unchecked: corrupted memory); refused on that rank;
-* **(b) checked mode only**: :mod:`mpicoll.backends.checked`.
+* **(L) internal form**: a derived datatype of extent <= 0 on a side of p blocks, one
+  rank's value the internal form cannot hold (``docs/errors.md`` says why it stays);
+* **(b) checked mode only**: :mod:`mpicoll.backends.checked`, and the specs below.
+
+A spec that reaches outside its buffer (it was check (B): one rank's own count,
+displacements, datatype) and overlapping receive blocks are no refusal: the call goes on a
+scratch (:class:`~mpicoll.backends.buffers.Spill`, :func:`_spilled`), a receive keeps what
+fits and raises ``MPI_ERR_TRUNCATE`` at the end of the call, a send past an owned array sends
+zeros and raises ``MPI_ERR_BUFFER`` there; checked mode refuses them on every rank.
 
 What the ranks may pass differently (their datatypes and counts of one type signature, a
 send side against a receive side, a shorter message than the receive) is never checked: the

@@ -33,25 +33,27 @@ of mpi4py 4.1's ``msgbuffer.pxi``), read the way mpi4py reads it:
 Errors are mpi4py's types: ``TypeError`` (not a buffer or list, a count that is not an int),
 ``ValueError`` (wrong number of items, negative count or displacement, a count that cannot be
 inferred), ``KeyError`` (unknown typecode), ``BufferError`` (non-contiguous, read-only where
-written, no buffer for the dtype).  Beyond mpi4py, which hands such specs to MPI unchecked, a
-count or displacement pointing past the buffer is a ``ValueError`` (MPI would read or write out
-of bounds).  :class:`MPIValueError`/:class:`MPITypeError` are both the Python type and the
-``MPI.Exception`` MPI raises through mpi4py for the same input (a root outside [0, p), a
-negative count, an op MPI does not define for the datatype).
+written, no buffer for the dtype).  :class:`MPIValueError`/:class:`MPITypeError` are both the
+Python type and the ``MPI.Exception`` MPI raises through mpi4py for the same input (a root
+outside [0, p), a negative count, an op MPI does not define for the datatype).
 
 Check kinds (the legend is in :mod:`mpicoll.backends.args`; ``docs/errors.md`` lists them):
 every error of the grammar above, negative counts (``MPI_ERR_COUNT``), ``MPI.DATATYPE_NULL``
 (:func:`_null_type`), read-only or non-contiguous buffers, a displacement past a predefined
 buffer, ``MPI.BOTTOM`` with a predefined datatype (``MPI_ERR_BUFFER``) are **(M)**: what plain
 mpi4py (or MPI's argument check) raises on the same rank.  A count, a block or a derived
-datatype's typemap that reaches past the buffer (:func:`parse`, :func:`parse_v`,
-:func:`~mpicoll.algorithms.datatypes.check_span`) is **(B)**: MPI would read or write outside
-the user's memory.  Three are **(L)**, limits of the internal form, on one rank's values: a
-derived datatype of extent <= 0 outside ``Alltoallw`` (:func:`_derived_extent`),
-``MPI.BOTTOM`` with a negative displacement, and overlapping receive blocks of a
-v-collective (the forwarding schedules read blocks back from the receive buffer).  Nothing
-here compares a send side with a receive side (:func:`same_type` only for reductions, as
-mpi4py).
+datatype's typemap that reaches outside the buffer (:func:`parse`, :func:`parse_v`,
+:func:`parse_w`, :func:`widen`) is no refusal: one rank's own values, so the call goes on a
+scratch of the declared size (:func:`_spill`: a receive keeps what fits and raises
+``MPI_ERR_TRUNCATE`` at the end of the call; a send reads the memory MPI reads where the
+array it slices holds it, else sends zeros and raises ``MPI_ERR_BUFFER`` at the end);
+overlapping receive blocks of a v-spec go on a scratch too (:func:`_repack`), and
+``MPI.BOTTOM`` with negative displacements is addressed as MPI addresses it; checked mode
+refuses the spills on every rank (``Call.bounds``).  One is **(L)**, a limit of the
+internal form on one rank's value: a derived datatype of extent <= 0 on a side of p blocks
+(:func:`_derived_extent`; ``Alltoallw``'s per-peer blocks and one-block specs take it:
+:func:`_one_block`, :func:`_parse_twin`).  Nothing here compares a send side with a receive
+side (:func:`same_type` only for reductions, as mpi4py).
 
 The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
 datatype) and :class:`VBuf` (the whole view plus one count and displacement per rank).  Numpy
@@ -473,8 +475,9 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             is then one block's, as in mpi4py, and the view holds ``blocks * count`` elements.
 
     Raises:
-        TypeError, ValueError, KeyError, BufferError: as mpi4py (see the module docstring);
-        ValueError: a count at a displacement that ends past the buffer.
+        TypeError, ValueError, KeyError, BufferError: as mpi4py (see the module docstring).
+        A count at a displacement that ends past the buffer is no error here: see
+        :func:`_spill` (``Buf.spill``).
     """
     if type(spec) is np.ndarray:  # the common spec, a bare array: the rules below, inline
         flags = spec.flags
@@ -639,8 +642,9 @@ def widen(buf: Buf, count: int, problem: str, writes: int) -> Buf:
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
     """The extent of a derived datatype, refused (TypeError) where the internal form cannot
     hold it: a null or non-positive extent (elements would not be in increasing address
-    order).  Check (L): one rank's datatype (``Alltoallw`` takes such blocks: see
-    :func:`_one_block`)."""
+    order) on a side of p blocks.  Check (L): one rank's datatype, kept (``docs/errors.md``
+    says why; ``Alltoallw`` and one-block specs take such types: :func:`_one_block`,
+    :func:`_parse_twin`)."""
     if datatype == MPI.DATATYPE_NULL:
         raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
     extent = datatype.Get_extent()[1]
@@ -665,7 +669,11 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks, or no count
     to infer from, it stays refused (:func:`_derived_extent`)."""
     raw = _raw(arr)
-    if count and blocks == 1 and datatype.Get_extent()[1] <= 0:
+    lb, ext = datatype.Get_extent()
+    if count is None and ext <= 0:  # check (M): mpi4py's own
+        raise ValueError(f"{what}: message: cannot infer count, datatype extent {ext} "
+                         f"(lb:{lb}, ub:{lb + ext})")
+    if count and blocks == 1 and ext <= 0:
         return _parse_twin(raw, datatype, count, displ, what, writable)
     extent = _derived_extent(datatype, what)
     per_block = ""
@@ -767,8 +775,9 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
     Raises:
         TypeError / ValueError / KeyError / BufferError: as :func:`parse`, and counts or
         displacements whose length is not ``size`` (ValueError), negative counts
-        (:class:`MPIValueError`), blocks pointing outside the buffer, or overlapping blocks of
-        a receive buffer (ValueError: MPI would corrupt memory).
+        (:class:`MPIValueError`).  Blocks outside the buffer and overlapping blocks of a
+        receive buffer are no error here: see :func:`_spill` and :func:`_repack`
+        (``VBuf.spill``).
     """
     obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
     counts_spec, displs_spec = _scalar(counts_spec), _scalar(displs_spec)
@@ -948,8 +957,8 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     Raises:
         TypeError: not a buffer, not one of the two forms, a datatype that is not an
             ``MPI.Datatype`` (a single datatype for all is refused, as mpi4py refuses it).
-        ValueError: counts, displacements or datatypes not one per rank, negative counts, a
-            block whose typemap leaves the buffer.
+        ValueError: counts, displacements or datatypes not one per rank, negative counts (a
+            block whose typemap leaves the buffer is no error here: see :func:`_spill`).
     """
     if spec is None:
         raise TypeError(f"{what}: a buffer is required here, got None")

@@ -80,8 +80,15 @@ def test_parse_checks_the_typemap_bytes() -> None:
     assert parse([np.zeros(8), (1, 1), NEG], "buf").count == 1  # origin 24 bytes in
     with pytest.raises(ValueError, match="not a multiple"):
         parse([np.zeros(5), VEC], "buf")
-    with pytest.raises(TypeError, match="extent"):
-        parse([np.zeros(4), 1, MPI.DOUBLE.Create_resized(0, 0).Commit()], "buf")
+    flat = MPI.DOUBLE.Create_resized(0, 0).Commit()
+    one = parse([np.zeros(4), 3, flat], "buf")  # one block: one element of a twin type
+    assert one.twin_of == flat
+    assert one.count == 1
+    assert one.datatype.Get_size() == 24
+    with pytest.raises(ValueError, match="cannot infer count"):  # mpi4py's own
+        parse([np.zeros(4), flat], "buf")
+    with pytest.raises(TypeError, match="extent"):  # p blocks at one address: (L)
+        parse([np.zeros(4), 1, flat], "buf", blocks=2)
 
 
 def test_a_send_past_a_slice_reads_the_array_it_slices() -> None:
