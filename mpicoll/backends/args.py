@@ -438,7 +438,7 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         src = rb.array[:total_known]
     else:
         assert s is not None
-        # check (M): mpi4py's "mismatch in send count and sum of receive counts"; (B) too
+        # check (M): mpi4py's "mismatch in send count and sum of receive counts"
         check_counts("sendbuf", s.count, int(total_known),  # type: ignore[arg-type]
                      f"{name} (sum of the counts)")
         if rb.count < counts[rank]:  # check (M): mpi4py's "mismatch in receive count"
