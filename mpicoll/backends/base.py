@@ -322,6 +322,8 @@ class Collectives(CheckedMode):
         if self.check:
             try:
                 call = PARSERS[collective](self.size, self.rank, *args)
+                if call.bounds is not None:  # a spec past its buffer: refused on every rank
+                    raise ValueError(call.bounds)
             except (TypeError, ValueError) as exc:
                 self._agree(collective, None, exc, algorithm, nonblocking=True)
                 raise
