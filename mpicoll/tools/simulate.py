@@ -554,11 +554,11 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
         d = fabric.describe()
         per_node = max(np.bincount(fabric.node_of)) if p else 0
         gap = "none" if d["gap_s"] is None else f"{d['gap_s'] * 1e6:.3g} us"
-        contention = "on" if d["contention"] else "off"
+        contention = ("on (LogGOPSim's: a message's rate is its most loaded link's in its "
+                      "round)" if d["contention"] else "off")
         out.write(f"# network: {d['topology']}, {d['nodes']} nodes, {d['links']} links, "
                   f"{d['placement']} placement (up to {per_node} ranks per node); contention "
-                  f"{contention} (LogGOPSim's: a message's rate is its most loaded link's in "
-                  f"its round); gap {gap}; hop latency {d['hop_s'] * 1e6:.3g} us\n")
+                  f"{contention}; gap {gap}; hop latency {d['hop_s'] * 1e6:.3g} us\n")
     out.write("\n")
     all_rows: list[dict[str, Any]] = []
     for coll in args.collectives:
