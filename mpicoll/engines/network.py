@@ -60,6 +60,7 @@ matters even without contention.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,23 +410,18 @@ class Fabric:
             factor[cross] = per.max(axis=1)
         return factor, hops, links, rows
 
-    def trace_factors(self, trace: Sequence[tuple[int, int, int, int]]
-                      ) -> dict[tuple[int, int, int], tuple[float, int]]:
-        """:meth:`round` of each round of a traced run (``(sender's round, source, dest,
-        bytes)`` per message): ``{(round, source, dest): (factor, links crossed)}``."""
-        if not trace:
-            return {}
-        t = np.array(trace, np.int64)
-        t = t[np.argsort(t[:, 0], kind="stable")]
-        cuts = np.flatnonzero(np.diff(t[:, 0])) + 1
-        out: dict[tuple[int, int, int], tuple[float, int]] = {}
-        for part in np.split(t, cuts):
-            f, h = self.round(part[:, 1], part[:, 2], part[:, 3])
-            i = int(part[0, 0])
-            for s, d, fi, hi in zip(part[:, 1].tolist(), part[:, 2].tolist(), f.tolist(),
-                                    h.tolist(), strict=True):
-                out[i, s, d] = (fi, hi)
-        return out
+    def trace_factors(self, trace: array[int]) -> tuple[list[float], list[int]]:
+        """:meth:`round` of each round of a traced run (``sender's round, source, dest,
+        bytes`` of each message, flat): each message's factor and links crossed, in the
+        trace's order."""
+        t = np.array(trace, np.int64).reshape(-1, 4)
+        order = np.argsort(t[:, 0], kind="stable")
+        cuts = np.flatnonzero(np.diff(t[order, 0])) + 1
+        factor, hops = np.ones(len(t)), np.zeros(len(t), np.int64)
+        for idx in np.split(order, cuts):
+            if len(idx):
+                factor[idx], hops[idx] = self.round(t[idx, 1], t[idx, 2], t[idx, 3])
+        return factor.tolist(), hops.tolist()
 
     def busiest(self) -> tuple[str, int]:
         """The link that carried the most bytes (its name) and its bytes."""

@@ -48,6 +48,7 @@ O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -241,9 +242,10 @@ class Simulator:
             self.nodes = tuple(nodes)
         #: the network laid out for p ranks (None: the flat or two-level model alone)
         self.fabric: Fabric | None = None
-        #: per-rank engine with a network: (sender's round, source, dest) -> (bandwidth
-        #: factor, links crossed), from the first pass of :meth:`run_schedules`
-        self.factors: dict[tuple[int, int, int], tuple[float, int]] | None = None
+        #: per-rank engine with a network: the bandwidth factor and the links crossed of
+        #: each message, in the order the engine matches them, from the first pass of
+        #: :meth:`run_schedules`
+        self.factors: tuple[list[float], list[int]] | None = None
         if network is not None:
             if nodes is not None:
                 raise ValueError("nodes: a network places the ranks itself (its placement)")
@@ -256,12 +258,14 @@ class Simulator:
         network, twice: first cost-only on a plain simulator of the same ranks and nodes,
         which records every message's sender round, ends and bytes (the traffic of a schedule
         does not depend on time), from which each round's contention is found; then on this
-        one."""
+        one.  The engine's control flow (which rank resumes, which messages match) never
+        depends on the clocks, so the second pass matches the messages in the first's order
+        (checked)."""
         if self.fabric is None:
             return self.run(make(self))
         tracer = Simulator(self.p, self.model, data=False, nodes=self.nodes,
                            segment_bytes=self.segment_bytes)
-        trace: list[tuple[int, int, int, int]] = []
+        trace = array("q")
         tracer.run(make(tracer), trace=trace)
         self.fabric.link_bytes[:] = 0  # what a vector engine's attempt counted
         self.factors = self.fabric.trace_factors(trace)
@@ -294,20 +298,22 @@ class Simulator:
         a, b = m.alpha, m.beta
         return lambda s, d, n: a + n * b
 
-    def run(self, gens: Sequence[Schedule], trace: list[tuple[int, int, int, int]] | None = None
+    def run(self, gens: Sequence[Schedule], trace: array[int] | None = None
             ) -> dict[str, np.ndarray]:
         """Drive one schedule per rank to completion; returns per-rank clocks and counts.
 
         Each rank's clock starts at ``o_call`` plus what its context charged before (the
         copies of the call's arguments: ``prepare``).  ``trace``, if given, receives
-        ``(sender's round, source, dest, bytes)`` of each message.  With a network,
-        :attr:`factors` must be set (:meth:`run_schedules` does it)."""
+        ``sender's round, source, dest, bytes`` of each message, in the order they match.
+        With a network, :attr:`factors` must be set (:meth:`run_schedules` does it)."""
         p = self.p
         cost = self._cost_fn()
         fab = self.fabric
         factors = self.factors
         if fab is not None and factors is None:
             raise RuntimeError("a simulator with a network runs by run_schedules()")
+        fl, hl = factors if factors is not None else ([], [])
+        seq = [0]  # messages matched so far
         gap = fab.network.gap if fab is not None else None
         hop = fab.network.hop if fab is not None else 0.0
         m = self.model
@@ -353,11 +359,13 @@ class Simulator:
             if crossing and (two or nic_gap):
                 start = max(start, nic_send.get(nd[s], 0.0), nic_recv.get(nd[d], 0.0))
             if trace is not None:
-                trace.append((i, s, d, n))
+                trace.extend((i, s, d, n))
             if factors is None:
                 end = busy = start + cost(s, d, n)
             else:
-                f, h = factors[i, s, d]
+                k = seq[0]
+                seq[0] = k + 1
+                f, h = fl[k], hl[k]
                 b = b_out if crossing else b_in
                 end = start + (cost(s, d, n) + h * hop + (f - 1.0) * n * b)
                 busy = end if gap is None else start + max(gap, n * b * f)
@@ -441,6 +449,8 @@ class Simulator:
                 f"ranks {stuck[:16]} never finished; unmatched (source, dest) pairs: "
                 f"{waits[:16]}"
             )
+        if factors is not None and seq[0] != len(fl):
+            raise RuntimeError("the network's second pass matched other messages than its first")
         i64 = np.int64
         out = {
             "clocks": np.array(clock), "messages_sent": np.array(msent, i64),
