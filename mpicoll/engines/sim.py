@@ -23,6 +23,10 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   arguments ask for, and a rank that posts a
   round of k messages (sends and receives) is busy for ``k o_msg`` first: its messages are
   posted, and may start, at its clock plus ``k o_msg``;
+* with a :class:`~mpicoll.engines.network.Network` (a topology, rank placement, link
+  contention, LogGP's gap: that module's docstring), an off-node message also pays its route's
+  hop latency and its bandwidth term is scaled by the most loaded link of its route in its
+  round; with a gap a port is busy ``max(g, n beta f)`` per message, not the whole message;
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
 
 Two modes: with data (real numpy buffers; results can be checked against NumPy) and cost-only
