@@ -29,7 +29,7 @@ from ..algorithms.datatypes import is_derived
 from ..algorithms.schedule import Schedule
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
-from ..engines.network import PLACEMENTS, Network
+from ..engines.network import PLACEMENTS, Network, parse_topology
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
 from ..model.alphabeta import Model
 from . import cases as _cases
@@ -255,8 +255,9 @@ SIMULATE_PROGRESS_RANKS = 256
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to simulate")
-    g.add_argument("-n", "--ranks", type=int, required=True, metavar="P",
-                   help="number of simulated ranks")
+    g.add_argument("-n", "--ranks", type=int, default=None, metavar="P",
+                   help="number of simulated ranks (default with a torus or a dragonfly: "
+                   "its nodes x --ranks-per-node)")
     g.add_argument("-c", "--collective", nargs="+", metavar="NAME", default=None,
                    help=f"collective(s) (or 'all'); default: {' '.join(DEFAULT_COLLECTIVES)}")
     g.add_argument("-a", "--algorithm", nargs="+", metavar="NAME", default=["all"],
@@ -313,6 +314,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_arguments(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
+    if args.ranks is None:
+        fixed = args.topology is not None and args.topology.split(":")[0] in (
+            "torus", "dragonfly")
+        if not fixed:
+            error("the following arguments are required: -n/--ranks (a --topology torus or "
+                  "dragonfly without it fills its nodes)")
+        try:
+            args.ranks = parse_topology(args.topology, 1).nodes * (args.ranks_per_node or 1)
+        except ValueError as exc:
+            error(f"argument --topology: {exc}")
     if args.ranks < 1:
         error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
     colls, algs = selection(args, DEFAULT_COLLECTIVES, ["all"], ("all",), error)

@@ -340,6 +340,14 @@ def test_simulate_command_with_a_topology(capsys: pytest.CaptureFixture[str],
     assert doc["network"]["topology"] == "torus:4x4"
     rows = [r for r in doc["rows"] if r["status"] == "ok"]
     assert all(r["busiest_link_bytes"] > 0 for r in rows)
+    # a torus fills its nodes when -n is not given
+    status, out, err = run_cli(capsys, "simulate", "--topology", "torus:2x2x2", "-c",
+                               "allreduce", "-m", "8:16", "-a", "ring", "-q")
+    assert status == 0, err
+    assert "P=8 simulated ranks" in out
+    status, out, err = run_cli(capsys, "simulate", "--topology", "fattree:4", "-c", "allreduce")
+    assert status != 0
+    assert "the following arguments are required: -n/--ranks" in err
     for bad in (["--topology", "torus:2x2"], ["--topology", "nonsense:1"],
                 ["--gap", "1e-6"], ["--topology", "torus:4x4", "--placement", "nowhere"]):
         status, out, err = run_cli(capsys, "simulate", "-n", "16", "-c", "allreduce", *bad)
