@@ -267,9 +267,9 @@ class Collectives(CheckedMode):
             shape = shape_of(key[:3], args)
             if shape is not None:
                 run = self._from_template(shape, collective, args)
-                if run is not None and not door.again(key, shape[1]):
-                    # these buffers' first call: run once, not stored (a program passing
-                    # new arrays at every call would fill the cache with dead ones)
+                if run is not None and not door.again(key, args):
+                    # not these buffers' second call in a row: run once, not stored (a
+                    # program passing new arrays at every call would fill the cache)
                     key, once = None, True
         if run is None:
             run = self._runner(PARSERS[collective](self.size, self.rank,

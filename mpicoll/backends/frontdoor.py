@@ -60,7 +60,6 @@ import mmap
 from collections.abc import Callable
 from operator import is_ as _is
 from typing import Any
-from weakref import ref as _weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -518,7 +517,7 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("_seen", "_sizes", "entries", "hits", "last", "misses", "pinned", "templates")
+    __slots__ = ("_once", "_sizes", "entries", "hits", "last", "misses", "pinned", "templates")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
@@ -534,9 +533,9 @@ class FrontDoor:
         #: template made of it (p2p: :class:`~mpicoll.engines.plan.Template`), or None where
         #: none can be made; at most :data:`TEMPLATES`
         self.templates: dict[tuple[Any, ...], Any] = {}
-        #: key -> weak references to the buffers of a call a template served once and did
-        #: not store (:meth:`again`); at most :data:`SIZE`
-        self._seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: the key and arguments of the last call a template served and that was not stored
+        #: (:meth:`again`)
+        self._once: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
 
     def note(self, shape: tuple[tuple[Any, ...], list[np.ndarray]], run: Any,
              args: tuple[Any, ...]) -> None:
@@ -550,25 +549,17 @@ class FrontDoor:
             del templates[next(iter(templates))]
         templates[shape[0]] = (run, shape[1], args)
 
-    def again(self, key: tuple[Any, ...], bufs: list[np.ndarray]) -> bool:
-        """Whether a call of ``key`` that a template serves (:meth:`note`) was made before
-        with the very same buffers, still alive: only then is it stored.  The first call of
-        new buffers is remembered by weak references to them (to the arrays they view, for
-        views), so an array freed and another made at its address (and id) is not taken for
-        it; buffers whose owner takes no weak reference are stored at once."""
-        seen = self._seen
-        owners = [b if b.base is None else b.base for b in bufs]
-        refs = seen.get(key)
-        if refs is not None and all(r() is o for r, o in zip(refs, owners, strict=True)):
-            del seen[key]
+    def again(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> bool:
+        """Whether a call of ``key`` that a template serves (:meth:`note`) is the second in a
+        row with these very buffers: only then is it stored.  The last such call that was
+        not stored is remembered, its arguments kept alive (so their ids are theirs: an array
+        freed and another made at its address is never taken for it); a program passing new
+        arrays at every call keeps one call's buffers alive, not the cache's 64."""
+        once = self._once
+        if once is not None and once[0] == key:
+            self._once = None
             return True
-        try:
-            new = tuple(_weakref(o) for o in owners)
-        except TypeError:  # (a view of a bytearray, an mmap: no weak reference)
-            return True
-        if len(seen) >= SIZE:
-            seen.clear()
-        seen[key] = new
+        self._once = (key, args)
         return False
 
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]
@@ -616,7 +607,7 @@ class FrontDoor:
         for lasts in self.last:
             lasts.clear()
         self.templates.clear()
-        self._seen.clear()
+        self._once = None
         self.hits = self.misses = self.pinned = 0
 
 
