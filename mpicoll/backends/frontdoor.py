@@ -32,10 +32,14 @@ with the very objects of the last call of its collective (each argument identica
 whose arrays still have the shape, dtype and flags they had and whose user-defined ops the
 handle, runs that call's runner without building a key.  Identity is enough for the rest: the
 entry keeps the objects alive (an id is never reused), ints, strings, ``None`` and
-``MPI.IN_PLACE`` cannot change, and a call with a list or tuple argument (a buffer spec, whose
-items could be changed in place) is never a last call.  Only calls the cache holds become last
-calls, so what the key would refuse never gets there; an entry becomes one at its first hit
-(its record made then, of that hit's arguments: a call made once needs none).
+``MPI.IN_PLACE`` cannot change.  What a key holds by value is compared as the key would: a
+list or tuple argument (a buffer spec, built anew or changed in place) item by item, a view
+made anew (``big[:n]``, bare or a list spec's buffer) by its base, address, shape, strides,
+dtype and flags (:class:`_View`), an ``mmap`` of a blocking call by its length and address,
+read at each call (a closed one misses, and the parse raises what mpi4py raises).  Only calls
+the cache holds become last calls, so what the key would refuse never gets there; an entry
+becomes one at its first hit (its record made then, of that hit's arguments: a call made once
+needs none).
 
 Behind the cache sit the *templates* (p2p, blocking calls): a miss whose buffers are all numpy
 arrays (bare or a list spec's first item) has a layout, :func:`shape_of` (its key less the
@@ -43,7 +47,10 @@ buffers' identities and addresses: their dtype, shape, strides and flags stay). 
 stored runner of a layout is noted (:meth:`FrontDoor.note`); at the next miss of that layout
 its compiled plan becomes a :class:`~mpicoll.engines.plan.Template`, and every later miss of
 it gets a runner bound from the template to its own buffers, without a parse (see there for
-why the parse could only agree, and the overlap check it keeps).
+why the parse could only agree, and the overlap check it keeps).  Such a runner is stored
+only when the same call comes twice in a row (:meth:`FrontDoor.again`); otherwise it runs
+once and is dropped, so a program passing new arrays at every call neither fills the cache
+nor keeps its dead arrays alive.
 
 An entry is ``(args, run, last)``: the arguments (kept alive, see above), the backend's runner,
 ``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
