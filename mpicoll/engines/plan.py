@@ -834,7 +834,10 @@ class Template:
         a run needs it (``parse(*run_args)``); None if two of ``bufs`` may overlap (the call
         must then be parsed: the parse refuses aliased buffers)."""
         if len(bufs) > 1:  # contiguous (their layout is the template's): byte ranges
-            spans = [(at := int(_ADDRESS(b)), at + b.nbytes) for b in bufs]
+            try:
+                spans = [(at := int(_ADDRESS(b)), at + b.nbytes) for b in bufs]
+            except Exception:  # (no address mpi4py can read: the parse decides)
+                return None
             for i in range(len(spans) - 1):
                 lo, hi = spans[i]
                 for j in range(i + 1, len(spans)):
