@@ -23,7 +23,7 @@ from .reduce_scatter import RING_LET as _RING_LET
 from .reduce_scatter import SEGS
 from .reduce_scatter import ring_core as _reduce_scatter_ring
 from .registry import Cost, algorithm, default_rule
-from .schedule import Context, Schedule, block_counts, displacements
+from .schedule import Context, Schedule, block_counts, displacements, span
 
 
 @algorithm(
@@ -121,6 +121,167 @@ def reduce_bcast(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     """
     yield from _reduce_binomial(ctx, buf, buf if ctx.rank == 0 else None, op, 0)
     yield from _bcast_binomial(ctx, buf, 0)
+
+
+#: the radix-k terms of a :class:`Cost` (with ``extra=_RADIX``): K the radix used (k, or p if
+#: p < k), L = floor(log_K p) exchange phases on K^L ranks, f the ranks the busiest one folds in
+def _radix_k(p: int, k: int) -> int:
+    return _pof2.radix(p, k)[0]
+
+
+def _radix_pow(p: int, k: int, shrink: bool = True) -> int:
+    return _pof2.radix(p, k, shrink)[1]
+
+
+_RADIX = {"radix_k": _radix_k, "radix_pow": _radix_pow, "radix_rounds": _pof2.radix_rounds,
+          "radix_fold": _pof2.radix_fold}
+_RADIX_LET = (("k", "2"), ("K", "radix_k(p, k)"), ("L", "radix_rounds(p, k)"),
+              ("f", "radix_fold(p, k)"))
+_RADIX_WHERE = ("K = k, or p if p < k (at least 2); L = floor(log_K p); f = min(p - K^L, K - 1) "
+                "ranks folded into one")
+
+
+def _exchange(g: Context, buf: np.ndarray, op: MPI.Op, k: int, rounds: int) -> Schedule:
+    """Recursive exchange on the k^rounds ranks of ``g``: in phase j a rank trades its whole
+    vector with the k-1 ranks that differ from it in base-k digit j only, and reduces the k
+    vectors in rank order (left to right: the same expression on every rank)::
+
+        k = 3, 9 ranks:  phase 0 (digit 0):  {0 1 2} {3 4 5} {6 7 8}
+                         phase 1 (digit 1):  {0 3 6} {1 4 7} {2 5 8}
+
+    A phase is k-1 rounds: in round i a rank sends to the member of digit + i and receives
+    from the one of digit - i (mod k), a permutation of the group (MPICH posts the k-1
+    exchanges at once: the same messages, which a single-port rank serialises anyway).
+    """
+    tmp = [g.scratch(buf.size) for _ in range(k - 1)]
+    d = 1
+    for _ in range(rounds):
+        dig = (g.rank // d) % k
+        base = g.rank - dig * d
+        for i in range(1, k):
+            yield g.sendrecv(buf, base + (dig + i) % k * d, tmp[i - 1], base + (dig - i) % k * d)
+        parts = [buf if e == dig else tmp[(dig - e) % k - 1] for e in range(k)]
+        _pof2.fold_left(g, parts, buf, op)
+        d *= k
+
+
+@algorithm(
+    "allreduce", "recexch",
+    cost=Cost("L*(K-1)*(alpha + n*beta + n*gamma) + f*(2*(alpha + n*beta) + n*gamma)",
+              let=_RADIX_LET, where=_RADIX_WHERE, extra=_RADIX),
+    source="MPICH allreduce_intra_recexch (recexchalgo.c neighbours)",
+)
+def recexch(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2) -> Schedule:
+    """Recursive exchange: radix-k recursive doubling, any p (MPICH ``recexch``)::
+
+        p = 11, k = 3:   fold in:   0, 1 -> 2                  (2 reduces x0 x1 x2)
+                         exchange:  new ranks 0..8 (ranks 2..10), 2 phases of 3-rank groups
+                         fold out:  2 -> 0, 1                  (the result)
+
+    Step 1 folds the p - k^L extra ranks into groups of k consecutive ranks
+    (:func:`~mpicoll.algorithms.fold.radix_fold_in`), step 2 is :func:`_exchange` on the k^L
+    that stand, step 3 hands the result back.  Every fold and every phase reduces in rank
+    order, so any op is allowed and every rank ends with the same bits.  k = 2 is recursive
+    doubling with MPICH's non-power-of-two fold of whole groups.
+    """
+    kk, _, rounds = _pof2.radix(ctx.size, k)
+    newrank = yield from _pof2.radix_fold_in(ctx, buf, op, kk)
+    if newrank >= 0:
+        yield from _exchange(_pof2.radix_group(ctx, kk), buf, op, kk, rounds)
+    yield from _pof2.radix_fold_out(ctx, buf, kk)
+
+
+@algorithm(
+    "allreduce", "recursive_multiplying",
+    cost=Cost("L*(k-1)*(alpha + n*beta + n*gamma) + f*(2*(alpha + n*beta) + n*gamma)",
+              let=(("k", "2"), ("L", "radix_rounds(p, k, False)"),
+                   ("f", "ceil((p - radix_pow(p, k, False))/radix_pow(p, k, False))")),
+              where="L = floor(log_k p) (0 if p < k); f = ceil((p - k^L)/k^L)",
+              extra=_RADIX),
+    restrictions=("commutative",),
+    source="MPICH allreduce_intra_recursive_multiplying",
+)
+def recursive_multiplying(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2
+                          ) -> Schedule:
+    """Recursive multiplying: the radix-k exchange of :func:`recexch` on ranks 0..k^L-1, the
+    others folded in round robin (MPICH ``recursive_multiplying``)::
+
+        p = 11, k = 3:   pre:   9 -> 0, 10 -> 1                 (reduced: commutative op)
+                         main:  ranks 0..8, 2 phases of 3-rank groups (as recexch)
+                         post:  0 -> 9, 1 -> 10
+
+    Rank r < k^L receives from r + k^L, r + 2 k^L, ... in one round.  k is not lowered
+    when p < k (then rank 0 alone gathers and answers everyone).
+    """
+    p, r = ctx.size, ctx.rank
+    _, pofk, rounds = _pof2.radix(p, k, shrink=False)
+    extra = list(range(r + pofk, p, pofk)) if r < pofk else []
+    if r >= pofk:
+        yield (ctx.send(buf, r % pofk),)
+    elif extra:
+        tmp = [ctx.scratch(buf.size) for _ in extra]
+        yield tuple(ctx.recv(t, s) for t, s in zip(tmp, extra, strict=True))
+        _pof2.fold_left(ctx, [*tmp, buf], buf, op)
+    if r < pofk:
+        g = ctx if pofk == p else ctx.group(list(range(pofk)))
+        yield from _exchange(g, buf, op, k, rounds)
+    if r >= pofk:
+        yield (ctx.recv(buf, r % pofk),)
+    elif extra:
+        yield tuple(ctx.send(buf, s) for s in extra)
+
+
+@algorithm(
+    "allreduce", "k_reduce_scatter_allgather",
+    cost=Cost("2*L*(K-1)*alpha + (1 - K**-L)*n*(2*beta + gamma) + f*(2*(alpha + n*beta) + "
+              "n*gamma)", let=_RADIX_LET, where=_RADIX_WHERE, extra=_RADIX, exact=("even",),
+              bound=0.1),
+    restrictions=("commutative",),
+    source="MPICH allreduce_intra_k_reduce_scatter_allgather (recexchalgo.c neighbours)",
+)
+def k_reduce_scatter_allgather(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2
+                               ) -> Schedule:
+    """k-ary Rabenseifner: a radix-k recursive-exchange reduce-scatter of k^L blocks, then the
+    mirror allgather, the extra ranks folded as in :func:`recexch`::
+
+        k = 3, 9 ranks, blocks b0..b8:
+          reduce-scatter:  {0 3 6}: rank 0 keeps b0-b2, 3 keeps b3-b5, 6 keeps b6-b8
+                           (each sends the other two their thirds, reduces the two it gets)
+                           {0 1 2}: rank 0 keeps b0, 1 keeps b1, 2 keeps b2
+          allgather:       the same groups in reverse, each passing what it holds
+
+    A phase is k-1 rounds (round i: to digit + i, from digit - i, mod k).  Each rank sends
+    and receives 2 n (k^L-1)/k^L bytes in 2 L (k-1) messages.  Blocks are reduced in the
+    order they arrive: needs a commutative op (MPICH asserts it).
+    """
+    kk, pofk, rounds = _pof2.radix(ctx.size, k)
+    newrank = yield from _pof2.radix_fold_in(ctx, buf, op, kk)
+    if newrank >= 0:
+        g = _pof2.radix_group(ctx, kk)
+        counts = block_counts(buf.size, pofk)
+        displs = displacements(counts)
+        tmp = g.scratch(span(buf, counts, displs, 0, pofk // kk).size if rounds else 0)
+        v = g.rank
+        d = pofk
+        for _ in range(rounds):  # reduce-scatter: groups of the top digit first, ranges shrink
+            d //= kk
+            dig, lo = (v // d) % kk, v - v % (kk * d)
+            kept = span(buf, counts, displs, lo + dig * d, lo + (dig + 1) * d)
+            for i in range(1, kk):
+                to, frm = (dig + i) % kk, (dig - i) % kk
+                yield g.sendrecv(span(buf, counts, displs, lo + to * d, lo + (to + 1) * d),
+                                 lo + to * d + v % d, tmp[: kept.size], lo + frm * d + v % d)
+                g.reduce(tmp[: kept.size], kept, op)
+        for _ in range(rounds):  # allgather: the same groups in reverse, ranges grow
+            dig, lo = (v // d) % kk, v - v % (kk * d)
+            mine = span(buf, counts, displs, lo + dig * d, lo + (dig + 1) * d)
+            for i in range(1, kk):
+                to, frm = (dig + i) % kk, (dig - i) % kk
+                yield g.sendrecv(mine, lo + to * d + v % d,
+                                 span(buf, counts, displs, lo + frm * d, lo + (frm + 1) * d),
+                                 lo + frm * d + v % d)
+            d *= kk
+    yield from _pof2.radix_fold_out(ctx, buf, kk)
 
 
 @default_rule("allreduce")
