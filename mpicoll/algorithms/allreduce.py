@@ -7,10 +7,13 @@ bitwise-identical results on all ranks: each element is reduced once, in one ord
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
+from .allgather import bruck as _allgather_bruck
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
 from .bcast import binomial as _bcast_binomial
@@ -18,12 +21,22 @@ from .reduce import TREE as _TREE
 from .reduce import TREE_EXTRA as _TREE_EXTRA
 from .reduce import TREE_WHERE as _TREE_WHERE
 from .reduce import binomial as _reduce_binomial
+from .reduce import linear as _reduce_linear
 from .reduce_scatter import RING as _RING
 from .reduce_scatter import RING_LET as _RING_LET
 from .reduce_scatter import SEGS
 from .reduce_scatter import ring_core as _reduce_scatter_ring
 from .registry import Cost, algorithm, default_rule
-from .schedule import Context, Schedule, block_counts, displacements, span
+from .schedule import (
+    Context,
+    Schedule,
+    block_counts,
+    displacements,
+    equal_blocks,
+    segment,
+    segment_count,
+    span,
+)
 
 
 @algorithm(
@@ -282,6 +295,211 @@ def k_reduce_scatter_allgather(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: 
                                  lo + frm * d + v % d)
             d *= kk
     yield from _pof2.radix_fold_out(ctx, buf, kk)
+
+
+def _knomial1(v: int, p: int, k: int) -> tuple[int, list[int]]:
+    """(parent or -1, children in rank order) of rank ``v`` in MPICH's ``knomial_1`` tree on p
+    ranks (``MPII_Treeutil_tree_knomial_1_init``, root 0): ranks numbered in preorder, so the
+    subtree of v is a range [v, v + size) and its first child has the largest subtree::
+
+        p = 8, k = 2:      0             p = 9, k = 3:       0
+                        /  |  \\                        / /  \\  \\
+                       1   5   7                      1  4   7  8
+                      / \\  |                         /|  |
+                     2   4 6                        2 3  5 6
+                     |
+                     3
+    """
+    steps, t = 0, p - 1
+    while t:
+        t //= k
+        steps += 1
+    parent, current, running, step = -1, 0, 1, 0
+    while v != current:
+        for _ in range(1, k):
+            size = k ** (steps - step - 1)
+            if running <= v < running + size:
+                parent, current, running = current, running, running + 1
+                break
+            running += size
+        step += 1
+    kids, child = [], v + 1
+    for i in range(step, steps):
+        for _ in range(1, k):
+            if child < p:
+                kids.append(child)
+            child += k ** (steps - i - 1)
+    return parent, kids
+
+
+@lru_cache(maxsize=16)
+def _knomial1_all(p: int, k: int) -> tuple[tuple[int, list[int]], ...]:
+    return tuple(_knomial1(v, p, k) for v in range(p))
+
+
+def tree_time(p: int, k: int, n: float, alpha: float, beta: float, gamma: float) -> float:
+    """Seconds of :func:`tree` on p ranks (the critical path, single-port): up the tree a rank
+    receives its children in order (each when it is ready: ``alpha + n beta``, then
+    ``n gamma``), down the tree it sends to them in order.  For p = k^L:
+    ``(k-1) (L(L+1)/2 (alpha + n (beta + gamma)) + L (alpha + n beta))`` (the first child
+    holds the deepest subtree, which the parent waits for before the next)."""
+    m = alpha + n * beta
+    tree = _knomial1_all(p, k)
+    ready, sent, got = [0.0] * p, [0.0] * p, [0.0] * p
+    for v in range(p - 1, -1, -1):  # preorder: children are higher ranks
+        t = 0.0
+        for c in tree[v][1]:
+            sent[c] = max(t, ready[c]) + m
+            t = sent[c] + n * gamma
+        ready[v] = t
+    end = got[0] = ready[0]
+    for v in range(p):
+        t = got[v]
+        for c in tree[v][1]:
+            t = got[c] = max(t, sent[c]) + m
+        end = max(end, t)
+    return end
+
+
+@algorithm(
+    "allreduce", "tree",
+    cost=Cost("knomial_tree(p, k, n, alpha, beta, gamma)", let=(("k", "2"),),
+              where="knomial_tree = (k-1) (L(L+1)/2 (alpha + n (beta + gamma)) + L (alpha + "
+                    "n beta)) for p = k^L, L = log_k p: the critical path of MPICH's knomial_1 "
+                    "tree, up then down",
+              extra={"knomial_tree": tree_time}),
+    source="MPICH allreduce_intra_tree (tree_type knomial_1, one chunk); treeutil.c",
+)
+def tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2) -> Schedule:
+    """k-nomial tree reduce to rank 0, then broadcast down the same tree (MPICH ``tree``
+    with its default ``knomial_1`` tree, :func:`_knomial1`)::
+
+        p = 4, k = 2 (0: 1, 3;  1: 2):   up:    2 -> 1;  1 -> 0;  3 -> 0
+                                         down:  0 -> 1;  0 -> 3, 1 -> 2
+
+    A rank folds its children in rank order, its own vector first (subtrees are ranges of
+    ranks in preorder), so any op is allowed.  MPICH pipelines the vector in chunks
+    (``MPIR_CVAR_ALLREDUCE_TREE_PIPELINE_CHUNK_SIZE``, default 0: one chunk); this is the
+    one-chunk form.
+    """
+    parent, kids = _knomial1(ctx.rank, ctx.size, k)
+    acc, spare = buf, None
+    for c in kids:
+        tmp = spare if spare is not None else ctx.scratch(buf.size)
+        yield (ctx.recv(tmp, c),)
+        ctx.reduce(acc, tmp, op)  # tmp = mine op theirs (theirs: higher ranks)
+        spare = acc if acc is not buf else None
+        acc = tmp
+    if parent >= 0:
+        yield (ctx.send(acc, parent),)
+        yield (ctx.recv(buf, parent),)
+    elif acc is not buf:
+        ctx.copy(acc, buf)
+    for c in kids:
+        yield (ctx.send(buf, c),)
+
+
+@algorithm(
+    "allreduce", "basic_linear",
+    cost=Cost("(p-1)*(2*alpha + n*(2*beta + gamma))"),
+    source="Open MPI coll_base_allreduce_intra_basic_linear (coll/basic's reduce and bcast)",
+)
+def basic_linear(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Linear reduce to rank 0, then linear broadcast from it (Open MPI ``basic_linear``)::
+
+        p = 4:   reduce:  3 -> 0;  2 -> 0;  1 -> 0     (0 folds x0 op (x1 op (x2 op x3)))
+                 bcast:   0 -> 1, 2, 3                  (one round, p-1 messages)
+
+    The reduce is :func:`mpicoll.algorithms.reduce.linear` (exact rank order: any op).
+    """
+    p, r = ctx.size, ctx.rank
+    if r == 0:
+        mine = ctx.scratch(buf.size)
+        ctx.copy(buf, mine)
+        yield from _reduce_linear(ctx, mine, buf, op, 0)
+        if p > 1:
+            yield tuple(ctx.send(buf, i) for i in range(1, p))
+    else:
+        yield from _reduce_linear(ctx, buf, None, op, 0)
+        yield (ctx.recv(buf, 0),)
+
+
+@algorithm(
+    "allreduce", "allgather_reduce",
+    cost=Cost("clg(p)*alpha + (p-1)*n*(beta + gamma)"),
+    source="Open MPI coll_base_allreduce_intra_allgather_reduce (main, tuned ID 7; not in "
+           "5.0.x)",
+)
+def allgather_reduce(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Every rank gathers every vector (Bruck allgather, ceil(lg p) rounds), then reduces all
+    p of them locally (Open MPI ``allgather_reduce``: latency bought with bandwidth)::
+
+        p = 3:   allgather:  everyone holds [x0 x1 x2]
+                 reduce:     x0 op (x1 op x2) on every rank       (rank order: any op)
+
+    Each rank receives (p-1) n bytes and reduces (p-1) n: for small vectors only.  Open MPI
+    reduces into x0 (``x_i op acc``, i = 1, 2, ...); here the fold runs from the last rank
+    down, so non-commutative ops keep rank order.
+    """
+    p, r, n = ctx.size, ctx.rank, buf.size
+    counts, displs = equal_blocks(n, p)
+    work = ctx.scratch(n * p)
+    ctx.copy(buf, work[r * n : (r + 1) * n])
+    yield from _allgather_bruck(ctx, work, counts, displs)
+    if p > 1:
+        for i in range(p - 2, -1, -1):  # acc (block p-1 onwards) = x_i op acc
+            ctx.reduce(work[i * n : (i + 1) * n], work[(p - 1) * n :], op)
+        ctx.copy(work[(p - 1) * n :], buf)
+
+
+def _ring_phases(p: int, n: float, s: float) -> int:
+    """The phases of :func:`segmented_ring` for n bytes, s-byte segments: n/(p s) rounded
+    (Open MPI adds a phase when the remainder exceeds half a phase), at least 1."""
+    if n < p * s:
+        return 1
+    whole, rest = divmod(n, p * s)
+    return int(whole) + (rest > p * s / 2)
+
+
+@algorithm(
+    "allreduce", "segmented_ring",
+    cost=Cost("(p > 1)*(P_s*(p-1)*(alpha + n/(p*P_s)*(beta + gamma)) + (p-1)*(alpha + "
+              "n/p*beta))", let=(("P_s", "ring_phases(p, n, s)"),),
+              where="P_s = phases: 1 if n < p s, else n/(p s) rounded (a remainder over half "
+                    "a phase adds one); s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)",
+              extra={"ring_phases": _ring_phases}, exact=("even",), bound=0.1),
+    restrictions=("commutative",),
+    source="Open MPI coll_base_allreduce_intra_ring_segmented (tuned ID 5)",
+)
+def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Open MPI's segmented ring: the ring reduce-scatter run once per *phase* on one segment
+    of every block, then one ring allgather of whole blocks::
+
+        p = 3, 2 phases (block b_i = segments b_i.0 b_i.1):
+          phase 0:  ring reduce-scatter of b0.0 b1.0 b2.0     (p-1 steps)
+          phase 1:  ring reduce-scatter of b0.1 b1.1 b2.1     (p-1 steps)
+          allgather: ring of whole blocks b0 b1 b2            (p-1 steps)
+
+    The phases are ``count / (p segcount)`` rounded (segcount: elements in a segment of
+    ``ctx.segment_bytes``); below p segments it is the plain, unsegmented ring.  mpicoll's
+    ``ring`` instead segments each step (every segment of a block before the next block) and
+    overlaps reductions with transfers.  Needs a commutative op.
+    """
+    p, r, n = ctx.size, ctx.rank, buf.size
+    counts = block_counts(n, p)
+    displs = displacements(counts)
+    seg = segment_count(ctx)
+    phases = _ring_phases(p, n, seg)
+    right, left = (r + 1) % p, (r - 1) % p
+    tmp = ctx.scratch(-(-counts[0] // phases) if p > 1 else 0)
+    for ph in range(phases):
+        for st in range(p - 1):
+            sb, rb = (r - st - 1) % p, (r - st - 2) % p
+            a, b = segment(displs[sb], counts[sb], phases, ph)
+            c, d = segment(displs[rb], counts[rb], phases, ph)
+            yield ctx.sendrecv(buf[a:b], right, tmp[: d - c], left)
+            ctx.reduce(tmp[: d - c], buf[c:d], op)
+    yield from _allgather_ring(ctx, buf, counts, displs)
 
 
 @default_rule("allreduce")
