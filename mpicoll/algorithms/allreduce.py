@@ -502,6 +502,120 @@ def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     yield from _allgather_ring(ctx, buf, counts, displs)
 
 
+def _swing_peer(r: int, s: int, p: int) -> int:
+    """Rank r's peer in Swing's step s on p ranks: r + rho(s) for an even r, r - rho(s) for an
+    odd one (mod p), rho(s) = sum of (-2)^i for i = 0..s = 1, -1, 3, -5, 11, -21, ..."""
+    rho = (1 - (-2) ** (s + 1)) // 3
+    return (r + rho) % p if r % 2 == 0 else (r - rho) % p
+
+
+@lru_cache(maxsize=16)
+def _swing_layout(p: int) -> tuple[int, ...]:
+    """For p = 2^L ranks: the block each rank owns after Swing's reduce-scatter.
+
+    The ranks a rank reaches through steps s..L-1 (itself, its step-s peer, their step-s+1
+    peers, ...) form a group of 2^(L-s); the groups of step s+1 pair up into those of step s.
+    Numbering the blocks along that hierarchy (the group of the least rank of each pair
+    first) makes every group's blocks the aligned range of 2^(L-s) blocks around its
+    members' own, so every message is one contiguous span of the vector (the paper sends
+    scattered blocks)::
+
+        p = 4 (peers: step 0  0-1, 2-3;  step 1  0-3, 1-2):  owners of blocks 0..3 = 0 3 1 2
+    """
+    gid = list(range(p))  # the least rank of r's group at level s
+    order: dict[int, list[int]] = {r: [r] for r in range(p)}
+    for s in range(p.bit_length() - 2, -1, -1):
+        new: dict[int, list[int]] = {}
+        ids = []
+        for r in range(p):
+            a, b = gid[r], gid[_swing_peer(r, s, p)]
+            lo, hi = min(a, b), max(a, b)
+            if lo not in new:
+                new[lo] = order[lo] + order[hi]
+            ids.append(lo)
+        if any(len(v) != p >> s for v in new.values()):
+            raise AssertionError(f"Swing on {p} ranks is not a butterfly")
+        gid, order = ids, new
+    pos = [0] * p
+    for i, r in enumerate(order[0]):
+        pos[r] = i
+    return tuple(pos)
+
+
+@algorithm(
+    "allreduce", "swing_latency",
+    cost=_pof2.DOUBLING,
+    restrictions=("commutative",),
+    source="De Sensi, Bonato, Saam & Hoefler, Swing: Short-cutting Rings for Higher Bandwidth "
+           "Allreduce, NSDI 2024 (latency-optimal variant); fold of the extra ranks: MPICH",
+)
+def swing_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Swing, latency-optimal: recursive doubling whose step-s peer is ``r + rho(s)`` for an
+    even rank, ``r - rho(s)`` for an odd one, rho = 1, -1, 3, -5, 11, ... (distances 1, 1, 3,
+    5, 11, ...: on a ring or torus the peers stay close, where doubling goes 2^s away)::
+
+        p = 8:  step 0: 0-1 2-3 4-5 6-7   step 1: 0-7 1-2 3-4 5-6   step 2: 0-3 1-6 2-5 4-7
+
+    Whole vectors are exchanged and reduced each step (lg p steps).  A valid butterfly only
+    for a power of two: extra ranks are folded in first (:mod:`~mpicoll.algorithms.fold`).
+    The groups combined are not ranges of ranks: needs a commutative op.
+    """
+    newrank = yield from _pof2.fold_in(ctx, buf, op)
+    if newrank >= 0:
+        g = _pof2.group(ctx)
+        tmp = ctx.scratch(buf.size)
+        for s in range(g.size.bit_length() - 1):
+            peer = _swing_peer(g.rank, s, g.size)
+            yield g.sendrecv(buf, peer, tmp, peer)
+            ctx.reduce(tmp, buf, op)
+    yield from _pof2.fold_out(ctx, buf)
+
+
+@algorithm(
+    "allreduce", "swing_bandwidth",
+    cost=Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + _pof2.FOLD,
+              where="p' = 2^floor(lg p), fold = [p != p']", exact=("even",), bound=0.1),
+    restrictions=("commutative",),
+    source="De Sensi, Bonato, Saam & Hoefler, Swing: Short-cutting Rings for Higher Bandwidth "
+           "Allreduce, NSDI 2024 (bandwidth-optimal variant); fold of the extra ranks: MPICH",
+)
+def swing_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Swing, bandwidth-optimal: a reduce-scatter then an allgather on Swing's peers (see
+    :func:`swing_latency`), Rabenseifner's volumes with Swing's short distances::
+
+        p = 4, blocks 0..3 owned by ranks 0 3 1 2 (:func:`_swing_layout`):
+          reduce-scatter:  step 0  0-1, 2-3 trade halves;  step 1  0-3, 1-2 trade quarters
+          allgather:       step 1  0-3, 1-2;  step 0  0-1, 2-3         (the reverse)
+
+    In step s a rank sends its peer the blocks of the ranks the peer reaches in the steps
+    after s, and keeps those it reaches itself; blocks are numbered so that each such set
+    is one span.  Extra ranks beyond 2^k are folded in.  Needs a commutative op.
+    """
+    newrank = yield from _pof2.fold_in(ctx, buf, op)
+    if newrank >= 0:
+        g = _pof2.group(ctx)
+        q, v, rounds = g.size, g.rank, g.size.bit_length() - 1
+        pos = _swing_layout(q)
+        counts = block_counts(buf.size, q)
+        displs = displacements(counts)
+        tmp = ctx.scratch(span(buf, counts, displs, 0, q // 2).size if rounds else 0)
+
+        def held(r: int, s: int) -> np.ndarray:  # the blocks r's group holds at level s
+            w = q >> s
+            lo = pos[r] - pos[r] % w
+            return span(buf, counts, displs, lo, lo + w)
+
+        for s in range(rounds):  # reduce-scatter: halves, quarters, ...
+            peer = _swing_peer(v, s, q)
+            kept = held(v, s + 1)
+            yield g.sendrecv(held(peer, s + 1), peer, tmp[: kept.size], peer)
+            ctx.reduce(tmp[: kept.size], kept, op)
+        for s in range(rounds - 1, -1, -1):  # allgather: the same steps in reverse
+            peer = _swing_peer(v, s, q)
+            yield g.sendrecv(held(v, s + 1), peer, held(peer, s + 1), peer)
+    yield from _pof2.fold_out(ctx, buf)
+
+
 @default_rule("allreduce")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: recursive doubling up to 2 KiB or for non-commutative ops, Rabenseifner above;
