@@ -7,7 +7,9 @@ bitwise-identical results on all ranks: each element is reduced once, in one ord
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -26,10 +28,12 @@ from .reduce_scatter import RING as _RING
 from .reduce_scatter import RING_LET as _RING_LET
 from .reduce_scatter import SEGS
 from .reduce_scatter import ring_core as _reduce_scatter_ring
-from .registry import Cost, algorithm, default_rule
+from .registry import Cost, Param, algorithm, default_rule
 from .schedule import (
     Context,
+    Recv,
     Schedule,
+    Send,
     block_counts,
     displacements,
     equal_blocks,
@@ -148,7 +152,7 @@ def _radix_pow(p: int, k: int, shrink: bool = True) -> int:
 
 _RADIX = {"radix_k": _radix_k, "radix_pow": _radix_pow, "radix_rounds": _pof2.radix_rounds,
           "radix_fold": _pof2.radix_fold}
-_RADIX_LET = (("k", "2"), ("K", "radix_k(p, k)"), ("L", "radix_rounds(p, k)"),
+_RADIX_LET = (("K", "radix_k(p, k)"), ("L", "radix_rounds(p, k)"),
               ("f", "radix_fold(p, k)"))
 _RADIX_WHERE = ("K = k, or p if p < k (at least 2); L = floor(log_K p); f = min(p - K^L, K - 1) "
                 "ranks folded into one")
@@ -182,6 +186,7 @@ def _exchange(g: Context, buf: np.ndarray, op: MPI.Op, k: int, rounds: int) -> S
     "allreduce", "recexch",
     cost=Cost("L*(K-1)*(alpha + n*beta + n*gamma) + f*(2*(alpha + n*beta) + n*gamma)",
               let=_RADIX_LET, where=_RADIX_WHERE, extra=_RADIX),
+    params=(Param("k", 2, 2, 64, "radix: ranks per exchange group", examples=(3, 4)),),
     source="MPICH allreduce_intra_recexch (recexchalgo.c neighbours)",
 )
 def recexch(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2) -> Schedule:
@@ -207,11 +212,12 @@ def recexch(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2) -> Schedul
 @algorithm(
     "allreduce", "recursive_multiplying",
     cost=Cost("L*(k-1)*(alpha + n*beta + n*gamma) + f*(2*(alpha + n*beta) + n*gamma)",
-              let=(("k", "2"), ("L", "radix_rounds(p, k, False)"),
+              let=(("L", "radix_rounds(p, k, False)"),
                    ("f", "ceil((p - radix_pow(p, k, False))/radix_pow(p, k, False))")),
               where="L = floor(log_k p) (0 if p < k); f = ceil((p - k^L)/k^L)",
               extra=_RADIX),
     restrictions=("commutative",),
+    params=(Param("k", 2, 2, 64, "radix: ranks per exchange group", examples=(3, 4)),),
     source="MPICH allreduce_intra_recursive_multiplying",
 )
 def recursive_multiplying(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2
@@ -250,6 +256,7 @@ def recursive_multiplying(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int =
               "n*gamma)", let=_RADIX_LET, where=_RADIX_WHERE, extra=_RADIX, exact=("even",),
               bound=0.1),
     restrictions=("commutative",),
+    params=(Param("k", 2, 2, 64, "radix: ranks per exchange group", examples=(4, 8)),),
     source="MPICH allreduce_intra_k_reduce_scatter_allgather (recexchalgo.c neighbours)",
 )
 def k_reduce_scatter_allgather(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2
@@ -363,11 +370,12 @@ def tree_time(p: int, k: int, n: float, alpha: float, beta: float, gamma: float)
 
 @algorithm(
     "allreduce", "tree",
-    cost=Cost("knomial_tree(p, k, n, alpha, beta, gamma)", let=(("k", "2"),),
+    cost=Cost("knomial_tree(p, k, n, alpha, beta, gamma)",
               where="knomial_tree = (k-1) (L(L+1)/2 (alpha + n (beta + gamma)) + L (alpha + "
                     "n beta)) for p = k^L, L = log_k p: the critical path of MPICH's knomial_1 "
                     "tree, up then down",
               extra={"knomial_tree": tree_time}),
+    params=(Param("k", 2, 2, 64, "tree radix (k-nomial)", examples=(3, 4)),),
     source="MPICH allreduce_intra_tree (tree_type knomial_1, one chunk); treeutil.c",
 )
 def tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2) -> Schedule:
@@ -466,12 +474,14 @@ def _ring_phases(p: int, n: float, s: float) -> int:
     cost=Cost("(p > 1)*(P_s*(p-1)*(alpha + n/(p*P_s)*(beta + gamma)) + (p-1)*(alpha + "
               "n/p*beta))", let=(("P_s", "ring_phases(p, n, s)"),),
               where="P_s = phases: 1 if n < p s, else n/(p s) rounded (a remainder over half "
-                    "a phase adds one); s = segment bytes (MPICOLL_SEGMENT_SIZE, 64 KiB)",
+                    "a phase adds one); s = seg, or MPICOLL_SEGMENT_SIZE (64 KiB)",
               extra={"ring_phases": _ring_phases}, exact=("even",), bound=0.1),
     restrictions=("commutative",),
+    params=(Param("seg", 0, 0, 1 << 30, "segment bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(4096,)),),
     source="Open MPI coll_base_allreduce_intra_ring_segmented (tuned ID 5)",
 )
-def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 0) -> Schedule:
     """Open MPI's segmented ring: the ring reduce-scatter run once per *phase* on one segment
     of every block, then one ring allgather of whole blocks::
 
@@ -481,15 +491,15 @@ def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
           allgather: ring of whole blocks b0 b1 b2            (p-1 steps)
 
     The phases are ``count / (p segcount)`` rounded (segcount: elements in a segment of
-    ``ctx.segment_bytes``); below p segments it is the plain, unsegmented ring.  mpicoll's
+    ``seg`` bytes, default ``ctx.segment_bytes``); below p segments it is the plain,
+    unsegmented ring.  mpicoll's
     ``ring`` instead segments each step (every segment of a block before the next block) and
     overlaps reductions with transfers.  Needs a commutative op.
     """
     p, r, n = ctx.size, ctx.rank, buf.size
     counts = block_counts(n, p)
     displs = displacements(counts)
-    seg = segment_count(ctx)
-    phases = _ring_phases(p, n, seg)
+    phases = _ring_phases(p, n, max(1, seg // max(1, ctx.unit)) if seg else segment_count(ctx))
     right, left = (r + 1) % p, (r - 1) % p
     tmp = ctx.scratch(-(-counts[0] // phases) if p > 1 else 0)
     for ph in range(phases):
@@ -614,6 +624,152 @@ def swing_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
             peer = _swing_peer(v, s, q)
             yield g.sendrecv(held(v, s + 1), peer, held(peer, s + 1), peer)
     yield from _pof2.fold_out(ctx, buf)
+
+
+def _btree(p: int, r: int) -> tuple[int, list[int]]:
+    """(parent or -1, children) of rank r in NCCL's binary tree on p ranks (``ncclGetBtree``,
+    src/graph/trees.cc): an in-order tree whose root 0 has one child, the largest power of
+    two below p; rank r with lowest set bit b hangs below ``(r ^ b) | 2b`` (``r ^ b`` when
+    that is out of range) and has children ``r - b/2`` and ``r + b'`` (b' the largest of
+    b/2, b/4, ... that stays below p)."""
+    bit = 1
+    while bit < p and not bit & r:
+        bit <<= 1
+    if r == 0:
+        return -1, ([bit >> 1] if p > 1 else [])
+    up = (r ^ bit) | (bit << 1)
+    if up >= p:
+        up = r ^ bit
+    low = bit >> 1
+    if not low:
+        return up, []
+    kids = [r - low]
+    while low and r + low >= p:
+        low >>= 1
+    if low:
+        kids.append(r + low)
+    return up, kids
+
+
+class _Tree(NamedTuple):
+    """One tree of :func:`_dtree`, per rank: parent (-1 at the root), children, height (the
+    longest path down to a leaf) and depth."""
+
+    parent: tuple[int, ...]
+    kids: tuple[tuple[int, ...], ...]
+    height: tuple[int, ...]
+    depth: tuple[int, ...]
+
+
+@lru_cache(maxsize=16)
+def _dtree(p: int) -> tuple[_Tree, _Tree]:
+    """NCCL's double binary tree on p ranks (``ncclGetDtree``): the binary tree of
+    :func:`_btree` and its mirror (r -> p-1-r, p even) or its shift by one (r -> r+1, p odd),
+    so that a rank inner in one tree is (mostly) a leaf in the other."""
+
+    def build(to: Callable[[int], int], back: Callable[[int], int]) -> _Tree:
+        parent, kids = [], []
+        for r in range(p):
+            up, ch = _btree(p, to(r))
+            parent.append(back(up) if up >= 0 else -1)
+            kids.append(tuple(back(c) for c in ch))
+        height, depth = [0] * p, [0] * p
+        order = [r for r in range(p) if parent[r] < 0]
+        for v in order:  # breadth first from the root (the list grows as it is walked)
+            for c in kids[v]:
+                depth[c] = depth[v] + 1
+                order.append(c)
+        for v in reversed(order):
+            height[v] = max((height[c] + 1 for c in kids[v]), default=0)
+        return _Tree(tuple(parent), tuple(kids), tuple(height), tuple(depth))
+
+    first = build(lambda r: r, lambda r: r)
+    if p % 2 == 0:
+        return first, build(lambda r: p - 1 - r, lambda r: p - 1 - r)
+    return first, build(lambda r: (r - 1) % p, lambda r: (r + 1) % p)
+
+
+@algorithm(
+    "allreduce", "double_binary_tree",
+    cost=Cost("(p > 1)*((4*lg(p) - 2 + min(8, 2*(p-1))*(C-1))*(alpha + m*beta) + "
+              "(lg(p) + C - 1)*m*gamma)",
+              let=(("C", "max(1, ceil(n/(2*s)))"), ("m", "n/(2*C)")),
+              where="C = ceil(n/(2 s)) chunks of m bytes in each half; s = seg, or "
+                    "MPICOLL_SEGMENT_SIZE (64 KiB); an estimate fitted to the simulator "
+                    "(2 lg p - 1 fill and drain steps; a step moves up to 4 chunks through an "
+                    "inner rank's ports, which the single-port rounds serialise to about 8)",
+              exact=("one_peer", "even", "whole_segments"), bound=0.5),
+    restrictions=("commutative",),
+    params=(Param("seg", 0, 0, 1 << 30, "chunk bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(4096,)),),
+    source="NCCL double binary tree (src/graph/trees.cc ncclGetBtree/ncclGetDtree; Sanders, "
+           "Speck & Traff, Parallel Computing 35(12) 2009), run on MPI point-to-point",
+)
+def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 0
+                       ) -> Schedule:
+    """Two complementary binary trees, each reducing then broadcasting one half of the vector,
+    pipelined in chunks (NCCL's tree allreduce, on CPUs)::
+
+        p = 8:  tree 0 (half 0)          tree 1 (half 1, mirrored: r -> 7-r)
+                0 - 4                    7 - 3
+                   / \\                     / \
+                  2   6                   5   1
+                 / \\ / \\                 / \\ / \
+                1  3 5  7               6  4 2  0
+
+        chunk c of a half goes up from a rank of height h at step h + c (its children's
+        arrived and were reduced before), down from a rank of depth d at step H + d + c
+        (H: the root's height); both trees and all chunks advance in the same steps.
+
+    Every message's step is known to both ends, so each step is one round carrying both
+    trees' messages (the lower tree first).  A rank inner in one tree is a leaf of the other,
+    so both halves move at once.  Subtrees of the second tree are not ranges of ranks: needs
+    a commutative op.
+    """
+    p, r, n = ctx.size, ctx.rank, buf.size
+    if p == 1:
+        return
+    seg_n = max(1, seg // max(1, ctx.unit)) if seg else segment_count(ctx)
+    halves = ((0, (n + 1) // 2), ((n + 1) // 2, n // 2))
+    trees = _dtree(p)
+    nch = [max(1, -(-size // seg_n)) for _, size in halves]
+    tmp = [{c: ctx.scratch(size) for c in trees[t].kids[r]} for t, (_, size) in enumerate(halves)]
+    tops = [max(tr.height) for tr in trees]  # the roots' heights
+    last = max(tops[t] + max(trees[t].depth) + nch[t] for t in (0, 1))
+
+    def chunk(t: int, c: int) -> tuple[int, int]:
+        lo, size = halves[t]
+        return segment(lo, size, nch[t], c)
+
+    for step in range(last):
+        ops: list[Recv | Send] = []
+        todo = []
+        for t in (0, 1):
+            parent, kids, height, depth = trees[t]
+            lo = halves[t][0]
+            for ch in kids[r]:  # up: a child's chunk arrives
+                c = step - height[ch]
+                if 0 <= c < nch[t]:
+                    a, b = chunk(t, c)
+                    ops.append(ctx.recv(tmp[t][ch][a - lo : b - lo], ch))
+                    todo.append((tmp[t][ch][a - lo : b - lo], buf[a:b]))
+            if parent[r] >= 0:
+                c = step - height[r]  # up: my reduced chunk leaves
+                if 0 <= c < nch[t]:
+                    a, b = chunk(t, c)
+                    ops.append(ctx.send(buf[a:b], parent[r]))
+                c = step - (tops[t] + depth[r] - 1)  # down: the result's chunk arrives
+                if 0 <= c < nch[t]:
+                    a, b = chunk(t, c)
+                    ops.append(ctx.recv(buf[a:b], parent[r]))
+            c = step - (tops[t] + depth[r])  # down: it goes on to my children
+            if 0 <= c < nch[t]:
+                a, b = chunk(t, c)
+                ops.extend(ctx.send(buf[a:b], ch) for ch in kids[r])
+        if ops:
+            yield tuple(ops)
+        for x, y in todo:
+            ctx.reduce(x, y, op)
 
 
 @default_rule("allreduce")
