@@ -34,6 +34,8 @@ from .schedule import (
     Recv,
     Schedule,
     Send,
+    Table,
+    block,
     block_counts,
     displacements,
     equal_blocks,
@@ -770,6 +772,64 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
             yield tuple(ops)
         for x, y in todo:
             ctx.reduce(x, y, op)
+
+
+def _halving_skips(p: int) -> list[int]:
+    """The skips of the ceil(lg p)-regular circulant graph: s_q = p, s_k = ceil(s_(k+1) / 2),
+    down to s_0 = 1 (q = ceil(lg p)); returned as [s_0, ..., s_q]."""
+    skips = [p]
+    while skips[-1] > 1:
+        skips.append(-(-skips[-1] // 2))
+    return skips[::-1]
+
+
+@algorithm(
+    "allreduce", "circulant",
+    cost=Cost("2*clg(p)*alpha + (p-1)/p*n*(2*beta + gamma)", exact=("even",), bound=0.1),
+    restrictions=("commutative",),
+    source="Traff, Optimal, Non-pipelined Reduce-scatter and Allreduce Algorithms, arXiv "
+           "2410.14234 (2024): ceil(lg p) rounds each way on the circulant graph of halving "
+           "skips, p-1 blocks sent, received and reduced per rank, any p",
+)
+def circulant(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Reduce-scatter then allgather on the circulant graph with skips s_q = p, s_k =
+    ceil(s_(k+1)/2), ..., s_0 = 1: ceil(lg p) rounds each, any p, volume optimal (Traff)::
+
+        blocks relative to the rank (j: block (rank + j) mod p), p = 7, skips 1 2 4 7:
+          reduce-scatter  skip 4: send j in [4, 7) to rank+4, fold j in [0, 3) from rank-4
+                          skip 2: send [2, 4) to rank+2, fold [0, 2) from rank-2
+                          skip 1: send [1, 2) to rank+1, fold [0, 1): block rank is done
+          allgather       the mirror: skip 1, 2, 4, receiving [1, 2), [2, 4), [4, 7)
+                          from rank + skip
+
+    Before the round of skip s_k a rank holds partial results of its blocks j < s_(k+1); it
+    hands the upper ones to rank + s_k, for which they are blocks j - s_k < s_k, and keeps
+    the lower ones.  Each rank sends and receives 2 n (p-1)/p bytes in 2 ceil(lg p)
+    messages, like Rabenseifner's but without folding the extra ranks.  The blocks are held
+    rotated (block rank first) so that every message is one span.  Needs a commutative op.
+    """
+    p, r, n = ctx.size, ctx.rank, buf.size
+    counts = block_counts(n, p)
+    displs = displacements(counts)
+    rot = Table(counts[(r + j) % p] for j in range(p))  # block (r + j) mod p at relative j
+    offs = displacements(rot)
+    work = ctx.scratch(n)
+    for j in range(p):
+        ctx.copy(block(buf, counts, displs, (r + j) % p), block(work, rot, offs, j))
+    skips = _halving_skips(p)
+    tmp = ctx.scratch(span(work, rot, offs, 0, p - skips[-2]).size if p > 1 else 0)
+    for k in range(len(skips) - 2, -1, -1):  # reduce-scatter: skips p/2, p/4, ..., 1
+        lo, hi = skips[k], skips[k + 1]
+        into = span(work, rot, offs, 0, hi - lo)
+        yield ctx.sendrecv(span(work, rot, offs, lo, hi), (r + lo) % p, tmp[: into.size],
+                           (r - lo) % p)
+        ctx.reduce(tmp[: into.size], into, op)
+    for k in range(len(skips) - 1):  # allgather: skips 1, 2, ..., the mirror
+        lo, hi = skips[k], skips[k + 1]
+        yield ctx.sendrecv(span(work, rot, offs, 0, hi - lo), (r - lo) % p,
+                           span(work, rot, offs, lo, hi), (r + lo) % p)
+    for j in range(p):
+        ctx.copy(block(work, rot, offs, j), block(buf, counts, displs, (r + j) % p))
 
 
 @default_rule("allreduce")
