@@ -3,6 +3,7 @@ tests/unit/test_overlap.py and tests/mpi/test_overlap.py both sweep."""
 
 SEGMENTED = [
     ("allreduce", "ring"), ("allreduce", "rabenseifner"), ("allreduce", "reduce_bcast"),
+    ("allreduce", "segmented_ring"),
     ("reduce", "binomial"), ("reduce", "rabenseifner"),
     ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
     ("reduce_scatter_block", "recursive_halving"), ("reduce_scatter_block", "reduce_scatterv"),

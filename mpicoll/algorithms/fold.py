@@ -163,3 +163,109 @@ def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
         lo, hi = keep
         dist >>= 1
     pipe.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Radix k: MPICH's recursive exchange (recexchalgo.c) folds p = k^L + rem ranks onto k^L.
+
+def radix(p: int, k: int, shrink: bool = True) -> tuple[int, int, int]:
+    """``(k', k'^L, L)``: the radix a recursive exchange runs with on p ranks (k' = k, or with
+    ``shrink`` p if p < k, at least 2: MPICH's ``MPII_Recexchalgo_get_neighbors``), the
+    largest power of it <= p, and its exponent."""
+    if shrink and p < k:
+        k = max(p, 2)
+    pofk, rounds = 1, 0
+    while pofk * k <= p:
+        pofk *= k
+        rounds += 1
+    return k, pofk, rounds
+
+
+def radix_rounds(p: int, k: int, shrink: bool = True) -> int:
+    """L = floor(log_k' p) (:func:`radix`): the exchange phases of a radix-k algorithm."""
+    return radix(p, k, shrink)[2]
+
+
+def radix_fold(p: int, k: int) -> int:
+    """How many ranks the busiest rank of :func:`radix_fold_in` receives from (0 if p is a
+    power of k')."""
+    k, pofk, _ = radix(p, k)
+    return min(p - pofk, k - 1)
+
+
+def radix_real_rank(newrank: int, p: int, k: int) -> int:
+    """The rank standing for ``newrank`` of the k'^L group after :func:`radix_fold_in`."""
+    k, pofk, _ = radix(p, k)
+    rem = p - pofk
+    return newrank * k + k - 1 if newrank < rem // (k - 1) else newrank + rem
+
+
+def radix_group(ctx: Context, k: int) -> Context:
+    """The k'^L group of the ranks that stand after :func:`radix_fold_in` (its rank is the new
+    rank, in rank order).  Only those ranks may call it."""
+    pofk = radix(ctx.size, k)[1]
+    if pofk == ctx.size:
+        return ctx
+    return ctx.group([radix_real_rank(i, ctx.size, k) for i in range(pofk)])
+
+
+def _radix_senders(r: int, p: int, k: int) -> tuple[int, list[int]]:
+    """(the rank r sends its vector to or -1, the ranks it receives from in rank order)."""
+    k, pofk, _ = radix(p, k)
+    rem = p - pofk
+    t = rem * k // (k - 1)  # the first t ranks form groups of k; k-1 of each fold into the last
+    if r < t:
+        if r % k != k - 1:
+            return min(r + k - 1 - r % k, t), []  # a partial last group folds into rank t
+        return -1, list(range(r - k + 1, r))
+    if r == t and t >= 1 and (t - 1) % k != k - 1:
+        return -1, list(range(t - (t - 1) % k - 1, t))
+    return -1, []
+
+
+def radix_fold_in(ctx: Context, buf: np.ndarray, op: MPI.Op, k: int) -> Sub:
+    """Fold the p - k'^L extra ranks in (MPICH recursive exchange, step 1); returns this rank's
+    new rank, or -1 if it sits out.
+
+    The first t = rem k'/(k'-1) ranks form groups of k' consecutive ranks whose first k'-1
+    send their vector to the last (a partial group to rank t), which reduces them in rank
+    order, its own last (any op)::
+
+        p = 11, k = 3 (9 + 2):   0, 1 -> 2          new ranks: 2 -> 0, 3..10 -> 1..8
+
+    All of a group's messages are in flight at once (one round).
+    """
+    p, r = ctx.size, ctx.rank
+    dest, sources = _radix_senders(r, p, k)
+    if dest >= 0:
+        yield (ctx.send(buf, dest),)
+        return -1
+    if sources:
+        tmp = [ctx.scratch(buf.size) for _ in sources]
+        yield tuple(ctx.recv(t, s) for t, s in zip(tmp, sources, strict=True))
+        fold_left(ctx, [*tmp, buf], buf, op)
+    kk, pofk, _ = radix(p, k)
+    rem = p - pofk
+    t = rem * kk // (kk - 1)
+    return r // kk if r < t else r - rem
+
+
+def radix_fold_out(ctx: Context, buf: np.ndarray, k: int) -> Generator[Round, None, None]:
+    """Give the ranks :func:`radix_fold_in` folded out the result (step 3), one round."""
+    dest, sources = _radix_senders(ctx.rank, ctx.size, k)
+    if dest >= 0:
+        yield (ctx.recv(buf, dest),)
+    elif sources:
+        yield tuple(ctx.send(buf, s) for s in sources)
+
+
+def fold_left(ctx: Context, parts: Sequence[np.ndarray], out: np.ndarray, op: MPI.Op) -> None:
+    """``out = ((parts[0] op parts[1]) op parts[2]) ...``: the parts in rank order, reduced
+    left to right (the same expression on every rank, so the bits agree).  Every part but
+    ``out`` may be overwritten; ``out`` may be one of them."""
+    acc = parts[0]
+    for x in parts[1:]:
+        ctx.reduce(acc, x, op)  # x = acc op x
+        acc = x
+    if acc is not out:
+        ctx.copy(acc, out)

@@ -20,7 +20,8 @@ COUNTS = [0, 1, 5, 64, 1000]
 #: algorithms whose control flow does not depend on the rank: the vector engine must run
 #: them at every p (a change that silently sends them back to the per-rank engine fails here)
 BRANCH_FREE = {
-    ("allreduce", "ring"), ("allgather", "ring"), ("allgather", "bruck"),
+    ("allreduce", "ring"), ("allreduce", "segmented_ring"), ("allreduce", "allgather_reduce"),
+    ("allgather", "ring"), ("allgather", "bruck"),
     ("allgatherv", "ring"), ("allgatherv", "bruck"),
     ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
     ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
