@@ -1,4 +1,6 @@
-"""The binomial tree every rooted algorithm walks (bcast, scatter, gather, reduce), written once.
+"""The trees the rooted algorithms walk (bcast, scatter, gather, reduce), each written once:
+the binomial tree below, then the k-nomial, k-ary, chain and in-order binary shapes and the
+two walks (:func:`send_down`, :func:`reduce_up`) the tree broadcasts and reduces share.
 
 Ranks are relative to the root (``vr = (rank - root) mod p``, see
 :meth:`~mpicoll.algorithms.schedule.Context.relative`).  Rank ``vr`` hangs below
@@ -20,13 +22,17 @@ from the nearest); the scatter and gather of blocks move whole subtrees in one m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
+from mpi4py import MPI
 
-from .schedule import Context, Schedule, span
+from .schedule import Context, Recv, Round, Schedule, Send, span
 
-__all__ = ["children", "gather_blocks", "parent", "scatter_blocks", "subtree"]
+__all__ = ["chain_children", "chain_parent", "chains", "children", "down_sends", "gather_blocks",
+           "in_order_children", "kary_children", "kary_level", "kary_parent",
+           "knomial_children", "knomial_parent", "parent", "reduce_up", "scatter_blocks",
+           "send_down", "subtree", "up_rounds"]
 
 
 def parent(vr: int) -> int:
@@ -89,3 +95,264 @@ def gather_blocks(c: Context, buf: np.ndarray, counts: Sequence[int],
     if vr:
         yield (c.send(span(buf, counts, displs, vr, vr + subtree(vr, p)), parent(vr)),)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The other tree shapes (relative ranks, root 0): k-nomial, k-ary, chains, the in-order binary
+# tree; and the two walks every tree algorithm of bcast and reduce shares.
+#
+# A shape is a pair of functions of the relative rank: its parent (-1 at the root) and its
+# children in *reduce order* (the order a reduction folds them in; a broadcast sends to them
+# farthest subtree first, the reverse of that list).
+
+
+def knomial_parent(vr: int, k: int) -> int:
+    """The parent of ``vr`` in the radix-``k`` k-nomial tree: ``vr`` with its lowest nonzero
+    base-k digit cleared (-1 for the root).  k = 2 is :func:`parent`."""
+    if vr == 0:
+        return -1
+    mask = 1
+    while (vr // mask) % k == 0:
+        mask *= k
+    return vr - ((vr // mask) % k) * mask
+
+
+def knomial_children(vr: int, p: int, k: int) -> list[int]:
+    """The children of ``vr`` among ``p`` ranks in the radix-``k`` k-nomial tree, nearest
+    first: ``vr + r k^j`` for every ``k^j`` below ``vr``'s lowest nonzero digit (every
+    ``k^j < p`` at the root) and r = 1 .. k-1, that is below p.  The subtree of child
+    ``vr + r k^j`` is the contiguous range ``[vr + r k^j, vr + (r+1) k^j)`` (cut at p), so a
+    reduction that folds them in this order keeps rank order::
+
+        p = 9, k = 3:        0
+                          / | | \\
+                         1  2  3   6
+                              /|   |\\
+                             4 5   7 8
+    """
+    out: list[int] = []
+    mask = 1
+    while mask < p and (vr // mask) % k == 0:
+        for r in range(1, k):
+            ch = vr + r * mask
+            if ch >= p:
+                return out
+            out.append(ch)
+        mask *= k
+    return out
+
+
+def kary_level(vr: int, k: int) -> tuple[int, int]:
+    """(level, first rank of that level) of ``vr`` in Open MPI's k-ary tree (levels numbered
+    breadth first: level L holds k^L ranks)."""
+    level, first, width = 0, 0, 1
+    while vr >= first + width:
+        first += width
+        width *= k
+        level += 1
+    return level, first
+
+
+def kary_parent(vr: int, k: int) -> int:
+    """The parent of ``vr`` in Open MPI's k-ary tree (-1 for the root)."""
+    if vr == 0:
+        return -1
+    level, first = kary_level(vr, k)
+    above = k ** (level - 1)
+    return first - above + (vr - first) % above
+
+
+def kary_children(vr: int, p: int, k: int) -> list[int]:
+    """The children of ``vr`` in Open MPI's k-ary tree (``ompi_coll_base_topo_build_tree``):
+    ``vr + k^L (i+1)`` for i = 0 .. k-1, L the level of ``vr``, that are below p.  The levels
+    are numbered breadth first, so a node's children are not consecutive ranks (a subtree is
+    not a range of ranks: a reduction on it needs a commutative op)::
+
+        p = 7, k = 2:       0
+                          /   \\
+                         1     2
+                        / \\   / \\
+                       3   5 4   6
+    """
+    level, _ = kary_level(vr, k)
+    step = k ** level
+    return [ch for ch in (vr + step * (i + 1) for i in range(k)) if ch < p]
+
+
+def chains(p: int, fanout: int) -> list[tuple[int, int]]:
+    """The (head, length) of each of Open MPI's chains (``ompi_coll_base_topo_build_chain``):
+    the p-1 non-root ranks cut into ``min(fanout, p-1)`` runs of consecutive ranks, the first
+    ``(p-1) % fanout`` of them one longer."""
+    f = min(fanout, p - 1)
+    if f <= 0:
+        return []
+    q, r = divmod(p - 1, f)
+    out, head = [], 1
+    for i in range(f):
+        n = q + (i < r)
+        out.append((head, n))
+        head += n
+    return out
+
+
+def chain_parent(vr: int, p: int, fanout: int) -> int:
+    """The parent of ``vr`` in the chains of :func:`chains`: the root for a head, else vr-1."""
+    if vr == 0:
+        return -1
+    return 0 if any(vr == h for h, _ in chains(p, fanout)) else vr - 1
+
+
+def chain_children(vr: int, p: int, fanout: int) -> list[int]:
+    """The children of ``vr`` in the chains of :func:`chains`: the heads at the root, else
+    the next rank of its chain (none at its tail)::
+
+        p = 8, fanout = 3:   0 -> 1 -> 2 -> 3
+                             0 -> 4 -> 5
+                             0 -> 6 -> 7
+    """
+    runs = chains(p, fanout)
+    if vr == 0:
+        return [h for h, _ in runs]
+    for h, n in runs:
+        if h <= vr < h + n:
+            return [vr + 1] if vr + 1 < h + n else []
+    return []
+
+
+def in_order_children(r: int, p: int) -> tuple[int, list[int]]:
+    """(parent, children) of rank ``r`` in Open MPI's in-order binary tree
+    (``ompi_coll_base_topo_build_in_order_bintree``), on absolute ranks: its root is rank
+    p-1; a node of a subtree of ranks ``[lo, lo + size)`` is its highest rank, its left child
+    the rank just below (the top of ``[lo + size//2, lo + size - 1)``), its right child the top
+    of the low half ``[lo, lo + size//2)``.  Every subtree is a range of ranks with its node on
+    top, so ``right op (left op node)`` keeps rank order for any op::
+
+        p = 9:        8
+                    /   \\
+                   7     3
+                  / \\   / \\
+                 6   5 2   1
+                    /     /
+                   4     0
+
+    Children are returned nearest range first (left, then right): the order in which a
+    reduction folds them in front of the node's own value (:func:`reduce_up` ``before``).
+    """
+    lo, size, parent = 0, p, -1
+    while True:
+        node = lo + size - 1
+        half = size // 2
+        right = lo + half - 1 if half else -1       # top of [lo, lo + half)
+        left = node - 1 if size - 1 > half else -1  # top of [lo + half, node)
+        if r == node:
+            return parent, [c for c in (left, right) if c >= 0]
+        parent = node
+        if r >= lo + half:   # in the left subtree [lo + half, node)
+            lo, size = lo + half, size - half - 1
+        else:                # in the right subtree [lo, lo + half)
+            size = half
+
+
+def send_down(c: Context, buf: np.ndarray, parent: int, kids: Sequence[int],
+              seg: int = 0) -> Schedule:
+    """A broadcast down one tree, in segments of ``seg`` elements (0: one message).  A rank
+    receives from its parent, then sends to its children (``kids``, in send order) one
+    message per round, so its port serves them in that order.  With segments, a rank
+    receives segment j from its parent while it forwards segment j-1 to its children (Open
+    MPI's ``ompi_coll_base_bcast_intra_generic``)::
+
+        round:        0                1                     2
+        root:     s0 -> each kid   s1 -> each kid
+        inner:    s0 <- parent     s1 <- parent, s0 -> kids  s1 -> kids
+    """
+    n = buf.size
+    nseg = 1 if seg <= 0 or n <= seg else -(-n // seg)
+    if nseg == 1:
+        if parent >= 0:
+            yield (c.recv(buf, parent),)
+        for ch in kids:
+            yield (c.send(buf, ch),)
+        return
+    segs = [buf[j * seg : (j + 1) * seg] for j in range(nseg)]
+    if parent < 0:
+        for part in segs:
+            for ch in kids:
+                yield (c.send(part, ch),)
+        return
+    for j in range(nseg + 1):
+        ops: list[Send | Recv] = [c.recv(segs[j], parent)] if j < nseg else []
+        if j:
+            ops.extend(c.send(segs[j - 1], ch) for ch in kids)
+        if ops:
+            yield tuple(ops)
+
+
+def reduce_up(c: Context, sendbuf: np.ndarray, op: MPI.Op, parent: int, kids: Sequence[int],
+              *, before: bool = False) -> Generator[Round, None, np.ndarray]:
+    """A reduction up one tree: receive and fold each child's partial result (``kids`` in
+    fold order, one message per round, each reduced before the next round), then send this
+    rank's to its parent; returns the partial result (the whole result at the top).
+    ``before``: the children's ranks precede this rank's (the in-order tree: result =
+    child_0 op child_1 op ... op mine), else they follow it (result = mine op child_0 op
+    ...); a tree whose subtrees are ranges of ranks, folded so, keeps rank order for any op::
+
+        p = 4, binomial:   round 1:  1 -> 0, 3 -> 2      (0: x0 op x1,  2: x2 op x3)
+                           round 2:  2 -> 0              (0: (x0 op x1) op (x2 op x3))
+    """
+    n = sendbuf.size
+    acc = sendbuf
+    spare: np.ndarray | None = None
+    if before and kids:  # the children's values fold into acc in place: a copy of ours
+        acc = c.scratch(n)
+        c.copy(sendbuf, acc)
+    for ch in kids:
+        tmp = spare if spare is not None else c.scratch(n)
+        yield (c.recv(tmp, ch),)
+        if before:
+            c.reduce(tmp, acc, op)  # acc = theirs op acc
+            spare = tmp
+        else:
+            c.reduce(acc, tmp, op)  # tmp = acc op theirs
+            spare = acc if acc is not sendbuf else None
+            acc = tmp
+    if parent >= 0:
+        yield (c.send(acc, parent),)
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------
+# Critical paths of these walks (the costs' helpers: the same trees, walked as the simulator
+# runs them, one message of T seconds at a time per port).
+
+Shape = Callable[[int], Sequence[int]]
+
+
+def down_sends(p: int, kids: Shape) -> int:
+    """The most messages a rank waits for in sequence in an unsegmented :func:`send_down`
+    broadcast: a child that is i-th in its parent's send order has the data i+1 message
+    times after its parent (the parent's port sends one message at a time)."""
+    best, stack = 0, [(0, 0)]
+    while stack:
+        vr, t = stack.pop()
+        best = max(best, t)
+        stack.extend((ch, t + i + 1) for i, ch in enumerate(kids(vr)))
+    return best
+
+
+def up_rounds(p: int, kids: Shape, top: int = 0) -> int:
+    """Message-and-reduce steps on the longest path of an unsegmented :func:`reduce_up` to
+    ``top`` (each ``alpha + n beta + n gamma``): a rank receives its children one after
+    another, from when both ends are ready, reducing each before the next, and its parent
+    can receive from it once it is done."""
+    order, stack = [], [top]
+    while stack:
+        vr = stack.pop()
+        order.append(vr)
+        stack.extend(kids(vr))
+    done: dict[int, int] = {}
+    for vr in reversed(order):  # children before parents
+        clock = 0
+        for ch in kids(vr):
+            clock = max(clock, done[ch]) + 1
+        done[vr] = clock
+    return done[top]
