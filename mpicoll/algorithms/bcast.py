@@ -381,6 +381,71 @@ def split_binary(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
         yield c.sendrecv(halves[lr], pair, halves[1 - lr], pair)
 
 
+@algorithm(
+    "bcast", "circ_graph",
+    cost=Cost("(p > 1)*(max(1, ceil(n/s)) - 1 + clg(p))*(alpha + min(n, s)*beta)",
+              where="s = block bytes (seg, or MPICOLL_SEGMENT_SIZE)",
+              exact=("whole_segments",), bound=0.25),
+    params=(Param("seg", 0, 0, 1 << 30, "block bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024, 4096)),),
+    source="Traff, Broadcast and reduction in circulant graphs, ACM TOPC 2025 "
+           "(doi 10.1145/3735139); MPICH 5 bcast_intra_circ_graph",
+)
+def circ_graph(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Schedule:
+    """Round-optimal pipelined broadcast on a circulant graph, any p: the message is cut into
+    N blocks; in round i (k = i mod q, q = ceil(lg p)) every rank r sends one block to
+    ``r + skip[k]`` and receives one from ``r - skip[k]`` (relative ranks, mod p; skips
+    1, 2, 4, ... halved up from p: p = 6 -> 1, 2, 3, 6).  Which block: in the first q rounds
+    every rank receives exactly one new block, its *base block*; each later phase of q rounds
+    moves every block q further, so after N - 1 + q rounds every rank holds all N::
+
+        p = 4, N = 1 (q = 2):  round 0:  0 -b0-> 1          (skip 1)
+                               round 1:  0 -b0-> 2, 1 -b0-> 3  (skip 2)
+
+    For N = 1 and a power of two it is the binomial tree; for long messages every rank's
+    ports stay busy every round, so the time approaches n beta for any p.  A rank that must
+    forward a block it receives in the same round (the last phase, where blocks past N-1 stand
+    for block N-1) receives it first, in a round of its own.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    if p == 1:
+        return
+    skip = tree.circulant_skips(p)
+    q = len(skip) - 1
+    m = segment_count(c, seg)
+    n = buf.size
+    nb = max(1, -(-n // m))
+    parts = [buf] if nb == 1 else [buf[j * m : (j + 1) * m] for j in range(nb)]
+    recv_at = tree.circulant_recv(vr, p) if vr else None
+    send_at = [k if vr == 0 else tree.circulant_recv((vr + skip[k]) % p, p)[k]
+               if (vr + skip[k]) % p else None for k in range(q)]
+    have = [vr == 0] * nb
+    x = (q - (nb - 1) % q) % q  # so that the last round is a phase's last (k = q-1)
+    offset = -x
+    for i in range(x, nb - 1 + q + x):
+        k = i % q
+        ops: list[Send | Recv] = []
+        got = -1
+        if recv_at is not None and recv_at[k] + offset >= 0:
+            got = min(recv_at[k] + offset, nb - 1)
+            ops.append(c.recv(parts[got], (vr - skip[k]) % p))
+        out = send_at[k]
+        if out is not None and out + offset >= 0:
+            blk = min(out + offset, nb - 1)
+            send = c.send(parts[blk], (vr + skip[k]) % p)
+            if not have[blk]:  # the block arriving now: receive it first
+                yield tuple(ops)
+                ops = []
+            ops.append(send)
+        if got >= 0:
+            have[got] = True
+        if ops:
+            yield tuple(ops)
+        if k == q - 1:
+            offset += q
+
+
 @default_rule("bcast")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH defaults: binomial below 12 KiB or p < 8; scatter + recursive-doubling allgather

@@ -23,13 +23,15 @@ from the nearest); the scatter and gather of blocks move whole subtrees in one m
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
+from functools import lru_cache
 
 import numpy as np
 from mpi4py import MPI
 
 from .schedule import Context, Recv, Round, Schedule, Send, span
 
-__all__ = ["chain_children", "chain_parent", "chains", "children", "down_sends", "gather_blocks",
+__all__ = ["chain_children", "chain_parent", "chains", "children", "circulant_recv",
+           "circulant_skips", "down_sends", "gather_blocks",
            "in_order_children", "kary_children", "kary_level", "kary_parent",
            "knomial_children", "knomial_parent", "parent", "reduce_up", "scatter_blocks",
            "send_down", "subtree", "up_rounds"]
@@ -356,3 +358,76 @@ def up_rounds(p: int, kids: Shape, top: int = 0) -> int:
             clock = max(clock, done[ch]) + 1
         done[vr] = clock
     return done[top]
+
+
+# ---------------------------------------------------------------------------------------------
+# Traff's circulant graph (round-optimal pipelined broadcast for any p): the skips and, per
+# rank, which block it receives in each of the q rounds of a phase.
+
+
+@lru_cache(maxsize=64)
+def circulant_skips(p: int) -> tuple[int, ...]:
+    """The q+1 skips of the circulant graph on p >= 2 ranks, q = ceil(lg p): ``skip[q] = p``,
+    ``skip[k] = ceil(skip[k+1] / 2)`` (1, 2, 4, ... for a power of two).  In round k of a phase
+    rank r sends to ``r + skip[k]`` and receives from ``r - skip[k]`` (mod p)."""
+    q = max(1, (p - 1).bit_length())
+    s = [0] * (q + 1)
+    s[q] = p
+    for k in range(q - 1, -1, -1):
+        s[k] = (s[k + 1] + 1) // 2
+    return tuple(s)
+
+
+def _baseblock(r: int, s: Sequence[int]) -> int:
+    """The one block of the first phase rank r > 0 receives: the last skip of r written as
+    a sum of distinct skips, largest first (q for the root)."""
+    q = len(s) - 1
+    if r == 0:
+        return q
+    for k in range(q - 1, -1, -1):
+        if r >= s[k]:
+            r -= s[k]
+            if r == 0:
+                return k
+    raise AssertionError(f"rank {r} is no sum of skips {s}")
+
+
+@lru_cache(maxsize=4096)
+def circulant_recv(r: int, p: int) -> tuple[int, ...]:
+    """The block relative rank r (> 0) receives in each round k of a phase, relative to the
+    phase (negative: a block of an earlier phase; its base block b in the round it first gets
+    it).  Round k's block is the largest base block not yet taken among the ranks r - s with
+    ``skip[k] <= s < skip[k+1]``, found as the first sum of distinct free skips, searched
+    depth first from the largest, that falls in that window (Traff 2025, section 3; MPICH
+    circ_graph.c ``gen_rsched``)."""
+    s = circulant_skips(p)
+    q = len(s) - 1
+    b = _baseblock(r, s)
+    below = {e: e - 1 for e in range(q + 1)}  # the free skips, a linked list from q down
+    above = {e: e + 1 for e in range(q + 1)}
+    above[q] = -1
+
+    def take(e: int) -> None:  # unlinks e (its own links stay, as the search reads them)
+        if above[e] != -1:
+            below[above[e]] = below[e]
+        if below[e] != -1:
+            above[below[e]] = above[e]
+
+    take(b)
+    out: list[int] = []
+    e, path, at = q, [q], p  # at = r' + p: the sum of the skips on the path
+    low, high = r + p - s[1], r + p - s[0]
+    while len(out) < q:
+        if at < low or (at == low and below[e] > -1):
+            e = below[e]
+            path.append(e)
+            at += s[e]
+        elif at > high:
+            at -= s[path.pop()]
+        else:  # low < at <= high: the path's last skip is this round's block
+            e = path[-1]
+            out.append(e)
+            high, low = low, r + p - s[len(out) + 1] if len(out) < q else 0
+            take(e)
+            at -= s[path.pop()]
+    return tuple(b if x == q else x - q for x in out)

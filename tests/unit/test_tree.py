@@ -124,3 +124,30 @@ def test_critical_paths() -> None:
             == (k - 1) * m
     assert tree.up_rounds(9, lambda vr: tree.chain_children(vr, 9, 1)) == 8
     assert tree.down_sends(7, lambda vr: tree.kary_children(vr, 7, 2)) == 4
+
+
+def test_the_circulant_schedule_of_p_17() -> None:
+    """Traff's worked example (p = 17, q = 5; also in MPICH's circ_graph.c): the skips and
+    the block each rank receives in each round of a phase (negative: an earlier phase's)."""
+    assert tree.circulant_skips(17) == (1, 2, 3, 5, 9, 17)
+    rows = [tree.circulant_recv(r, 17) for r in range(1, 17)]
+    assert [row[0] for row in rows] == [0, -5, -4, -3, -5, -2, -5, -4, -3, -1, -5, -4, -3, -5,
+                                        -2, -5]
+    assert [row[4] for row in rows] == [-1] * 8 + [4, 0, 1, 2, 0, 3, 0, 1]
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 6, 7, 12, 17, 31, 33, 64, 100])
+def test_every_rank_gets_its_blocks_once_per_phase(p: int) -> None:
+    """In a phase's q rounds a rank receives q different blocks: its base block and the
+    q-1 others' of the phase before (Traff's correctness condition), and what rank r sends
+    in round k is what rank r + skip[k] receives."""
+    skip = tree.circulant_skips(p)
+    q = len(skip) - 1
+    assert skip[0] == 1
+    assert skip[q] == p
+    for r in range(1, p):
+        got = tree.circulant_recv(r, p)
+        assert len(set(got)) == q
+        base = [b for b in got if b >= 0]
+        assert len(base) == 1
+        assert sorted(got) == sorted({-q + i for i in range(q)} - {base[0] - q} | set(base))
