@@ -411,39 +411,12 @@ def circ_graph(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Sch
     vr, p = c.rank, c.size
     if p == 1:
         return
-    skip = tree.circulant_skips(p)
-    q = len(skip) - 1
     m = segment_count(c, seg)
-    n = buf.size
-    nb = max(1, -(-n // m))
+    nb = max(1, -(-buf.size // m))
     parts = [buf] if nb == 1 else [buf[j * m : (j + 1) * m] for j in range(nb)]
-    recv_at = tree.circulant_recv(vr, p) if vr else None
-    send_at = [k if vr == 0 else tree.circulant_recv((vr + skip[k]) % p, p)[k]
-               if (vr + skip[k]) % p else None for k in range(q)]
-    have = [vr == 0] * nb
-    x = (q - (nb - 1) % q) % q  # so that the last round is a phase's last (k = q-1)
-    offset = -x
-    for i in range(x, nb - 1 + q + x):
-        k = i % q
-        ops: list[Send | Recv] = []
-        got = -1
-        if recv_at is not None and recv_at[k] + offset >= 0:
-            got = min(recv_at[k] + offset, nb - 1)
-            ops.append(c.recv(parts[got], (vr - skip[k]) % p))
-        out = send_at[k]
-        if out is not None and out + offset >= 0:
-            blk = min(out + offset, nb - 1)
-            send = c.send(parts[blk], (vr + skip[k]) % p)
-            if not have[blk]:  # the block arriving now: receive it first
-                yield tuple(ops)
-                ops = []
-            ops.append(send)
-        if got >= 0:
-            have[got] = True
-        if ops:
-            yield tuple(ops)
-        if k == q - 1:
-            offset += q
+    for rnd in tree.circulant_rounds(vr, p, nb):
+        yield tuple(c.send(parts[b], peer) if out else c.recv(parts[b], peer)
+                    for out, b, peer in rnd)
 
 
 @default_rule("bcast")

@@ -435,6 +435,56 @@ def pipeline(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: 
     yield from _deliver(ctx, acc, recvbuf, root, top)
 
 
+@algorithm(
+    "reduce", "circ_graph",
+    cost=Cost("(p > 1)*(max(1, ceil(n/s)) - 1 + clg(p))*(alpha + min(n, s)*(beta + gamma))",
+              where="s = block bytes (seg, or MPICOLL_SEGMENT_SIZE)",
+              exact=("whole_segments",), bound=0.25),
+    params=(Param("seg", 0, 0, 1 << 30, "block bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024, 4096)),),
+    restrictions=("commutative",),
+    source="Traff, Broadcast and reduction in circulant graphs, ACM TOPC 2025 "
+           "(doi 10.1145/3735139); MPICH 5 reduce_intra_circ_graph",
+)
+def circ_graph(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+               root: int, *, seg: int = 0) -> Schedule:
+    """The circulant-graph broadcast (:func:`mpicoll.algorithms.bcast.circ_graph`) run
+    backwards: its rounds in reverse order, each send turned into a receive of a partial
+    result that is folded into this rank's block, each receive into the send of this rank's
+    partial block (once all it forwarded to in the broadcast have sent theirs back)::
+
+        p = 4, N = 1:  round 1:  2 -> 0, 3 -> 1     (skip 2)
+                       round 2:  1 -> 0             (skip 1)
+
+    Each block's reduction tree is its broadcast tree reversed, so partial results meet in an
+    order that depends on p: commutative ops only.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    n = sendbuf.size
+    acc = recvbuf if vr == 0 and recvbuf is not None else c.scratch(n)
+    c.copy(sendbuf, acc)
+    if p == 1:
+        return
+    m = segment_count(c, seg)
+    nb = max(1, -(-n // m))
+    parts = [acc] if nb == 1 else [acc[j * m : (j + 1) * m] for j in range(nb)]
+    tmp = c.scratch(min(n, m))
+    for rnd in reversed(tree.circulant_rounds(vr, p, nb)):
+        ops: list[Send | Recv] = []
+        fold: tuple[np.ndarray, np.ndarray] | None = None
+        for out, b, peer in rnd:
+            if out:  # the broadcast sent block b there: its partial comes back
+                theirs = tmp[: parts[b].size]
+                ops.append(c.recv(theirs, peer))
+                fold = (theirs, parts[b])
+            else:
+                ops.append(c.send(parts[b], peer))
+        yield tuple(ops)
+        if fold is not None:
+            c.reduce(*fold, op)  # block = theirs op block
+
+
 @default_rule("reduce")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: binomial for short vectors or non-commutative ops, Rabenseifner above 2 KiB.

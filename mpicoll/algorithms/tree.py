@@ -31,7 +31,7 @@ from mpi4py import MPI
 from .schedule import Context, Recv, Round, Schedule, Send, span
 
 __all__ = ["chain_children", "chain_parent", "chains", "children", "circulant_recv",
-           "circulant_skips", "down_sends", "gather_blocks",
+           "circulant_rounds", "circulant_skips", "down_sends", "gather_blocks",
            "in_order_children", "kary_children", "kary_level", "kary_parent",
            "knomial_children", "knomial_parent", "parent", "reduce_up", "scatter_blocks",
            "send_down", "subtree", "up_rounds"]
@@ -431,3 +431,43 @@ def circulant_recv(r: int, p: int) -> tuple[int, ...]:
             take(e)
             at -= s[path.pop()]
     return tuple(b if x == q else x - q for x in out)
+
+
+def circulant_rounds(vr: int, p: int, nb: int) -> list[list[tuple[bool, int, int]]]:
+    """Relative rank ``vr``'s rounds of the circulant-graph broadcast of ``nb`` blocks from
+    rank 0 on p >= 2 ranks: each round a list of ``(is_send, block, peer)``.  N - 1 + q rounds
+    (q = ceil(lg p)); in round i (k = i mod q) a rank sends to ``vr + skip[k]`` the block that
+    rank receives in round k of the phase (:func:`circulant_recv`) and receives its own, each
+    phase q blocks further on; a block before 0 is not sent, one past N-1 stands for N-1.  A
+    rank that must forward the block it receives in the same round (only where blocks past
+    N-1 are cut back) gets a round for the receive alone first."""
+    skip = circulant_skips(p)
+    q = len(skip) - 1
+    mine = circulant_recv(vr, p) if vr else None
+    theirs = [k if vr == 0 else circulant_recv((vr + skip[k]) % p, p)[k]
+              if (vr + skip[k]) % p else None for k in range(q)]
+    have = [vr == 0] * nb
+    x = (q - (nb - 1) % q) % q  # so that the last round is a phase's last (k = q-1)
+    offset = -x
+    out: list[list[tuple[bool, int, int]]] = []
+    for i in range(x, nb - 1 + q + x):
+        k = i % q
+        ops: list[tuple[bool, int, int]] = []
+        got = -1
+        if mine is not None and mine[k] + offset >= 0:
+            got = min(mine[k] + offset, nb - 1)
+            ops.append((False, got, (vr - skip[k]) % p))
+        to = theirs[k]
+        if to is not None and to + offset >= 0:
+            blk = min(to + offset, nb - 1)
+            if not have[blk]:  # the block arriving now: receive it first
+                out.append(ops)
+                ops = []
+            ops.append((True, blk, (vr + skip[k]) % p))
+        if got >= 0:
+            have[got] = True
+        if ops:
+            out.append(ops)
+        if k == q - 1:
+            offset += q
+    return out
