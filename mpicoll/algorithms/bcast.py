@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -143,6 +144,283 @@ def pipeline(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Sched
             ops.append(c.send(segs[k - 1], nxt))
         if ops:
             yield tuple(ops)
+
+
+#: the cost helpers of the tree broadcasts (the trees of :mod:`~mpicoll.algorithms.tree`, walked
+#: as the simulator runs them)
+def knomial_sends(p: int, k: int) -> int:
+    """Messages in sequence to the last rank of :func:`knomial` (the bcast's k-nomial tree,
+    farthest child first): ``(k-1) ceil(log_k p)`` when p is a power of k."""
+    return _sends("knomial", p, k)
+
+
+def kary_sends(p: int, k: int) -> int:
+    """Messages in sequence to the last rank of :func:`kary`: ``k`` per level below the root,
+    ``k (levels - 1)`` for a complete tree."""
+    return _sends("kary", p, k)
+
+
+@lru_cache(maxsize=256)
+def _sends(shape: str, p: int, k: int) -> int:
+    kids = (partial(_knomial_kids, p=p, k=k) if shape == "knomial"
+            else partial(tree.kary_children, p=p, k=k))
+    return tree.down_sends(p, kids)
+
+
+def _knomial_kids(vr: int, p: int, k: int) -> list[int]:
+    """The k-nomial children of ``vr`` in a broadcast's send order: farthest first."""
+    return tree.knomial_children(vr, p, k)[::-1]
+
+
+def knomial_kids(p: int, k: int) -> int:
+    """The root's children in the k-nomial tree (the messages it sends per segment)."""
+    return len(tree.knomial_children(0, p, k))
+
+
+TREE_EXTRA = {"knomial_sends": knomial_sends, "kary_sends": kary_sends,
+              "knomial_kids": knomial_kids}
+TREE_WHERE = ("knomial_sends(p, k) = the messages a rank waits for in sequence on the longest "
+              "path, (k-1) ceil(log_k p) when p is a power of k; kary_sends(p, k) = k per level "
+              "of the k-ary tree below the root (its last level may be partial)")
+
+
+@algorithm(
+    "bcast", "knomial",
+    cost=Cost("knomial_sends(p, k)*(alpha + n*beta)", where=TREE_WHERE, extra=TREE_EXTRA),
+    params=(Param("k", 4, 2, 64, "tree radix (children per node per level)",
+                  examples=(2, 3, 8)),),
+    source="MPICH bcast_intra_tree (tree_type knomial_1, treealgo/treeutil.c); Open MPI "
+           "coll_base_bcast.c ompi_coll_base_bcast_intra_knomial (coll_base_topo.c kmtree)",
+)
+def knomial(ctx: Context, buf: np.ndarray, root: int, *, k: int = 4) -> Schedule:
+    """k-nomial tree broadcast: rank vr's children are ``vr + r k^j`` (r = 1 .. k-1, for each
+    ``k^j`` below vr's lowest nonzero base-k digit); a rank receives from its parent, then
+    sends to all its children in one round, farthest first (ranks relative to the root)::
+
+        p = 9, k = 3:    round 1:  0 -> 6, 0 -> 3, 0 -> 2, 0 -> 1    (the root's port in turn)
+                         round 2:  6 -> 8, 6 -> 7;  3 -> 5, 3 -> 4
+
+    ceil(log_k p) levels of up to k-1 messages each; k = 2 is :func:`binomial`.  Short
+    messages (each rank forwards the whole message).
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    yield from tree.send_down(c, buf, tree.knomial_parent(vr, k), _knomial_kids(vr, p, k))
+
+
+@algorithm(
+    "bcast", "kary",
+    cost=Cost("kary_sends(p, k)*(alpha + n*beta)", where=TREE_WHERE, extra=TREE_EXTRA),
+    params=(Param("k", 2, 1, 64, "children per node", examples=(1, 3, 4)),),
+    source="Open MPI coll_base_bcast.c ompi_coll_base_bcast_intra_bintree (k = 2; "
+           "coll_base_topo.c ompi_coll_base_topo_build_tree); MPICH bcast_intra_tree "
+           "(tree_type kary)",
+)
+def kary(ctx: Context, buf: np.ndarray, root: int, *, k: int = 2) -> Schedule:
+    """k-ary tree broadcast (k = 2: Open MPI's binary tree): ranks numbered breadth first
+    from the root, level L holding k^L of them; a rank receives from its parent, then sends
+    to its k children in one round::
+
+        p = 7, k = 2:     0 -> 1, 0 -> 2;   1 -> 3, 1 -> 5;  2 -> 4, 2 -> 6
+
+    Every rank forwards the whole message to at most k children; depth ceil(log_k((k-1)p+1)).
+    k = 1 is a chain (:func:`pipeline` unsegmented).
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    yield from tree.send_down(c, buf, tree.kary_parent(vr, k), tree.kary_children(vr, p, k))
+
+
+@algorithm(
+    "bcast", "linear",
+    cost=Cost("(p-1)*(alpha + n*beta)"),
+    source="Open MPI coll_base_bcast.c ompi_coll_base_bcast_intra_basic_linear",
+)
+def linear(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
+    """The root sends the whole message to every other rank, all in one round::
+
+        p = 4, root 0:   0 -> 1,  0 -> 2,  0 -> 3      (its port sends them in turn)
+
+    p-1 messages through one port: for very few ranks only.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    yield from tree.send_down(c, buf, 0 if vr else -1, range(1, p) if vr == 0 else ())
+
+
+@algorithm(
+    "bcast", "chain",
+    cost=Cost("(p > 1)*(S*F + L - 1 - (F > (p - 1) % F > 0))*(alpha + min(n, s)*beta)",
+              let=(("F", "min(fanout, max(p - 1, 1))"), ("L", "ceil((p - 1)/F)"),
+                   ("S", "max(1, n/s)")),
+              where="F chains of at most L ranks, S segments; s = segment bytes (seg, "
+                    "or MPICOLL_SEGMENT_SIZE)",
+              exact=("whole_segments",), bound=0.1),
+    params=(Param("fanout", 4, 1, 64, "chains from the root", examples=(1, 2, 8)),
+            Param("seg", 0, 0, 1 << 30, "segment bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024,))),
+    source="Open MPI coll_base_bcast.c ompi_coll_base_bcast_intra_chain "
+           "(coll_base_topo.c ompi_coll_base_topo_build_chain)",
+)
+def chain(ctx: Context, buf: np.ndarray, root: int, *, fanout: int = 4,
+          seg: int = 0) -> Schedule:
+    """Segmented broadcast down ``fanout`` chains: the other ranks are cut into ``fanout``
+    runs of consecutive ranks (relative to the root), the root sends each segment to every
+    run's head, and each rank forwards segment j-1 down its run while it receives segment j::
+
+        p = 7, fanout = 2:   0 -> 1 -> 2 -> 3         round:  0    1    2    3
+                             0 -> 4 -> 5 -> 6         0->1,4  s0   s1
+                                                      1->2         s0   s1
+                                                      2->3              s0   s1
+
+    The root's port sends fanout messages per segment; fanout = 1 is :func:`pipeline`.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    yield from tree.send_down(c, buf, tree.chain_parent(vr, p, fanout),
+                              tree.chain_children(vr, p, fanout), segment_count(c, seg))
+
+
+@algorithm(
+    "bcast", "pipelined_tree",
+    cost=Cost("(knomial_sends(p, k) + (max(1, n/s) - 1)*knomial_kids(p, k))"
+              "*(alpha + min(n, s)*beta)",
+              where=TREE_WHERE + "; knomial_kids(p, k) = the root's children, (k-1) ceil(log_k "
+                    "p) when p is a power of k; s = segment bytes (seg, or "
+                    "MPICOLL_SEGMENT_SIZE)",
+              extra=TREE_EXTRA, exact=("whole_segments",), bound=0.1),
+    params=(Param("k", 2, 2, 64, "tree radix", examples=(3, 4)),
+            Param("seg", 0, 0, 1 << 30, "segment bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024,))),
+    source="MPICH bcast_intra_pipelined_tree (tree_type knomial_1)",
+)
+def pipelined_tree(ctx: Context, buf: np.ndarray, root: int, *, k: int = 2,
+                   seg: int = 0) -> Schedule:
+    """The :func:`knomial` tree with the message cut into segments: a rank forwards segment
+    j-1 to all its children while it receives segment j::
+
+        p = 4, k = 2, 2 segments:   round 1:  0 -> 2 s0, 0 -> 1 s0
+                                    round 2:  0 -> 2 s1, 0 -> 1 s1;   2 -> 3 s0
+                                    round 3:                          2 -> 3 s1
+
+    The root sends every segment to its (k-1) ceil(log_k p) children: its port sets the pace.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    yield from tree.send_down(c, buf, tree.knomial_parent(vr, k), _knomial_kids(vr, p, k),
+                              segment_count(c, seg))
+
+
+def split_sends(p: int) -> int:
+    """Half-message times to the end of :func:`split_binary` on p ranks (both phases)."""
+    return _split_sends(p)
+
+
+@lru_cache(maxsize=256)
+def _split_sends(p: int) -> int:
+    if p < 2:
+        return 0
+    arrive = {0: 0}
+    stack = [0]
+    while stack:
+        vr = stack.pop()
+        for i, ch in enumerate(tree.kary_children(vr, p, 2)):
+            arrive[ch] = arrive[vr] + i + 1
+            stack.append(ch)
+    # a rank posts its exchange once its phase-1 sends are done
+    ready = {vr: t + len(tree.kary_children(vr, p, 2)) for vr, t in arrive.items()}
+    return max(max(ready[vr], ready[_split_pair(vr, p)]) + 1 for vr in range(1, p))
+
+
+def _split_pair(vr: int, p: int) -> int:
+    """The relative rank ``vr`` swaps halves with in :func:`split_binary`: a left (odd) rank
+    the next one, a right (even) rank the one before; 0 (the root) for the last rank of an
+    even p."""
+    return (vr + 1) % p if vr % 2 else vr - 1
+
+
+@algorithm(
+    "bcast", "split_binary",
+    cost=Cost("(n < 2)*(p > 1)*(p - 1)*(alpha + n*beta) + "
+              "(n >= 2)*split_sends(p)*(alpha + ceil(n/2)*beta)",
+              where="split_sends(p) = half-message times on the longest path: the binary "
+                    "tree's depth in messages (2 per level) plus the exchange",
+              extra={"split_sends": split_sends}, exact=("even",), bound=0.1),
+    source="Open MPI coll_base_bcast.c ompi_coll_base_bcast_intra_split_bintree",
+)
+def split_binary(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
+    """Split-binary-tree broadcast: the message is cut in two halves; the first goes down the
+    left subtree of the :func:`kary` binary tree (odd relative ranks), the second down the
+    right one (even ranks); then each rank swaps halves with its twin in the other subtree::
+
+        p = 7:   phase 1:  0 -h0-> 1 -h0-> 3, 5        0 -h1-> 2 -h1-> 4, 6
+                 phase 2:  1 <-> 2,  3 <-> 4,  5 <-> 6       (p even: 0 -h1-> p-1)
+
+    Each rank receives n/2 twice; the tree's depth carries half messages.  A message of
+    fewer than 2 bytes cannot be halved: it goes down the chain (Open MPI does the same).
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    n = buf.size
+    if p == 1:
+        return
+    if n < 2:
+        yield from tree.send_down(c, buf, vr - 1 if vr else -1, (vr + 1,) if vr + 1 < p else ())
+        return
+    h = (n + 1) // 2
+    halves = (buf[:h], buf[h:])
+    lr = (vr + 1) % 2  # 0: left (odd ranks), 1: right (even ranks and the root)
+    kids = tree.kary_children(vr, p, 2)
+    if vr == 0:
+        yield tuple(c.send(halves[i], ch) for i, ch in enumerate(kids))
+    else:
+        yield from tree.send_down(c, halves[lr], tree.kary_parent(vr, 2), kids)
+    pair = _split_pair(vr, p)
+    if vr == 0:
+        if p % 2 == 0:
+            yield (c.send(halves[1], p - 1),)
+    elif pair == 0:
+        yield (c.recv(halves[1], 0),)
+    else:
+        yield c.sendrecv(halves[lr], pair, halves[1 - lr], pair)
+
+
+@algorithm(
+    "bcast", "circ_graph",
+    cost=Cost("(p > 1)*(max(1, ceil(n/s)) - 1 + clg(p))*(alpha + min(n, s)*beta)",
+              where="s = block bytes (seg, or MPICOLL_SEGMENT_SIZE)",
+              exact=("whole_segments",), bound=0.25),
+    params=(Param("seg", 0, 0, 1 << 30, "block bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024, 4096)),),
+    source="Traff, Broadcast and reduction in circulant graphs, ACM TOPC 2025 "
+           "(doi 10.1145/3735139); MPICH 5 bcast_intra_circ_graph",
+)
+def circ_graph(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Schedule:
+    """Round-optimal pipelined broadcast on a circulant graph, any p: the message is cut into
+    N blocks; in round i (k = i mod q, q = ceil(lg p)) every rank r sends one block to
+    ``r + skip[k]`` and receives one from ``r - skip[k]`` (relative ranks, mod p; skips
+    1, 2, 4, ... halved up from p: p = 6 -> 1, 2, 3, 6).  Which block: in the first q rounds
+    every rank receives exactly one new block, its *base block*; each later phase of q rounds
+    moves every block q further, so after N - 1 + q rounds every rank holds all N::
+
+        p = 4, N = 1 (q = 2):  round 0:  0 -b0-> 1          (skip 1)
+                               round 1:  0 -b0-> 2, 1 -b0-> 3  (skip 2)
+
+    For N = 1 and a power of two it is the binomial tree; for long messages every rank's
+    ports stay busy every round, so the time approaches n beta for any p.  A rank that must
+    forward a block it receives in the same round (the last phase, where blocks past N-1 stand
+    for block N-1) receives it first, in a round of its own.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    if p == 1:
+        return
+    m = segment_count(c, seg)
+    nb = max(1, -(-buf.size // m))
+    parts = [buf] if nb == 1 else [buf[j * m : (j + 1) * m] for j in range(nb)]
+    for rnd in tree.circulant_rounds(vr, p, nb):
+        yield tuple(c.send(parts[b], peer) if out else c.recv(parts[b], peer)
+                    for out, b, peer in rnd)
 
 
 @default_rule("bcast")

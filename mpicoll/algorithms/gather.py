@@ -15,7 +15,7 @@ import numpy as np
 from . import tree
 from .registry import Cost, algorithm, default_rule
 from .scatter import LINEAR, linear_exchange
-from .schedule import Context, Schedule, block, equal_blocks, span
+from .schedule import Context, Recv, Schedule, Send, block, equal_blocks, span
 
 
 @algorithm(
@@ -79,6 +79,48 @@ def binomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
         for i in range(p):
             c.copy(block(tmp, rel_counts, rel_displs, i),
                    block(recvbuf, rel_counts, displs, (i + root) % p))
+
+
+@algorithm(
+    "gather", "linear_sync",
+    cost=Cost("(p > 1)*p*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.1),
+    source="Open MPI coll_base_gather.c ompi_coll_base_gather_intra_linear_sync",
+)
+def linear_sync(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
+                counts: Sequence[int] | None, displs: Sequence[int] | None,
+                root: int) -> Schedule:
+    """Linear gather paced by the root: a rank sends its block only after an empty message
+    from the root says go; the root sends the next rank its go while it receives the block
+    of the rank before, so at most one block is ever unexpected::
+
+        p = 4, root 0:   round 1:  0 -go-> 1
+                         round 2:  1 -b1-> 0,  0 -go-> 2
+                         round 3:  2 -b2-> 0,  0 -go-> 3
+                         round 4:  3 -b3-> 0
+
+    Open MPI also splits each block, its first segment (``first_segment_size``) sent
+    synchronously and the rest after; here a block travels whole (a split by bytes is not
+    reproducible by ranks whose datatypes differ in size: schedule rule 6).
+    """
+    p, r = ctx.size, ctx.rank
+    go = sendbuf[:0]
+    if r != root:
+        yield (ctx.recv(go, root),)
+        yield (ctx.send(sendbuf, root),)
+        return
+    assert recvbuf is not None
+    assert counts is not None
+    assert displs is not None
+    ctx.copy(sendbuf, block(recvbuf, counts, displs, root))
+    others = [i for i in range(p) if i != root]
+    for j in range(len(others) + 1):
+        ops: list[Send | Recv] = []
+        if j:
+            prev = others[j - 1]
+            ops.append(ctx.recv(block(recvbuf, counts, displs, prev), prev))
+        if j < len(others):
+            ops.append(ctx.send(recvbuf[:0], others[j]))
+        yield tuple(ops)
 
 
 @default_rule("gather", "gatherv")

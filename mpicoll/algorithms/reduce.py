@@ -8,20 +8,25 @@ passes a copy of the root's input as ``sendbuf``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import lru_cache, partial
 
 import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
 from . import tree
-from .registry import Cost, algorithm, clg, default_rule, overlapped
+from .registry import Cost, Param, algorithm, clg, default_rule, overlapped
 from .schedule import (
     Context,
     Pipeline,
+    Recv,
     Schedule,
+    Send,
     block_counts,
     displacements,
     pof2_floor,
+    segment_count,
     segments,
     split,
 )
@@ -197,6 +202,287 @@ def rabenseifner(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, 
     elif r == root:
         assert recvbuf is not None
         yield (ctx.recv(recvbuf, holder),)
+
+
+# ---------------------------------------------------------------------------------------------
+# The other trees (:mod:`~mpicoll.algorithms.tree`), unsegmented: Open MPI's forced tree
+# reductions run with segment size 0 (one message per edge) unless told otherwise.
+
+
+def _deliver(ctx: Context, acc: np.ndarray, recvbuf: np.ndarray | None, root: int,
+             holder: int) -> Schedule:
+    """The result, held by rank ``holder`` in ``acc``, into the root's ``recvbuf`` (one more
+    message if the holder is another rank)."""
+    if ctx.rank == holder:
+        if holder == root:
+            assert recvbuf is not None
+            if acc is not recvbuf:
+                ctx.copy(acc, recvbuf)
+        else:
+            yield (ctx.send(acc, root),)
+    elif ctx.rank == root:
+        assert recvbuf is not None
+        yield (ctx.recv(recvbuf, holder),)
+
+
+def _up(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op, root: int,
+        shape: Callable[[int, int], tuple[int, list[int]]]) -> Schedule:
+    """Reduce up the tree ``shape(vr, p) -> (parent, children in fold order)`` of relative
+    ranks whose subtrees are ranges of ranks above their node: rooted at the root for a
+    commutative op; for a non-commutative one at rank 0 (rank order is then relative order),
+    which forwards the result to the root (as :func:`binomial`)."""
+    top = root if op.Is_commutative() else 0
+    c = ctx.relative(top)
+    parent, kids = shape(c.rank, c.size)
+    acc = yield from tree.reduce_up(c, sendbuf, op, parent, kids)
+    yield from _deliver(ctx, acc, recvbuf, root, top)
+
+
+@lru_cache(maxsize=256)
+def _rounds(shape: str, p: int, k: int) -> int:
+    if shape == "knomial":
+        return tree.up_rounds(p, partial(tree.knomial_children, p=p, k=k))
+    if shape == "kary":
+        return tree.up_rounds(p, partial(tree.kary_children, p=p, k=k))
+    if shape == "chain":
+        return tree.up_rounds(p, partial(tree.chain_children, p=p, fanout=k))
+    return tree.up_rounds(p, lambda r: tree.in_order_children(r, p)[1], top=p - 1)
+
+
+def knomial_rounds(p: int, k: int) -> int:
+    """Steps on the longest path of :func:`knomial`: ``(k-1) ceil(log_k p)`` for p a power of
+    k."""
+    return _rounds("knomial", p, k)
+
+
+def kary_rounds(p: int, k: int) -> int:
+    """Steps on the longest path of :func:`kary`: k per level above the deepest leaf."""
+    return _rounds("kary", p, k)
+
+
+def chain_rounds(p: int, fanout: int) -> int:
+    """Steps on the longest path of :func:`chain`."""
+    return _rounds("chain", p, fanout)
+
+
+def in_order_rounds(p: int) -> int:
+    """Steps on the longest path of :func:`in_order_binary` to rank p-1."""
+    return _rounds("in_order", p, 2)
+
+
+ROUNDS_EXTRA = {"knomial_rounds": knomial_rounds, "kary_rounds": kary_rounds,
+                "chain_rounds": chain_rounds, "in_order_rounds": in_order_rounds}
+ROUNDS_WHERE = ("{f} = the receive-and-reduce steps on the tree's longest path (a rank takes "
+                "its children one at a time)")
+
+
+@algorithm(
+    "reduce", "knomial",
+    cost=Cost("knomial_rounds(p, k)*(alpha + n*beta + n*gamma)",
+              where=ROUNDS_WHERE.format(f="knomial_rounds(p, k)") +
+              ", (k-1) ceil(log_k p) when p is a power of k",
+              extra=ROUNDS_EXTRA),
+    params=(Param("k", 4, 2, 64, "tree radix (children per node per level)",
+                  examples=(2, 3, 8)),),
+    source="Open MPI coll_base_reduce.c ompi_coll_base_reduce_intra_knomial (main; "
+           "coll_base_topo.c kmtree); MPICH reduce tsp_tree (knomial_1)",
+)
+def knomial(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+            root: int, *, k: int = 4) -> Schedule:
+    """k-nomial tree reduce: rank vr receives and folds its children ``vr + r k^j``, nearest
+    first, then sends its partial result to its parent (relative ranks)::
+
+        p = 9, k = 3:   step 1-2:  4, 5 -> 3;  7, 8 -> 6;  1, 2 -> 0
+                        step 3-4:  3 -> 0, then 6 -> 0
+
+    Every subtree is a range of ranks above its node: for a non-commutative op the tree is
+    rooted at rank 0, which sends the result to the root.  k = 2 is :func:`binomial`
+    (unsegmented).
+    """
+    yield from _up(ctx, sendbuf, recvbuf, op, root,
+                   lambda vr, p: (tree.knomial_parent(vr, k), tree.knomial_children(vr, p, k)))
+
+
+@algorithm(
+    "reduce", "kary",
+    cost=Cost("kary_rounds(p, k)*(alpha + n*beta + n*gamma)",
+              where=ROUNDS_WHERE.format(f="kary_rounds(p, k)"), extra=ROUNDS_EXTRA),
+    params=(Param("k", 2, 1, 64, "children per node", examples=(1, 3, 4)),),
+    restrictions=("commutative",),
+    source="Open MPI coll_base_reduce.c ompi_coll_base_reduce_intra_binary (k = 2; "
+           "coll_base_topo.c ompi_coll_base_topo_build_tree)",
+)
+def kary(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+         root: int, *, k: int = 2) -> Schedule:
+    """k-ary tree reduce (k = 2: Open MPI's binary tree), the mirror of the k-ary broadcast:
+    a rank folds its k children's partial results, then sends to its parent::
+
+        p = 7, k = 2:   step 1-2:  3, 5 -> 1;  4, 6 -> 2
+                        step 3-4:  1, 2 -> 0
+
+    The breadth-first numbering puts non-consecutive ranks in a subtree: commutative ops
+    only (:func:`in_order_binary` is the binary tree for any op).
+    """
+    yield from _up(ctx, sendbuf, recvbuf, op, root,
+                   lambda vr, p: (tree.kary_parent(vr, k), tree.kary_children(vr, p, k)))
+
+
+@algorithm(
+    "reduce", "chain",
+    cost=Cost("chain_rounds(p, fanout)*(alpha + n*beta + n*gamma)",
+              where=ROUNDS_WHERE.format(f="chain_rounds(p, fanout)") +
+              ": the longest chain, then the root's fanout heads",
+              extra=ROUNDS_EXTRA),
+    params=(Param("fanout", 4, 1, 64, "chains into the root", examples=(1, 2, 8)),),
+    source="Open MPI coll_base_reduce.c ompi_coll_base_reduce_intra_chain "
+           "(coll_base_topo.c ompi_coll_base_topo_build_chain)",
+)
+def chain(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+          root: int, *, fanout: int = 4) -> Schedule:
+    """Reduce along ``fanout`` chains of consecutive ranks into the root: each rank folds
+    the partial result of the rank after it in its chain and passes it on; the root folds
+    the chains' heads in order::
+
+        p = 7, fanout = 2:   3 -> 2 -> 1 -> 0
+                             6 -> 5 -> 4 -> 0       (0: x0 op chain(1..3) op chain(4..6))
+
+    Every chain is a range of ranks: for a non-commutative op they run to rank 0, which
+    sends the result to the root.
+    """
+    yield from _up(ctx, sendbuf, recvbuf, op, root,
+                   lambda vr, p: (tree.chain_parent(vr, p, fanout),
+                                  tree.chain_children(vr, p, fanout)))
+
+
+@algorithm(
+    "reduce", "in_order_binary",
+    cost=Cost("(in_order_rounds(p) + (p > 1))*(alpha + n*beta + n*gamma) - (p > 1)*n*gamma",
+              where=ROUNDS_WHERE.format(f="in_order_rounds(p)") +
+              "; one more message from rank p-1 to a root other than it",
+              extra=ROUNDS_EXTRA),
+    source="Open MPI coll_base_reduce.c ompi_coll_base_reduce_intra_in_order_binary "
+           "(coll_base_topo.c ompi_coll_base_topo_build_in_order_bintree)",
+)
+def in_order_binary(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None,
+                    op: MPI.Op, root: int) -> Schedule:
+    """Reduce up Open MPI's in-order binary tree: its top is rank p-1, each subtree a range
+    of ranks with its node the highest, so a node folds its left child (the range just below
+    it) in front of its own value, then its right child (the lowest range) in front of
+    that: rank order for any op::
+
+        p = 9:   8 <- 7, 3;   7 <- 6, 5;   5 <- 4;   3 <- 2, 1;   1 <- 0
+                 8: (x0 .. x3) op (x4 .. x7) op x8
+
+    Rank p-1 then sends the result to the root (unless it is the root).
+    """
+    p = ctx.size
+    parent, kids = tree.in_order_children(ctx.rank, p)
+    acc = yield from tree.reduce_up(ctx, sendbuf, op, parent, kids, before=True)
+    yield from _deliver(ctx, acc, recvbuf, root, p - 1)
+
+
+@algorithm(
+    "reduce", "pipeline",
+    cost=Cost("(p > 1)*(p - 2 + max(1, n/s))*(alpha + min(n, s)*(beta + gamma))",
+              where="s = segment bytes (seg, or MPICOLL_SEGMENT_SIZE)",
+              exact=("whole_segments",), bound=0.1),
+    params=(Param("seg", 0, 0, 1 << 30, "segment bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024, 8192)),),
+    source="Open MPI coll_base_reduce.c ompi_coll_base_reduce_intra_pipeline (a chain of "
+           "fanout 1, segmented)",
+)
+def pipeline(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+             root: int, *, seg: int = 0) -> Schedule:
+    """Segmented reduce along one chain p-1 -> p-2 -> ... -> 0 (relative ranks): in step j a
+    rank receives segment j of its successor's partial result while it sends segment j-1 of
+    its own (already folded) to its predecessor, so the chain fills like a pipeline::
+
+        step:        0        1        2        3
+        3 -> 2      s0       s1       s2
+        2 -> 1               s0       s1       s2       (2: s_j = x2 op s_j, after step j)
+
+    A rank folds ``mine op theirs``: rank order, for any op (rooted at rank 0, which forwards
+    the result, if the op is not commutative).  For long vectors close to n (beta + gamma),
+    independent of p.
+    """
+    top = root if op.Is_commutative() else 0
+    c = ctx.relative(top)
+    vr, p = c.rank, c.size
+    n = sendbuf.size
+    m = segment_count(c, seg)
+    nseg = max(1, -(-n // m))
+
+    def cut(b: np.ndarray) -> list[np.ndarray]:
+        return [b] if nseg == 1 else [b[j * m : (j + 1) * m] for j in range(nseg)]
+
+    mine = cut(sendbuf)
+    parent = vr - 1
+    acc = sendbuf
+    if vr + 1 >= p:  # the chain's tail: its own vector, segment by segment
+        if parent >= 0:
+            for part in mine:
+                yield (c.send(part, parent),)
+    else:
+        acc = c.scratch(n)
+        theirs = cut(acc)
+        for j in range(nseg + 1):
+            ops: list[Send | Recv] = [c.recv(theirs[j], vr + 1)] if j < nseg else []
+            if j and parent >= 0:
+                ops.append(c.send(theirs[j - 1], parent))
+            yield tuple(ops)
+            if j < nseg:
+                c.reduce(mine[j], theirs[j], op)  # theirs = mine op theirs
+    yield from _deliver(ctx, acc, recvbuf, root, top)
+
+
+@algorithm(
+    "reduce", "circ_graph",
+    cost=Cost("(p > 1)*(max(1, ceil(n/s)) - 1 + clg(p))*(alpha + min(n, s)*(beta + gamma))",
+              where="s = block bytes (seg, or MPICOLL_SEGMENT_SIZE)",
+              exact=("whole_segments",), bound=0.25),
+    params=(Param("seg", 0, 0, 1 << 30, "block bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024, 4096)),),
+    restrictions=("commutative",),
+    source="Traff, Broadcast and reduction in circulant graphs, ACM TOPC 2025 "
+           "(doi 10.1145/3735139); MPICH 5 reduce_intra_circ_graph",
+)
+def circ_graph(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+               root: int, *, seg: int = 0) -> Schedule:
+    """The circulant-graph broadcast (:func:`mpicoll.algorithms.bcast.circ_graph`) run
+    backwards: its rounds in reverse order, each send turned into a receive of a partial
+    result that is folded into this rank's block, each receive into the send of this rank's
+    partial block (once all it forwarded to in the broadcast have sent theirs back)::
+
+        p = 4, N = 1:  round 1:  2 -> 0, 3 -> 1     (skip 2)
+                       round 2:  1 -> 0             (skip 1)
+
+    Each block's reduction tree is its broadcast tree reversed, so partial results meet in an
+    order that depends on p: commutative ops only.
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    n = sendbuf.size
+    acc = recvbuf if vr == 0 and recvbuf is not None else c.scratch(n)
+    c.copy(sendbuf, acc)
+    if p == 1:
+        return
+    m = segment_count(c, seg)
+    nb = max(1, -(-n // m))
+    parts = [acc] if nb == 1 else [acc[j * m : (j + 1) * m] for j in range(nb)]
+    tmp = c.scratch(min(n, m))
+    for rnd in reversed(tree.circulant_rounds(vr, p, nb)):
+        ops: list[Send | Recv] = []
+        fold: tuple[np.ndarray, np.ndarray] | None = None
+        for out, b, peer in rnd:
+            if out:  # the broadcast sent block b there: its partial comes back
+                theirs = tmp[: parts[b].size]
+                ops.append(c.recv(theirs, peer))
+                fold = (theirs, parts[b])
+            else:
+                ops.append(c.send(parts[b], peer))
+        yield tuple(ops)
+        if fold is not None:
+            c.reduce(*fold, op)  # block = theirs op block
 
 
 @default_rule("reduce")

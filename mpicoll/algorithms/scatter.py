@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import tree
-from .registry import Cost, algorithm, default_rule
+from .registry import Cost, Param, algorithm, default_rule
 from .schedule import Context, Schedule, block, blocks, equal_blocks
 
 #: the root-to-all direct cost, shared with the linear gather (its mirror)
@@ -39,10 +39,12 @@ def linear(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | Non
 
 def linear_exchange(ctx: Context, root: int, mine: np.ndarray, buf: np.ndarray | None,
                     counts: Sequence[int] | None, displs: Sequence[int] | None,
-                    gather: bool) -> Schedule:
+                    gather: bool, every: int = 0) -> Schedule:
     """The linear scatter (``gather=False``) and its mirror, the linear gather: the root
-    exchanges block i of ``buf`` with rank i, all in one round; ``mine`` is this rank's block
-    (at the root, copied from or to its own block of ``buf``)."""
+    exchanges block i of ``buf`` with rank i, all in one round (``every`` > 1: a round ends
+    at each rank i with ``i % every == 0``, where Open MPI's linear_nb scatter makes a
+    blocking send); ``mine`` is this rank's block (at the root, copied from or to its own
+    block of ``buf``)."""
     if ctx.rank != root:
         yield ((ctx.send(mine, root) if gather else ctx.recv(mine, root)),)
         return
@@ -53,9 +55,16 @@ def linear_exchange(ctx: Context, root: int, mine: np.ndarray, buf: np.ndarray |
     ctx.copy(*((mine, own) if gather else (own, mine)))
     others = [i for i in range(ctx.size) if i != root]
     make = ctx.recv if gather else ctx.send
-    if others:
-        yield tuple(make(v, i) for i, v in
-                    zip(others, blocks(buf, counts, displs, others), strict=True))
+    ops = [make(v, i) for i, v in zip(others, blocks(buf, counts, displs, others), strict=True)]
+    if every > 1:
+        cut = 0
+        for j, i in enumerate(others):
+            if i % every == 0:
+                yield tuple(ops[cut : j + 1])
+                cut = j + 1
+        ops = ops[cut:]
+    if ops:
+        yield tuple(ops)
 
 
 @algorithm(
@@ -94,6 +103,32 @@ def binomial(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | N
         tmp = c.scratch(tree.subtree(vr, p) * n)
     yield from tree.scatter_blocks(c, tmp, rel_counts, rel_displs, base=vr * n)
     c.copy(tmp[:n], recvbuf)
+
+
+@algorithm(
+    "scatter", "linear_nb",
+    cost=LINEAR,
+    params=(Param("max_reqs", 0, 0, 1 << 20, "a blocking send every this many sends (0, 1: "
+                  "none)", examples=(2, 3)),),
+    source="Open MPI coll_base_scatter.c ompi_coll_base_scatter_intra_linear_nb "
+           "(coll_tuned_scatter_algorithm_max_requests)",
+)
+def linear_nb(ctx: Context, sendbuf: np.ndarray | None, counts: Sequence[int] | None,
+              displs: Sequence[int] | None, recvbuf: np.ndarray, root: int, *,
+              max_reqs: int = 0) -> Schedule:
+    """Open MPI's non-blocking linear scatter: the root posts a send of every rank's block
+    at once, except that every rank i with ``i % max_reqs == 0`` gets a blocking send, which
+    ends a round (the sends posted before it are waited for with it)::
+
+        p = 6, root 0, max_reqs 2:   round 1:  0 -b1-> 1,  0 -b2-> 2
+                                     round 2:  0 -b3-> 3,  0 -b4-> 4
+                                     round 3:  0 -b5-> 5
+
+    ``max_reqs`` 0 (Open MPI's default) or 1: one round, :func:`linear`'s; the root's port
+    sends the blocks one after another either way.
+    """
+    yield from linear_exchange(ctx, root, recvbuf, sendbuf, counts, displs, gather=False,
+                               every=max_reqs)
 
 
 @default_rule("scatter", "scatterv")
