@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["MPICH", "MPICH_NB", "NO_TWIN", "OMPI", "OMPI_FALLBACKS", "OMPI_NB", "TWINS",
+__all__ = ["MPICH", "MPICH_NB", "NO_TWIN", "OMPI", "OMPI_FALLBACKS", "OMPI_NB", "REDIRECTS",
+           "TWINS",
            "ompi_ran",
            "p2p_twin", "twin"]
 
@@ -279,12 +280,13 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 #: Why a forceable native algorithm has no p2p twin: (library, collective, native name) ->
 #: the reason the twin table shows.
 NO_TWIN: dict[tuple[str, str, str], str] = {}
-for _coll, _names in MPICH.items():
-    if "nb" in _names:
-        NO_TWIN["mpich", _coll, "nb"] = (
-            "the blocking call runs the I-form's schedule and waits (I<coll> + Wait): the "
-            "algorithm is whichever MPIR_CVAR_I<COLL>_INTRA_ALGORITHM picks, timed by "
-            "bench --native-algorithms under its I-form name")
+#: Forceable values that are not algorithms but a redirection: (library, collective, name) ->
+#: what runs instead (the twin table says so instead of naming a twin).
+REDIRECTS: dict[tuple[str, str, str], str] = {
+    ("mpich", _coll, "nb"): f"not an algorithm: runs I{_coll} + Wait, whose forced "
+                            f"MPIR_CVAR_I{_coll.upper()}_INTRA_ALGORITHM has its own twin"
+    for _coll, _names in MPICH.items() if "nb" in _names
+}
 
 
 def twin(collective: str, p2p_name: str, library: str, nonblocking: bool = False

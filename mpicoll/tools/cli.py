@@ -251,7 +251,9 @@ def twin_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
                 key = "mpich" if lib == "MPICH" else "openmpi"
                 p2p = twins.p2p_twin(coll, native, key)
                 why = twins.NO_TWIN.get((key, coll, native))
-                rows.append([coll, lib, shown, f"`{p2p}`" if p2p else f"none: {why or '?'}"])
+                redirect = twins.REDIRECTS.get((key, coll, native))
+                rows.append([coll, lib, shown, f"`{p2p}`" if p2p else redirect or
+                             f"none: {why or '?'}"])
     return rows
 
 
