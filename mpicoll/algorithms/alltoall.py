@@ -25,6 +25,18 @@ def _own_block(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
     ctx.copy(block(sendbuf, scounts, sdispls, r), block(recvbuf, rcounts, rdispls, r))
 
 
+def _post(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int], sdispls: Sequence[int],
+          recvbuf: np.ndarray, rcounts: Sequence[int], rdispls: Sequence[int],
+          srcs: Sequence[int], dsts: Sequence[int]) -> tuple[Send | Recv, ...]:
+    """One round: a receive of each block from ``srcs``, then a send of each to ``dsts``, in
+    those orders (the order a network meets them in)."""
+    ops: tuple[Send | Recv, ...] = tuple(
+        ctx.recv(v, q) for q, v in zip(srcs, blocks(recvbuf, rcounts, rdispls, srcs),
+                                       strict=True))
+    return ops + tuple(ctx.send(v, q) for q, v in
+                       zip(dsts, blocks(sendbuf, scounts, sdispls, dsts), strict=True))
+
+
 _DIRECT = "(p-1)*alpha + (p-1)/p*n*beta"  # p-1 messages of one block each on every port
 
 
@@ -63,15 +75,122 @@ def scattered(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
     """
     p, r = ctx.size, ctx.rank
     _own_block(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
-    srcs = [(r - i) % p for i in range(1, p)]
-    dsts = [(r + i) % p for i in range(1, p)]
-    rviews = blocks(recvbuf, rcounts, rdispls, srcs)
-    sviews = blocks(sendbuf, scounts, sdispls, dsts)
-    ops: tuple[Send | Recv, ...] = tuple(
-        ctx.recv(v, s) for s, v in zip(srcs, rviews, strict=True))
-    ops += tuple(ctx.send(v, d) for d, v in zip(dsts, sviews, strict=True))
-    if ops:
-        yield ops
+    if p > 1:
+        yield _post(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls,
+                    [(r - i) % p for i in range(1, p)], [(r + i) % p for i in range(1, p)])
+
+
+@algorithm("alltoall", "linear",
+           cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 0.1"),
+           source="Open MPI ompi_coll_base_alltoall_intra_basic_linear (tuned alltoall 1)")
+def linear(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+           sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+           rdispls: Sequence[int]) -> Schedule:
+    """Basic linear: one round; every receive is posted first (from rank + 1, rank + 2, ...),
+    then every send in the reverse order (to rank - 1, rank - 2, ...), so that messages tend
+    to arrive in the order their receives were posted::
+
+        p = 4, rank 0:  recv <- r1, r2, r3;  send -> r3, r2, r1
+
+    Rank r's i-th send goes to the rank whose i-th receive waits for it.
+    """
+    yield from linear_sync(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+
+
+@algorithm(("alltoallv", "alltoallw"), "linear",
+           cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 0.1"),
+           source="Open MPI ompi_coll_base_alltoallv_intra_basic_linear (tuned alltoallv 1); "
+                  "coll/basic mca_coll_basic_alltoallw_intra")
+def linear_v(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+             sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+             rdispls: Sequence[int]) -> Schedule:
+    """Basic linear (v/w): one round; every receive is posted first, then every send, both in
+    rank order 0, 1, ..., p-1 (this rank skipped)::
+
+        p = 4, rank 1:  recv <- r0, r2, r3;  send -> r0, r2, r3
+
+    Open MPI skips empty messages; here they go (zero bytes), as every schedule's do.
+    """
+    p, r = ctx.size, ctx.rank
+    _own_block(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+    peers = [q for q in range(p) if q != r]
+    if peers:
+        yield _post(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls, peers, peers)
+
+
+@algorithm("alltoall", "linear_sync",
+           cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 0.1"),
+           source="Open MPI ompi_coll_base_alltoall_intra_linear_sync (tuned alltoall 4, "
+                  "coll_tuned_alltoall_max_requests)")
+def linear_sync(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+                sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+                rdispls: Sequence[int], *, reqs: int = 0) -> Schedule:
+    """Linear with at most ``reqs`` receives and ``reqs`` sends in flight (0: all p-1, which
+    is ``linear``): the peers of ``linear``, in that order, in rounds of ``reqs``::
+
+        p = 5, reqs = 2, rank 0:  round 1: recv <- r1, r2; send -> r4, r3
+                                  round 2: recv <- r3, r4; send -> r2, r1
+
+    Open MPI refills a slot as soon as any request completes (``Waitany``); here a round
+    waits for its batch, so a rank may idle where Open MPI would post the next message.
+    A send of batch j meets its receive in batch j on the other side.
+    """
+    p, r = ctx.size, ctx.rank
+    _own_block(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+    width = p - 1 if reqs <= 0 or reqs > p - 1 else reqs
+    for lo in range(1, p, max(width, 1)):
+        hi = min(lo + width, p)
+        yield _post(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls,
+                    [(r + i) % p for i in range(lo, hi)], [(r - i) % p for i in range(lo, hi)])
+
+
+@algorithm("alltoall", "two_proc",
+           cost=Cost(_DIRECT, exact=("even",), bound=0.1),
+           source="Open MPI ompi_coll_base_alltoall_intra_two_procs (tuned alltoall 5)")
+def two_proc(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+             sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+             rdispls: Sequence[int]) -> Schedule:
+    """Two ranks swap the block meant for the other in one exchange, then copy their own::
+
+        r0: send s0[1] -> r1, recv r0[1] <- r1        r1: send s1[0] -> r0, recv r1[0] <- r0
+
+    Open MPI refuses any other p (MPI_ERR_UNSUPPORTED_OPERATION); here p != 2 runs
+    ``pairwise`` (of which this is the p = 2 case), so the cost is the pairwise one.
+    """
+    if ctx.size != 2:
+        yield from pairwise(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+        return
+    q = 1 - ctx.rank
+    yield ctx.sendrecv(block(sendbuf, scounts, sdispls, q), q,
+                       block(recvbuf, rcounts, rdispls, q), q)
+    _own_block(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+
+
+@algorithm(("alltoall", "alltoallv", "alltoallw"), "pairwise_sendrecv_replace",
+           cost=Cost("max(2*p-3, 0)*(alpha + n/p*beta)", exact=("even",), bound=0.5),
+           source="MPICH alltoall(v,w)_intra_pairwise_sendrecv_replace (MPII_alltoall_"
+                  "pairwise_sendrecv_replace, its default order: no intranode table, "
+                  "MPIR_CVAR_ALLTOALLV_PAIRWISE_NEW off)")
+def pairwise_sendrecv_replace(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+                              sdispls: Sequence[int], recvbuf: np.ndarray,
+                              rcounts: Sequence[int], rdispls: Sequence[int]) -> Schedule:
+    """MPICH's in-place all-to-all: one blocking exchange at a time, every rank taking its
+    peers in rank order 0, 1, ..., p-1 (itself skipped), so the pairs run in the global order
+    (0,1), (0,2), ..., (0,p-1), (1,2), ...; an exchange waits for both ranks' earlier ones::
+
+        p = 4   time 1: 0<->1   2: 0<->2   3: 0<->3, 1<->2   4: 1<->3   5: 2<->3
+
+    2p-3 exchange times: a latency-bound order, meant for ``MPI.IN_PLACE`` (MPICH forces it
+    there), where it needs one block of temporary memory.  With ``MPI.IN_PLACE`` the send
+    buffer here is the backend's copy of the receive buffer (what ``MPI_Sendrecv_replace``
+    buffers internally).
+    """
+    p, r = ctx.size, ctx.rank
+    _own_block(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+    for q in range(p):
+        if q != r:
+            yield ctx.sendrecv(block(sendbuf, scounts, sdispls, q), q,
+                               block(recvbuf, rcounts, rdispls, q), q)
 
 
 def _bruck_blocks(p: int) -> int:
