@@ -9,7 +9,7 @@ import numpy as np
 from . import tree
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
-from .registry import Cost, algorithm, default_rule
+from .registry import Cost, Param, algorithm, default_rule
 from .schedule import (
     DEFAULT_SEGMENT_BYTES,
     Context,
@@ -102,15 +102,19 @@ def _scatter_then(ctx: Context, buf: np.ndarray, root: int,
 @algorithm(
     "bcast", "pipeline",
     cost=Cost("(p > 1)*(p - 2 + max(1, n/s))*(alpha + min(n, s)*beta)",
-              where=f"s = segment bytes (MPICOLL_SEGMENT_SIZE, {DEFAULT_SEGMENT_BYTES >> 10} KiB)",
+              where=f"s = segment bytes (seg, or MPICOLL_SEGMENT_SIZE: "
+                    f"{DEFAULT_SEGMENT_BYTES >> 10} KiB)",
               exact=("whole_segments",), bound=0.1),
+    params=(Param("seg", 0, 0, 1 << 30, "segment bytes (0: MPICOLL_SEGMENT_SIZE)",
+                  examples=(1024, 8192)),),
     source="Open MPI coll/tuned bcast pipeline (chain with fanout 1), segmented",
 )
-def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
+def pipeline(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Schedule:
     """Segmented chain broadcast: root -> 1 -> 2 -> ... -> p-1 (relative ranks).
 
-    The message is cut into segments of ``MPICOLL_SEGMENT_SIZE`` bytes; in step k a rank
-    receives segment k from its predecessor while forwarding segment k-1, so the chain fills
+    The message is cut into segments of ``seg`` bytes (``MPICOLL_SEGMENT_SIZE`` for 0); in
+    step k a rank receives segment k from its predecessor while forwarding segment k-1, so the
+    chain fills
     like a pipeline::
 
         step:      0      1      2      3
@@ -123,9 +127,9 @@ def pipeline(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     vr, p = c.rank, c.size
     if p == 1:
         return
-    seg = segment_count(c)
-    nseg = max(1, -(-buf.size // seg))
-    segs = [buf[k * seg : (k + 1) * seg] for k in range(nseg)]
+    m = segment_count(c, seg)
+    nseg = max(1, -(-buf.size // m))
+    segs = [buf[k * m : (k + 1) * m] for k in range(nseg)]
     prev, nxt = vr - 1, vr + 1
     if vr == 0:
         for k in range(nseg):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .collectives import BY_NAME, NAMES
@@ -28,6 +28,7 @@ from .schedule import DEFAULT_SEGMENT_BYTES
 __all__ = [
     "COLLECTIVES",
     "Cost",
+    "Param",
     "Algorithm",
     "RestrictionError",
     "algorithm",
@@ -35,9 +36,12 @@ __all__ = [
     "get",
     "lg",
     "clg",
+    "clgk",
     "choose",
+    "known",
     "select",
     "twins",
+    "variants",
 ]
 
 #: Every collective of the API, in the order the docs list them (the names of
@@ -66,6 +70,48 @@ def lg(p: int) -> float:
 def clg(p: int) -> int:
     """ceil(log2(p)) (0 for p <= 1)."""
     return (p - 1).bit_length() if p > 1 else 0
+
+
+def clgk(p: int, k: int) -> int:
+    """ceil(log_k(p)) (0 for p <= 1): the rounds of a radix-k tree or dissemination."""
+    rounds, reach = 0, 1
+    while reach < p:
+        reach *= k
+        rounds += 1
+    return rounds
+
+
+@dataclass(frozen=True)
+class Param:
+    """One integer parameter of a parameterised algorithm (a radix k, a segment size).
+
+    Users spell the algorithm ``name`` (every parameter at its default) or ``name:v1[:v2...]``
+    (values in the order of the algorithm's ``params``): ``knomial:4``, ``pipelined_tree:2:8192``;
+    the same spelling in the API (``algorithm=``), the CLI (``-a``) and the environment.  The
+    schedule takes each parameter as a keyword-only argument with the same default; the cost
+    expression reads it by name.  A parameter named ``seg`` is a segment size in bytes whose
+    default 0 means the engine's (``MPICOLL_SEGMENT_SIZE``); when nonzero it is the cost's ``s``.
+
+    Attributes:
+        name: the keyword (``k``, ``seg``).
+        default: the value of the bare name.
+        lo, hi: the accepted range, inclusive (ValueError outside it, on every rank alike: the
+            name is an argument every rank passes).
+        doc: what it is, for ``mpicoll algorithms`` and the docs.
+        examples: values the tests try besides the default.
+    """
+
+    name: str
+    default: int
+    lo: int
+    hi: int
+    doc: str = ""
+    examples: tuple[int, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """``k=2 (2..64)`` as the listing shows it."""
+        return f"{self.name}={self.default} ({self.lo}..{self.hi})"
 
 
 CostFn = Callable[[int, float, float, float, float], float]
@@ -145,9 +191,24 @@ class Cost:
         self.let = tuple(let)
         self._code = compile(expr, f"<cost {expr}>", "eval")
         self._let = tuple((k, compile(v, f"<cost {k} = {v}>", "eval")) for k, v in let)
-        self._names: dict[str, Any] = {"lg": lg, "clg": clg, "min": min, "max": max,
-                                       "ceil": math.ceil, "overlapped": overlapped,
+        self._names: dict[str, Any] = {"lg": lg, "clg": clg, "clgk": clgk, "min": min,
+                                       "max": max, "ceil": math.ceil, "overlapped": overlapped,
                                        **(extra or {})}
+        #: parameter values (:class:`Param`) the expression reads, set by :meth:`bind`
+        self.values: dict[str, int] = {}
+
+    def bind(self, values: dict[str, int]) -> Cost:
+        """This cost with the parameters ``values`` (name -> value) set."""
+        import copy
+
+        bound = copy.copy(self)
+        bound.values = dict(values)
+        return bound
+
+    @property
+    def segment_bytes(self) -> int:
+        """The cost's ``s``: the ``seg`` parameter where set, else the default segment size."""
+        return self.values.get("seg") or DEFAULT_SEGMENT_BYTES
 
     @property
     def text(self) -> str:
@@ -161,7 +222,7 @@ class Cost:
 
     def _eval(self, **names: Any) -> float:
         env: dict[str, Any] = {"__builtins__": {}}
-        ns = {**self._names, **names}
+        ns = {**self._names, **self.values, **names}
         for k, code in self._let:
             ns[k] = eval(code, env, ns)
         return float(eval(self._code, env, ns))
@@ -173,7 +234,7 @@ class Cost:
             return self.two(p, n, m, m, 1)
         pp = 1 << (p.bit_length() - 1) if p > 0 else 1
         return self._eval(p=p, n=n, alpha=alpha, beta=beta, gamma=gamma, P=pp,
-                          fold=int(pp != p), s=DEFAULT_SEGMENT_BYTES)
+                          fold=int(pp != p), s=self.segment_bytes)
 
     def two(self, p: int, n: float, intra: Any, inter: Any, ranks_per_node: int) -> float:
         """Seconds on p ranks in nodes of ``ranks_per_node`` (the last may hold fewer) under a
@@ -187,7 +248,7 @@ class Cost:
             return self(p, n, m.alpha, m.beta, intra.gamma)
         return self._eval(p=p, n=n, k=k, N=nn, alpha_i=intra.alpha, beta_i=intra.beta,
                           alpha_o=inter.alpha, beta_o=inter.beta, gamma=intra.gamma,
-                          s=DEFAULT_SEGMENT_BYTES)
+                          s=self.segment_bytes)
 
     def exact_for(self, p: int, *, even: bool = True, whole_segments: bool = True,
                   full_nodes: bool = True) -> bool:
@@ -228,6 +289,9 @@ class Algorithm:
         source: paper or library the algorithm follows.
         model: the :class:`Cost` both ``formula`` and ``cost`` come from (None for an entry made
             by hand with a bare function).
+        params: the :class:`Param` s the algorithm takes (empty for most).
+        base: the registered name (``knomial`` for ``knomial:4``).
+        values: the parameter values this entry runs with (the defaults for the bare name).
     """
 
     collective: str
@@ -241,6 +305,51 @@ class Algorithm:
     #: considered by ``auto`` (node-aware algorithms run only when forced)
     auto: bool = True
     model: Cost | None = field(default=None, compare=False)
+    params: tuple[Param, ...] = ()
+    base: str = ""
+    values: tuple[int, ...] = ()
+
+    def bind(self, values: tuple[int, ...]) -> Algorithm:
+        """This algorithm with its parameters set to ``values`` (in the order of ``params``;
+        missing trailing ones take their defaults), named ``base:v1:v2...``; its schedule
+        takes them as keywords.
+
+        Raises:
+            ValueError: more values than parameters, or a value outside its range.
+        """
+        import functools
+
+        if len(values) > len(self.params):
+            raise ValueError(f"{self.collective} algorithm {self.base!r} takes "
+                             f"{len(self.params)} parameter(s) "
+                             f"({', '.join(q.text for q in self.params) or 'none'}), "
+                             f"got {len(values)}")
+        full = tuple(values) + tuple(q.default for q in self.params[len(values):])
+        for q, v in zip(self.params, full, strict=False):
+            if not q.lo <= v <= q.hi:
+                raise ValueError(f"{self.collective} algorithm {self.base!r}: {q.name} = {v} "
+                                 f"out of range {q.lo}..{q.hi} ({q.doc})")
+        if full == self.values:
+            return self
+        kw = {q.name: v for q, v in zip(self.params, full, strict=False)}
+        model = self.model.bind(kw) if self.model is not None else None
+        name = ":".join([self.base, *(str(v) for v in values)])
+        schedule = functools.wraps(self.schedule)(functools.partial(self.schedule, **kw))
+        return replace(self, name=name, schedule=schedule,
+                       cost=model if model is not None else self.cost, model=model,
+                       values=full)
+
+    @property
+    def examples(self) -> list[Algorithm]:
+        """This algorithm at its parameters' example values (one parameter varied at a time,
+        the others at their defaults): what the tests run besides the default."""
+        out = []
+        for i, q in enumerate(self.params):
+            for v in q.examples:
+                if v != q.default:
+                    vals = (*tuple(x.default for x in self.params[:i]), v)
+                    out.append(self.bind(vals))
+        return out
 
     def cost2(self, p: int, n: float, intra: Any, inter: Any, ranks_per_node: int) -> float:
         """Seconds under a two-level model (see :meth:`Cost.two`); an entry without a
@@ -297,16 +406,28 @@ def algorithm(
     restrictions: tuple[str, ...] = (),
     source: str = "",
     auto: bool = True,
+    params: tuple[Param, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering a schedule as algorithm ``name`` of one or more collectives.
 
-    The schedule's docstring gets the rendered cost, the restrictions and the source appended,
-    so ``help()`` shows them without the docstring retyping them."""
+    ``params`` are the algorithm's :class:`Param` s: the schedule takes each as a keyword-only
+    argument with the same default, the cost expression reads each by name.  The schedule's
+    docstring gets the rendered cost, the parameters, the restrictions and the source
+    appended, so ``help()`` shows them without the docstring retyping them."""
     if isinstance(collectives, str):
         collectives = (collectives,)
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _document(fn, collectives, cost, restrictions, source)
+        import inspect
+
+        sig = inspect.signature(fn).parameters
+        for q in params:
+            kw = sig.get(q.name)
+            if kw is None or kw.kind != kw.KEYWORD_ONLY or kw.default != q.default:
+                raise TypeError(f"{name}: parameter {q.name!r} must be a keyword-only argument "
+                                f"of the schedule with default {q.default}")
+        bound = cost.bind({q.name: q.default for q in params})
+        _document(fn, collectives, bound, restrictions, source, params)
         for coll in collectives:
             if coll not in _REGISTRY:
                 raise KeyError(f"unknown collective {coll!r}")
@@ -316,8 +437,9 @@ def algorithm(
                 if r not in RESTRICTIONS:
                     raise KeyError(f"unknown restriction {r!r}")
             _REGISTRY[coll][name] = Algorithm(
-                coll, name, fn, cost.text, cost, tuple(restrictions), source,
-                (fn.__doc__ or "").strip().split("\n")[0], auto, cost,
+                coll, name, fn, cost.text, bound, tuple(restrictions), source,
+                (fn.__doc__ or "").strip().split("\n")[0], auto, bound, tuple(params), name,
+                tuple(q.default for q in params),
             )
         return fn
 
@@ -325,13 +447,17 @@ def algorithm(
 
 
 def _document(fn: Callable[..., Any], collectives: tuple[str, ...], cost: Cost,
-              restrictions: tuple[str, ...], source: str) -> None:
+              restrictions: tuple[str, ...], source: str, params: tuple[Param, ...]) -> None:
     """Append cost, restrictions and source to ``fn.__doc__`` (once per schedule)."""
     import inspect
 
     doc = inspect.cleandoc(fn.__doc__ or "")
     n = "; ".join(f"{c}: {BY_NAME[c].size_meaning}" for c in collectives)
-    lines = [doc, "", f"Cost: {cost.text}  (n = {n}).",
+    lines = [doc, "", f"Cost: {cost.text}  (n = {n})."]
+    if params:
+        lines.append("Parameters (spelled ``name:" + ":".join(q.name for q in params) +
+                     "``): " + "; ".join(f"{q.text}: {q.doc}" for q in params) + ".")
+    lines += [
              "Restrictions: " + (", ".join(RESTRICTIONS[r] for r in restrictions) or "none") + "."]
     if cost.exact:
         within = (f"{cost.bound:.0%}" if isinstance(cost.bound, float)
@@ -356,6 +482,12 @@ def algorithms(collective: str) -> list[Algorithm]:
     return list(_REGISTRY[collective].values())
 
 
+def variants(collective: str) -> list[Algorithm]:
+    """Every algorithm of ``collective`` and, after each parameterised one, its bindings at
+    its parameters' example values (:attr:`Algorithm.examples`): what the tests sweep."""
+    return [v for a in algorithms(collective) for v in (a, *a.examples)]
+
+
 def get(collective: str, name: str) -> Algorithm:
     """The algorithm ``name`` of ``collective``; ValueError listing the valid names if absent,
     TypeError if ``name`` is not a str."""
@@ -366,11 +498,39 @@ def get(collective: str, name: str) -> Algorithm:
     table = _REGISTRY.get(collective)
     if table is None:
         raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
-    if name not in table:
+    hit = table.get(name)
+    if hit is not None:
+        return hit
+    base, _, rest = name.partition(":")
+    if base not in table:
         raise ValueError(
             f"unknown {collective} algorithm {name!r}; expected one of {sorted(table)} or 'auto'"
         )
-    return table[name]
+    key = (collective, name)
+    bound = _BOUND.get(key)
+    if bound is None:
+        try:
+            values = tuple(int(v) for v in rest.split(":")) if rest else ()
+        except ValueError:
+            raise ValueError(f"{collective} algorithm {name!r}: parameters are integers after "
+                             f"the name, ':'-separated ({base}:"
+                             f"{':'.join(q.name for q in table[base].params) or '-'})") from None
+        bound = _BOUND[key] = table[base].bind(values)
+    return bound
+
+
+#: bound parameterised algorithms by (collective, name as spelled): one object per spelling,
+#: so the plan caches keyed by the algorithm see the same one at every call
+_BOUND: dict[tuple[str, str], Algorithm] = {}
+
+
+def known(collective: str, name: str) -> bool:
+    """Whether ``name`` (``ring``, ``knomial:4``) is a valid algorithm of ``collective``."""
+    try:
+        get(collective, name)
+    except ValueError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,9 +592,10 @@ def choose(
     rule = _AUTO.get(collective)
     if rule is not None:
         name = rule(p, nbytes, commutative)
+        base = name.partition(":")[0]
         for a in ok:
-            if a.name == name:
-                return a
+            if a.name == base:
+                return get(collective, name) if name != base else a
     return ok[0]
 
 

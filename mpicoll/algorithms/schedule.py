@@ -488,15 +488,16 @@ def contiguous_span(counts: Sequence[int], displs: Sequence[int], lo: int, hi: i
     return (displs[lo], displs[hi - 1] + counts[hi - 1])
 
 
-def segment_count(ctx: Context) -> int:
-    """Elements per pipeline segment: ``ctx.segment_bytes`` bytes (the backend's
-    ``MPICOLL_SEGMENT_SIZE``, default :data:`DEFAULT_SEGMENT_BYTES`), at least one element.
+def segment_count(ctx: Context, seg: int = 0) -> int:
+    """Elements per pipeline segment: ``seg`` bytes (an algorithm's ``seg`` parameter), or for
+    0 ``ctx.segment_bytes`` (the backend's ``MPICOLL_SEGMENT_SIZE``, default
+    :data:`DEFAULT_SEGMENT_BYTES`), at least one element.
 
     It reads the segment size (agreed at construction) and ``ctx.unit``, the element's size:
     the same on every rank where a segmented schedule runs (a reduction's datatype, which MPI
     requires to agree; a Bcast, which runs on bytes); a datatype of size 0 counts as 1 byte
     (it moves nothing)."""
-    return max(1, ctx.segment_bytes // max(1, ctx.unit))
+    return max(1, (seg or ctx.segment_bytes) // max(1, ctx.unit))
 
 
 def segments(ctx: Context, count: Any) -> int:

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["MPICH", "MPICH_NB", "OMPI", "OMPI_FALLBACKS", "OMPI_NB", "TWINS", "ompi_ran",
+__all__ = ["MPICH", "MPICH_NB", "NO_TWIN", "OMPI", "OMPI_FALLBACKS", "OMPI_NB", "TWINS",
+           "ompi_ran",
            "p2p_twin", "twin"]
 
 #: MPICH: collective -> forceable ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM`` values (blocking, intra).
@@ -251,13 +252,24 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 }
 
 
+#: Why a forceable native algorithm has no p2p twin: (library, collective, native name) ->
+#: the reason the twin table shows.
+NO_TWIN: dict[tuple[str, str, str], str] = {}
+for _coll, _names in MPICH.items():
+    if "nb" in _names:
+        NO_TWIN["mpich", _coll, "nb"] = (
+            "the blocking call runs the I-form's schedule and waits (I<coll> + Wait): the "
+            "algorithm is whichever MPIR_CVAR_I<COLL>_INTRA_ALGORITHM picks, timed by "
+            "bench --native-algorithms under its I-form name")
+
+
 def twin(collective: str, p2p_name: str, library: str, nonblocking: bool = False
          ) -> str | None:
     """The native name of p2p algorithm ``p2p_name``'s twin in ``library`` (``"mpich"`` or
     ``"openmpi"``: the Open MPI tuned name, whose ID :data:`OMPI` gives); None if none.  With
     ``nonblocking``, the I-form's: MPICH's ``sched_<name>`` (else ``tsp_<name>``) of
     :data:`MPICH_NB`, Open MPI's libnbc algorithm of the same name (:data:`OMPI_NB`)."""
-    mpich, ompi = TWINS.get((collective, p2p_name), (None, None))
+    mpich, ompi = TWINS.get((collective, p2p_name.partition(":")[0]), (None, None))
     name = mpich if library == "mpich" else OMPI[collective][ompi] \
         if library == "openmpi" and ompi is not None else None
     if name is None or not nonblocking:

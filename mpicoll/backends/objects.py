@@ -728,10 +728,10 @@ class P2PObjects(_Front):
         if algorithm is None or algorithm == "auto":
             picked: tuple[str | None, ...] = (algorithm,) * len(collectives)
         else:
-            names = [{a.name for a in registry.algorithms(c)} for c in collectives]
-            picked = tuple(algorithm if algorithm in n else "auto" for n in names)
+            picked = tuple(algorithm if registry.known(c, algorithm) else "auto"
+                           for c in collectives)
             if all(p == "auto" for p in picked):
-                known = sorted(set().union(*names))
+                known = sorted({a.name for c in collectives for a in registry.algorithms(c)})
                 raise ValueError(f"algorithm: {algorithm!r} is not an algorithm of "
                                  f"{' or '.join(collectives)}; expected one of {known}")
         return picked

@@ -164,8 +164,13 @@ _RESTRICTION_LABELS = {
 def _algorithms_configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--collective", nargs="+", metavar="NAME",
                    help="only these collectives (default: all)")
+    p.add_argument("--long", action="store_true",
+                   help="add each algorithm's alpha-beta-gamma cost, what n means and its source")
     p.add_argument("--markdown", action="store_true",
-                   help="print a Markdown table (the table in docs/algorithms.md)")
+                   help="print a Markdown table (the table in docs/algorithms.md; implies --long)")
+    p.add_argument("--twins", action="store_true",
+                   help="print the twin table instead: every algorithm MPICH and Open MPI can "
+                        "force, with its p2p twin (Markdown with --markdown)")
 
 
 def _algorithms_validate(
@@ -182,8 +187,10 @@ def _algorithms_validate(
     args.collective = names or list(COLLECTIVES)
 
 
-def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
-    """Rows ``[collective, algorithm, restrictions, cost formula, n, source]`` of the registry."""
+def algorithm_rows(collectives: Sequence[str] | None = None, long: bool = True
+                   ) -> list[list[str]]:
+    """Rows ``[collective, algorithm, parameters, restrictions(, cost formula, n, source)]``
+    of the registry (the last three with ``long``)."""
     from ..algorithms import registry
 
     rows = []
@@ -191,18 +198,17 @@ def algorithm_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
         for a in registry.algorithms(coll):
             labels = [_RESTRICTION_LABELS.get(r, r) for r in a.restrictions]
             if not a.auto:
-                labels.append("node-aware: forced only")
+                labels.append("forced only")
             restr = ", ".join(labels) or "-"
-            rows.append([coll, a.name, restr, a.formula, BY_NAME[coll].size_meaning,
-                         a.source or "-"])
+            params = ", ".join(q.text for q in a.params) or "-"
+            row = [coll, a.name, params, restr]
+            if long:
+                row += [a.formula, BY_NAME[coll].size_meaning, a.source or "-"]
+            rows.append(row)
     return rows
 
 
-def algorithms_table(collectives: Sequence[str] | None = None, markdown: bool = False) -> str:
-    """The registry as a text table, or as a Markdown table (``markdown=True``)."""
-    head = ["collective", "algorithm", "restrictions", "cost (alpha-beta-gamma)", "n (bytes)",
-            "source"]
-    rows = algorithm_rows(collectives)
+def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
     if markdown:
         def esc(s: str) -> str:
             return s.replace("|", "\\|")
@@ -217,9 +223,49 @@ def algorithms_table(collectives: Sequence[str] | None = None, markdown: bool = 
     return "\n".join(lines) + "\n"
 
 
+def algorithms_table(collectives: Sequence[str] | None = None, markdown: bool = False,
+                     long: bool = False) -> str:
+    """The registry as a text table (the short form fits a terminal; ``long`` adds the cost,
+    what n means and the source), or as the Markdown table of docs/algorithms.md."""
+    long = long or markdown
+    head = ["collective", "algorithm", "parameters", "restrictions"]
+    if long:
+        head += ["cost (alpha-beta-gamma)", "n (bytes)", "source"]
+    return _table(head, algorithm_rows(collectives, long), markdown)
+
+
+def twin_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
+    """Rows ``[collective, library, native algorithm, p2p twin or why none]``: every blocking
+    intracommunicator algorithm MPICH (``MPIR_CVAR_<COLL>_INTRA_ALGORITHM``) and Open MPI
+    (``coll_tuned_<coll>_algorithm`` ID) can force, from :mod:`mpicoll.algorithms.twins`."""
+    from ..algorithms import registry, twins
+
+    rows = []
+    for coll in collectives or registry.COLLECTIVES:
+        for lib, names in (("MPICH", list(twins.MPICH.get(coll, ()))),
+                           ("Open MPI", [f"{i} {n}" for i, n in
+                                         sorted(twins.OMPI.get(coll, {}).items())])):
+            for shown in names:
+                native = shown.split(" ", 1)[-1]
+                key = "mpich" if lib == "MPICH" else "openmpi"
+                p2p = twins.p2p_twin(coll, native, key)
+                why = twins.NO_TWIN.get((key, coll, native))
+                rows.append([coll, lib, shown, f"`{p2p}`" if p2p else f"none: {why or '?'}"])
+    return rows
+
+
+def twins_table(collectives: Sequence[str] | None = None, markdown: bool = False) -> str:
+    """The twin table (see :func:`twin_rows`)."""
+    return _table(["collective", "library", "native algorithm (value or ID)", "p2p twin"],
+                  twin_rows(collectives), markdown)
+
+
 def _algorithms_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     if comm.Get_rank() == 0:
-        out.write(algorithms_table(args.collective, args.markdown))
+        if args.twins:
+            out.write(twins_table(args.collective, args.markdown))
+        else:
+            out.write(algorithms_table(args.collective, args.markdown, args.long))
     return 0
 
 

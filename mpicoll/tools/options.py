@@ -104,7 +104,7 @@ def selection(args: argparse.Namespace, default_collectives: Sequence[str],
     algs = split(args.algorithm) or list(default_algorithms)
     known = {a.name for c in colls for a in registry.algorithms(c)}
     for a in algs:
-        if a not in keywords and a not in known:
+        if a not in keywords and not any(registry.known(c, a) for c in colls):
             error(f"argument -a/--algorithm: unknown algorithm {a!r} for {', '.join(colls)} "
                   f"(choose from {', '.join([*keywords, *sorted(known)]) or '-'})")
     return colls, algs
@@ -128,7 +128,7 @@ def algorithms_of(coll: str, requested: Sequence[str], node_aware: bool = True) 
         elif tok == "auto":
             picks = ["auto"]
         else:
-            picks = [tok] if tok in names else []
+            picks = [tok] if tok in names or registry.known(coll, tok) else []
         out += [a for a in picks if a not in out]
     return out
 

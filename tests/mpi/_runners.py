@@ -59,7 +59,7 @@ _NATIVE_BROKEN = {"alltoallw"} if "Open MPI" in MPI.Get_library_version() else s
 
 def implementations(coll: str) -> list[Impl]:
     """native, p2p auto and every registered p2p algorithm of ``coll``."""
-    algorithms = registry.algorithms(coll)
+    algorithms = registry.variants(coll)
     assert algorithms, f"the registry lists no algorithm of {coll}"
     native = [] if coll in _NATIVE_BROKEN else [Impl("native")]
     return [*native, Impl("p2p", "auto"), *(Impl("p2p", a.name, a) for a in algorithms)]

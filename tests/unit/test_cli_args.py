@@ -190,7 +190,7 @@ def test_algorithms_table_lists_the_registry(capsys: pytest.CaptureFixture[str])
     status, out, _ = run_cli(capsys, "algorithms")
     assert status == 0
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["collective", "algorithm", "restrictions"]
+    assert lines[0].split()[:4] == ["collective", "algorithm", "parameters", "restrictions"]
     for coll in registry.COLLECTIVES:
         for alg in registry.algorithms(coll):
             assert any(line.split()[:2] == [coll, alg.name] for line in lines), (coll, alg.name)
@@ -200,7 +200,7 @@ def test_algorithms_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_cli(capsys, "algorithms", "--markdown")
     assert status == 0
     lines = out.splitlines()
-    assert lines[0].startswith("| collective | algorithm | restrictions | cost")
+    assert lines[0].startswith("| collective | algorithm | parameters | restrictions | cost")
     assert set(lines[1]) <= set("|-")
     n = sum(len(registry.algorithms(c)) for c in registry.COLLECTIVES)
     assert len(lines) == n + 2
@@ -213,7 +213,7 @@ def test_algorithms_markdown_escapes_pipes() -> None:
     table = cli.algorithms_table(markdown=True)
     for line in table.splitlines()[2:]:
         cells = line[2:-2].split(" | ")
-        assert len(cells) == 6, line
+        assert len(cells) == 7, line
 
 
 def test_algorithms_restrictions_are_shown(capsys: pytest.CaptureFixture[str]) -> None:

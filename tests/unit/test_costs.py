@@ -18,7 +18,7 @@ import pytest
 
 from mpicoll.algorithms import registry
 from mpicoll.algorithms.collectives import RECORDS
-from mpicoll.algorithms.schedule import DEFAULT_SEGMENT_BYTES, pof2_floor
+from mpicoll.algorithms.schedule import pof2_floor
 from mpicoll.engines.sim import TwoLevel
 from mpicoll.model.alphabeta import Model
 from mpicoll.tools.cases import Case
@@ -44,7 +44,7 @@ def vcounts(count: int, p: int) -> list[int]:
     """The per-rank counts the simulator's v-collectives use (the one builder's uneven ones)."""
     return Case("allgatherv", count, size=p, uniform=False).counts()
 
-ENTRIES = [(c, a.name) for c in registry.COLLECTIVES for a in registry.algorithms(c)]
+ENTRIES = [(c, a.name) for c in registry.COLLECTIVES for a in registry.variants(c)]
 
 
 def _n(coll: str, p: int, count: int, reported: int) -> float:
@@ -73,7 +73,7 @@ def _check(coll: str, alg: registry.Algorithm, p: int, count: int,
     else:
         want = alg.cost(p, n, model.alpha, model.beta, model.gamma)
         full = True
-    seg = n <= DEFAULT_SEGMENT_BYTES or n % DEFAULT_SEGMENT_BYTES == 0
+    seg = n <= cost.segment_bytes or n % cost.segment_bytes == 0
     exact = cost.exact_for(p, even=_even(coll, p, count), whole_segments=seg, full_nodes=full)
     where = (coll, alg.name, p, count, model, r.time, want)
     if exact:
@@ -108,7 +108,7 @@ def test_cost_matches_the_simulated_critical_path(coll: str, name: str) -> None:
 
 def test_every_entry_is_covered() -> None:
     """The matrix above is the registry: nothing is filtered out of it."""
-    assert len(ENTRIES) == sum(len(registry.algorithms(c)) for c in registry.COLLECTIVES)
+    assert len(ENTRIES) == sum(len(registry.variants(c)) for c in registry.COLLECTIVES)
     assert all(registry.get(c, n).model is not None for c, n in ENTRIES)
 
 

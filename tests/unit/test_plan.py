@@ -38,7 +38,7 @@ def _calls(coll: str, p: int, in_place: bool) -> tuple[list[Any], list[Any]]:
 def _cases() -> list[Any]:
     out = []
     for coll in NAMES:
-        for alg in registry.algorithms(coll):
+        for alg in registry.variants(coll):
             for in_place in ((False, True) if BY_NAME[coll].in_place else (False,)):
                 out.append(pytest.param(coll, alg.name, in_place,
                                         id=f"{coll}-{alg.name}-{'inplace' if in_place else 'out'}"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mpicoll.tools import docs
 from mpicoll.tools.cli import SUBCOMMANDS, algorithms_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,14 @@ def test_algorithm_table_is_the_registry() -> None:
     assert generated_table(ALGORITHMS) == algorithms_table(markdown=True), (
         "docs/algorithms.md's algorithm table is stale: run `make readme`"
     )
+
+
+def test_generated_blocks_are_the_registry() -> None:
+    """Both generated blocks (the algorithm table, the twin table) are what `make readme`
+    writes now."""
+    text = ALGORITHMS.read_text()
+    assert docs.regenerate(text) == text, "docs/algorithms.md is stale: run `make readme`"
+    assert docs.block(text, "twins") == docs.BLOCKS["twins"]()
 
 
 def test_algorithm_table_is_written_once() -> None:
