@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .registry import Cost, algorithm, default_rule
+from .allgather import _bruck_messages
+from .registry import Cost, Param, algorithm, default_rule
 from .schedule import Context, Recv, Schedule, Send, block, blocks, equal_blocks, is_pof2
 
 
@@ -120,6 +121,8 @@ def linear_v(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 
 @algorithm("alltoall", "linear_sync",
            cost=Cost(_DIRECT, exact=("even", "one_peer"), bound="p/4 + 0.1"),
+           params=(Param("reqs", 0, 0, 1 << 20, "receives (and sends) in flight; 0: all p-1",
+                         examples=(1, 2)),),
            source="Open MPI ompi_coll_base_alltoall_intra_linear_sync (tuned alltoall 4, "
                   "coll_tuned_alltoall_max_requests)")
 def linear_sync(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
@@ -193,12 +196,13 @@ def pairwise_sendrecv_replace(ctx: Context, sendbuf: np.ndarray, scounts: Sequen
                                block(recvbuf, rcounts, rdispls, q), q)
 
 
-def _bruck_blocks(p: int) -> int:
-    """Blocks a rank sends over all steps of Bruck's all-to-all: sum over k of #{i < p: i & k}."""
-    total, k = 0, 1
-    while k < p:
-        total += sum(1 for i in range(p) if i & k)
-        k <<= 1
+def _bruck_blocks(p: int, k: int = 2) -> int:
+    """Blocks a rank sends over all phases of radix-k Bruck all-to-all: per phase (distance
+    d = 1, k, k^2, ...), the slots i < p whose base-k digit at d is not 0."""
+    total, d = 0, 1
+    while d < p:
+        total += sum(1 for i in range(p) if i // d % k)
+        d *= k
     return total
 
 
@@ -208,7 +212,9 @@ def _bruck_blocks(p: int) -> int:
               where="B(p) = sum over k < ceil(lg p) of #{i < p: bit k of i set} (p/2 ceil(lg p) "
                     "for p = 2^k)",
               extra={"B": _bruck_blocks}),
-    source="Bruck et al., IEEE TPDS 8(11) 1997; MPICH alltoall_intra_brucks",
+    source="Bruck et al., IEEE TPDS 8(11) 1997; MPICH alltoall_intra_brucks; Open MPI "
+           "ompi_coll_base_alltoall_intra_bruck (tuned modified_bruck: the same rounds, "
+           "received in place through a derived datatype)",
 )
 def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
           sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
@@ -225,7 +231,40 @@ def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 
         p = 4, slots 0 1 2 3:   k=1: slots 1, 3 -> rank+1    k=2: slots 2, 3 -> rank+2
 
-    About n/2 bytes move per step.
+    About n/2 bytes move per step.  ``k_brucks`` is the same with radix k (this is its k = 2).
+    """
+    yield from k_brucks(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls, k=2)
+
+
+@algorithm(
+    "alltoall", "k_brucks",
+    cost=Cost("M*alpha + n/p*B*beta",
+              let=(("M", "brucks_messages(p, k)"), ("B", "brucks_blocks(p, k)")),
+              where="brucks_messages(p, k) = sum over phases d = 1, k, k^2, ... < p of "
+                    "min(k-1, floor((p-1)/d)); brucks_blocks(p, k) = sum over the same d of "
+                    "#{i < p: digit d of i in base k is not 0}",
+              exact=("one_peer",), bound="p/4 + 0.1",
+              extra={"brucks_messages": _bruck_messages, "brucks_blocks": _bruck_blocks}),
+    params=(Param("k", 2, 2, 64, "radix (messages per phase + 1)", examples=(3, 4)),),
+    source="MPICH alltoall_intra_k_brucks (MPIR_CVAR_ALLTOALL_BRUCKS_KVAL); Bruck et al., "
+           "IEEE TPDS 8(11) 1997",
+)
+def k_brucks(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
+             sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
+             rdispls: Sequence[int], *, k: int = 2) -> Schedule:
+    """Radix-k Bruck all-to-all: ceil(log_k p) phases of up to k-1 messages.
+
+    1. Rotate: ``tmp[i]`` = the block for rank + i.
+    2. For each phase (distance d = 1, k, k^2, ...) and digit value j = 1 .. k-1 (while
+       j d < p): send the slots whose base-k digit at d is j to rank + j d (packed into one
+       message), receive the same slots from rank - j d.  A block for distance i hops once
+       for each nonzero digit of i.
+    3. Un-rotate: the block in slot i came from rank - i.
+
+    ::
+
+        p = 9, k = 3:  d=1: slots 1,4,7 -> rank+1, slots 2,5,8 -> rank+2
+                       d=3: slots 3,4,5 -> rank+3, slots 6,7,8 -> rank+6
     """
     p, r = ctx.size, ctx.rank
     n = rcounts[0] if rcounts else 0  # in the receive datatype's units (the call's)
@@ -234,14 +273,22 @@ def bruck(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
     for i in range(p):
         ctx.copy(block(sendbuf, scounts, sdispls, (r + i) % p),
                  block(tmp, rot_counts, rot_displs, i))
-    k = 1
-    while k < p:
-        parts = blocks(tmp, rot_counts, rot_displs, [i for i in range(p) if i & k])
-        out = ctx.pack(parts)
-        inc = ctx.scratch(out.size)
-        yield ctx.sendrecv(out, (r + k) % p, inc, (r - k) % p)
-        ctx.unpack(inc, parts)
-        k <<= 1
+    d = 1
+    while d < p:
+        ops: list[Send | Recv] = []
+        moves = []
+        for j in range(1, k):
+            if j * d >= p:
+                break
+            parts = blocks(tmp, rot_counts, rot_displs, [i for i in range(p) if i // d % k == j])
+            out = ctx.pack(parts)
+            inc = ctx.scratch(out.size)
+            ops += (ctx.recv(inc, (r - j * d) % p), ctx.send(out, (r + j * d) % p))
+            moves.append((inc, parts))
+        yield tuple(ops)
+        for inc, parts in moves:
+            ctx.unpack(inc, parts)
+        d *= k
     for i in range(p):
         ctx.copy(block(tmp, rot_counts, rot_displs, i),
                  block(recvbuf, rcounts, rdispls, (r - i) % p))

@@ -224,6 +224,9 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("allgather", "recursive_doubling"): ("recursive_doubling", 3),
     ("allgather", "bruck"): ("brucks", 2),
     ("allgather", "two_proc"): (None, 6),
+    ("allgather", "k_brucks"): ("k_brucks", None),
+    ("allgather", "recexch_doubling"): ("recexch_doubling", None),
+    ("allgather", "recexch_halving"): ("recexch_halving", None),
     ("allgather", "neighbor_exchange"): (None, 5),
     ("allgather", "sparbit"): (None, 7),
     ("allgatherv", "ring"): ("ring", 3),
@@ -235,6 +238,7 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("alltoall", "pairwise"): ("pairwise", 2),
     ("alltoall", "scattered"): ("scattered", None),
     ("alltoall", "bruck"): ("brucks", 3),  # Open MPI's modified_bruck: Bruck's rounds
+    ("alltoall", "k_brucks"): ("k_brucks", None),
     ("alltoall", "linear"): (None, 1),
     ("alltoall", "linear_sync"): (None, 4),
     ("alltoall", "two_proc"): (None, 5),
@@ -261,6 +265,12 @@ for _coll, _names in MPICH.items():
             "the blocking call runs the I-form's schedule and waits (I<coll> + Wait): the "
             "algorithm is whichever MPIR_CVAR_I<COLL>_INTRA_ALGORITHM picks, timed by "
             "bench --native-algorithms under its I-form name")
+NO_TWIN["openmpi", "allgather", "linear"] = (
+    "MPI_Gather to rank 0, then MPI_Bcast of the whole buffer, each by the communicator's own "
+    "collective selection: two collectives composed, not one schedule")
+NO_TWIN["openmpi", "allgatherv", "default"] = (
+    "MPI_Gatherv to rank 0, then MPI_Bcast of the whole buffer (a datatype of the blocks), "
+    "each by the communicator's own collective selection: two collectives composed")
 
 
 def twin(collective: str, p2p_name: str, library: str, nonblocking: bool = False
