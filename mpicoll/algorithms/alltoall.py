@@ -280,7 +280,8 @@ def k_brucks(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
         for j in range(1, k):
             if j * d >= p:
                 break
-            parts = blocks(tmp, rot_counts, rot_displs, [i for i in range(p) if i // d % k == j])
+            slots = [i for lo in range(j * d, p, k * d) for i in range(lo, min(lo + d, p))]
+            parts = blocks(tmp, rot_counts, rot_displs, slots)  # base-k digit at d is j
             out = ctx.pack(parts)
             inc = ctx.scratch(out.size)
             ops += (ctx.recv(inc, (r - j * d) % p), ctx.send(out, (r + j * d) % p))
