@@ -36,6 +36,10 @@ BENCH_NP      ?= 4
 VERIFY_NP     ?= 4
 EXAMPLES_NP   ?= 4
 PIP_FLAGS     ?= --progress-bar off
+# `make sweep`: its rank counts, its own options (e.g. --budget 120, --fresh) and bench's
+SWEEP_NP         ?= 2 3 4
+SWEEP_ARGS       ?=
+SWEEP_BENCH_ARGS ?= -c allreduce -a all -m 8:64K --time-budget 0.02
 
 # ---- the MPI library and its launcher ---------------------------------------------------------
 ifeq ($(MPI),mpich)
@@ -91,7 +95,7 @@ pip_target = $(if $(call extras,$(1)),.[$(call extras,$(1))],.)
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
 .PHONY: help setup lint test test-unit test-mpi test-full test-large bench verify examples readme \
-        clean distclean
+        sweep clean distclean
 
 # ---- set-up -----------------------------------------------------------------------------------
 
@@ -144,6 +148,14 @@ bench: $(call installed,plot)
 	MPLBACKEND=Agg timeout -k 20 $(BENCH_TIMEOUT) $(MPIEXEC) -n $(BENCH_NP) \
 	    $(PY) -m mpicoll bench --persistent --json results/bench.json --csv results/bench.csv \
 	    --plot results/bench.png $(BENCH_ARGS)
+
+## sweep: bench at P = SWEEP_NP, the library's default and each of its forced algorithms, one
+## mpiexec each -> results/sweep.{json,csv,png}; rerun after an interruption to resume
+sweep: $(call installed,plot)
+	@mkdir -p results
+	MPLBACKEND=Agg MPIEXEC="$(MPIEXEC)" timeout -k 20 $(BENCH_TIMEOUT) $(PY) -m mpicoll sweep \
+	    -n $(SWEEP_NP) --native all --json results/sweep.json --csv results/sweep.csv \
+	    --plot results/sweep.png $(SWEEP_ARGS) -- $(SWEEP_BENCH_ARGS)
 
 ## readme: regenerate the algorithm and twin tables in docs/algorithms.md (a unit test checks them)
 readme: $(call installed,base)

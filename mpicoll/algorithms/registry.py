@@ -55,6 +55,7 @@ RESTRICTIONS: dict[str, str] = {
     "count_ge_p": "needs count >= number of ranks",
     "no_in_place": "does not support MPI.IN_PLACE",
     "uniform": "needs equal counts on every rank",
+    "two_ranks": "needs at most two ranks (Open MPI's two_proc forms)",
 }
 
 
@@ -383,6 +384,7 @@ class Algorithm:
                 or (r == "count_ge_p" and count is not None and count < p)
                 or (r == "no_in_place" and in_place)
                 or (r == "uniform" and not uniform)
+                or (r == "two_ranks" and p > 2)
             )
             if bad:
                 return f"{self.collective} algorithm {self.name!r} {RESTRICTIONS[r]}"
@@ -563,9 +565,11 @@ def choose(
     in_place: bool = False,
     uniform: bool = True,
 ) -> Algorithm:
-    """The algorithm ``"auto"`` runs: the static rule's pick, or, if a calibrated model is
-    loaded (:mod:`mpicoll.model`), the lowest predicted time; never one whose restrictions the
-    call breaks (the first applicable one in registration order is the fallback).
+    """The algorithm ``"auto"`` runs: the measured selection table's pick where one is loaded
+    (:mod:`mpicoll.model.selection`) and covers the call, else the static rule's pick, or, if
+    a calibrated model is loaded (:mod:`mpicoll.model`), the lowest predicted time; never one
+    whose restrictions the call breaks (the first applicable one in registration order is the
+    fallback).
 
     It reads only values every rank shares, so every rank picks the same algorithm: ``p``,
     ``nbytes`` (the message's type signature in bytes, count x the datatype's size: the same
@@ -584,7 +588,15 @@ def choose(
     if not ok:
         raise RestrictionError(f"no {collective} algorithm applies to this call")
     from ..model import alphabeta as model
+    from ..model import selection
 
+    table = selection.current()
+    if table is not None:  # measured on this machine (mpicoll tune --emit mpicoll)
+        picked = table.pick(collective, p, nbytes)
+        base = (picked or "").partition(":")[0]  # a parameterised name: pipeline:65536
+        for a in ok:
+            if picked is not None and a.name == base:
+                return get(collective, picked) if picked != base else a
     m = model.current()
     if m is not None:  # the formulas take one line: the one of a message of nbytes
         alpha, beta = m.line(nbytes)

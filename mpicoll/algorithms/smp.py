@@ -23,6 +23,7 @@ from .gather import linear as gather_linear
 from .reduce import TREE_EXTRA, TREE_WHERE
 from .reduce import binomial as reduce_binomial
 from .registry import Cost, algorithm
+from .scan import prefix_doubling
 from .schedule import Context, Schedule, block, blocks, contiguous_span, displacements
 
 _NODES = "k = ranks per node, N = nodes"
@@ -210,3 +211,64 @@ def barrier(ctx: Context) -> Schedule:
     if local.rank == 0 and len(groups) > 1:
         yield from dissemination(ctx.group([g[0] for g in groups]))
     yield from bcast_binomial(local, token, 0)
+
+
+@algorithm(
+    "scan", "smp",
+    cost=Cost("clg(k)*(alpha_i + n*beta_i + 2*n*gamma) + (N > 1)*((k > 1)*(alpha_i + n*beta_i) "
+              "+ clg(N)*(alpha_o + n*beta_o + 2*n*gamma) + alpha_o + n*beta_o + "
+              "clg(k)*(alpha_i + n*beta_i) + n*gamma)",
+              where=_NODES, exact=("pof2", *_FULL), bound=0.25, two_level=True),
+    source="MPICH scan_intra_smp",
+    auto=False,
+)
+def scan(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Hierarchical scan for nodes of consecutive ranks: a scan inside each node, its last
+    rank hands the node's total to the leader (its lowest rank), the leaders scan the totals
+    and pass each prefix one node up, and each leader broadcasts what it got to its node,
+    where every rank adds it on the left of its own prefix::
+
+        nodes {0,1} {2,3} {4,5}:  in nodes:  1: x0..1   3: x2..3   5: x4..5    (scans)
+                                             1 -> 0,  3 -> 2,  5 -> 4        (node totals)
+                                  leaders:   0, 2, 4 scan the totals;  0 -> 2, 2 -> 4
+                                             (2 gets x0..1, 4 gets x0..3)
+                                  in nodes:  2 -> 3,  4 -> 5;  rank r: prefix op x(node..r)
+
+    Rank order is kept: non-commutative ops are correct.  Nodes that are not runs of
+    consecutive ranks have no such split: the flat recursive doubling runs instead (as MPICH
+    uses this algorithm only on node-consecutive communicators).  The scans are recursive
+    doubling (MPICH's default).
+    """
+    groups, index = ctx.node_groups()
+    if any(g[-1] - g[0] != len(g) - 1 for g in groups):
+        yield from prefix_doubling(ctx, sendbuf, recvbuf, op, inclusive=True)
+        return
+    mine = index[ctx.rank]
+    members = groups[mine]
+    local = ctx.group(members)
+    yield from prefix_doubling(local, sendbuf, recvbuf, op, inclusive=True)
+    if len(groups) == 1:
+        return
+    last = local.size - 1
+    if local.rank == 0:
+        total = recvbuf
+        if last:
+            total = ctx.scratch(recvbuf.size)
+            yield (local.recv(total, last),)
+        leaders = ctx.group([g[0] for g in groups])
+        prefix = ctx.scratch(recvbuf.size)
+        yield from prefix_doubling(leaders, total, prefix, op, inclusive=True)
+        ops: list = []
+        if mine + 1 < len(groups):
+            ops.append(leaders.send(prefix, mine + 1))
+        before = ctx.scratch(recvbuf.size) if mine else None
+        if before is not None:
+            ops.append(leaders.recv(before, mine - 1))
+        yield tuple(ops)
+    else:
+        if local.rank == last:
+            yield (local.send(recvbuf, 0),)
+        before = ctx.scratch(recvbuf.size) if mine else None
+    if before is not None:
+        yield from bcast_binomial(local, before, 0)
+        ctx.reduce(before, recvbuf, op)  # recvbuf = x(0..node) op x(node..r)

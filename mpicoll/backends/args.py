@@ -9,8 +9,8 @@ account for them).
 
 Errors: ``TypeError`` for a wrong kind of argument (not a buffer, unknown datatype, op not
 defined for the datatype, a reduction's send and receive datatypes that differ);
-``ValueError`` for a wrong value (root outside [0, p), a count past the buffer,
-``MPI.IN_PLACE`` where MPI forbids it, aliased send and receive buffers).
+``ValueError`` for a wrong value (root outside [0, p), ``MPI.IN_PLACE`` where MPI forbids
+it, aliased send and receive buffers).
 
 Every check here is of one kind, named in a comment (``# check (A)``, ...) where it is made;
 ``docs/errors.md`` lists them with the reason:
@@ -21,9 +21,15 @@ Every check here is of one kind, named in a comment (``# check (A)``, ...) where
   same rank before any message (its spec grammar, a reduction's two datatypes or counts,
   ``MPI_ERR_COUNT``/``MPI_ERR_TYPE``/``MPI_ERR_BUFFER`` from MPI's argument checks), so a
   program behaves as under plain mpi4py;
-* **(B) bounds**: a count or displacement that would make MPI read or write outside the
-  user's buffer (mpi4py hands it to MPI unchecked: corrupted memory); refused on that rank;
-* **(b) checked mode only**: :mod:`mpicoll.backends.checked`.
+* **(L) internal form**: a derived datatype of extent <= 0 on a side of p blocks, one
+  rank's value the internal form cannot hold (``docs/errors.md`` says why it stays);
+* **(b) checked mode only**: :mod:`mpicoll.backends.checked`, and the specs below.
+
+A spec that reaches outside its buffer (it was check (B): one rank's own count,
+displacements, datatype) and overlapping receive blocks are no refusal: the call goes on a
+scratch (:class:`~mpicoll.backends.buffers.Spill`, :func:`_spilled`), a receive keeps what
+fits and raises ``MPI_ERR_TRUNCATE`` at the end of the call, a send past an owned array sends
+zeros and raises ``MPI_ERR_BUFFER`` there; checked mode refuses them on every rank.
 
 What the ranks may pass differently (their datatypes and counts of one type signature, a
 send side against a receive side, a shorter message than the receive) is never checked: the
@@ -33,6 +39,7 @@ message does not fit its receive.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,10 +51,12 @@ from ..algorithms import registry
 from ..algorithms.datatypes import PerPeer, TypedView, is_derived, typed_scratch
 from ..algorithms.schedule import Context, block_counts, displacements
 from ..engines.call import Call
+from ..engines.errors import LocalError
 from .buffers import (
     Buf,
     MPIValueError,
     VBuf,
+    WBuf,
     check_counts,
     int_list,
     is_in_place,
@@ -57,6 +66,7 @@ from .buffers import (
     parse_w,
     same_type,
     sent_view,
+    widen,
 )
 from .buffers import nbytes as _nbytes
 from .ops import check_op
@@ -99,7 +109,8 @@ def _no_in_place(spec: Any, what: str, coll: str, where: str = "") -> None:
 def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
     """Check (M): send and receive buffers that share memory: MPI's argument check
     (MPICH: ``MPI_ERR_BUFFER``, aliased buffers) on the same rank, before any message."""
-    if a.array.size and b.array.size and np.shares_memory(a.array, b.array):
+    x, y = _memory(a), _memory(b)
+    if x.size and y.size and np.shares_memory(x, y):
         raise MPIValueError(
             MPI.ERR_BUFFER,
             f"{coll}: sendbuf and recvbuf overlap; MPI forbids aliased buffers "
@@ -107,8 +118,54 @@ def _no_alias(a: Buf | VBuf, b: Buf | VBuf, coll: str) -> None:
         )
 
 
+def _memory(buf: Buf | VBuf | WBuf) -> np.ndarray:
+    """The user's own memory of a parsed buffer (not the scratch of a spill)."""
+    return buf.array if buf.spill is None else buf.spill.user
+
+
+def _spilled(call: Call, *bufs: Buf | VBuf | WBuf | None) -> Call:
+    """``call`` on the scratch of its buffers' spills (:class:`~mpicoll.backends.buffers.Spill`:
+    a spec reaching outside its buffer, overlapping receive blocks): their copies in before
+    the schedule's own ``prepare``, their copies out after its ``finish``, and the first
+    one's error raised at the end of each run (``Call.truncated``; ``Call.bounds`` for checked
+    mode).  ``call`` itself where no buffer spills (every common call)."""
+    spills = [b.spill for b in bufs if b is not None and b.spill is not None]
+    if not spills:
+        return call
+    spills = list({id(sp): sp for sp in spills}.values())  # a buffer passed twice: once
+    ins = tuple(pair for sp in spills for pair in sp.copy_in)
+    outs = tuple(pair for sp in spills for pair in sp.copy_out)
+    first = next((sp for sp in spills if sp.error_class is not None), None)
+    prepare0, finish0 = call.prepare, call.finish
+
+    def prepare(ctx: Context) -> tuple[Any, ...]:
+        for src, dst in ins:
+            ctx.copy(src, dst)
+        return prepare0(ctx)
+
+    def finish(ctx: Context, args: tuple[Any, ...]) -> None:
+        if finish0 is not None:
+            finish0(ctx, args)
+        for src, dst in outs:
+            ctx.copy(src, dst)
+
+    bounds = next((sp.problem for sp in spills if sp.problem), None)
+    if first is None or first.error_class is None:
+        return dataclasses.replace(call, prepare=prepare, finish=finish, bounds=bounds)
+    return dataclasses.replace(call, prepare=prepare, finish=finish,
+                               truncated=LocalError(first.detail, first.error_class),
+                               bounds=bounds)
+
+
 def _op(op: Any, buf: Buf | VBuf) -> MPI.Op:
-    """Check (A): the op and the reduction's datatype, which MPI requires to agree."""
+    """Check (A): the op and the reduction's datatype, which MPI requires to agree (so a
+    datatype of extent <= 0, which only one-block specs outside reductions take, raises on
+    every rank)."""
+    twin = getattr(buf, "twin_of", None)
+    if twin is not None:
+        raise TypeError(f"datatype: a reduction on a derived datatype of extent "
+                        f"{twin.Get_extent()[1]}: mpicoll needs a positive extent for "
+                        "reductions (Create_resized it)")
     return check_op(op, buf.datatype, buf.array.dtype)
 
 
@@ -163,9 +220,12 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
     nbytes = _nbytes(b)
     arr = b.array
     if not is_derived(b.datatype):
-        raw = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
-        return Call("bcast", MPI.BYTE, raw.dtype, lambda ctx: (raw, root),
-                    nbytes=nbytes, count=b.count, root=root, sig_datatype=b.datatype)
+        raw = np.asarray(arr).view(np.uint8) if arr.size else np.empty(0, np.uint8)
+        if isinstance(arr, TypedView):  # memory past the buffer (buffers._spill): no template
+            raw = TypedView.of(raw, MPI.BYTE)
+        return _spilled(Call("bcast", MPI.BYTE, raw.dtype, lambda ctx: (raw, root),
+                             nbytes=nbytes, count=b.count, root=root,
+                             sig_datatype=b.datatype), b)
     user = TypedView.of(arr, b.datatype)
 
     def prepare(ctx: Context) -> tuple[Any, ...]:
@@ -178,13 +238,14 @@ def bcast(size: int, rank: int, buf: Any, root: Any = 0) -> Call:
         if rank != root:  # (a typed source: a compiled plan replays it through ctx.copy)
             ctx.copy(TypedView.of(args[0], MPI.BYTE), user)
 
-    return Call("bcast", MPI.BYTE, np.dtype(np.uint8), prepare, nbytes=nbytes, count=b.count,
-                root=root, finish=finish, sig_datatype=b.datatype)
+    return _spilled(Call("bcast", MPI.BYTE, np.dtype(np.uint8), prepare, nbytes=nbytes,
+                         count=b.count, root=root, finish=finish, sig_datatype=b.datatype), b)
 
 
 def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
     root = root_of(root, size)
     sarr: np.ndarray | None = None
+    s = rb = None
     if rank == root:
         s = parse(sendbuf, "sendbuf", blocks=size)
         if is_in_place(recvbuf):
@@ -204,10 +265,10 @@ def scatter(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
         per_block = n
     # the root's send blocks in its send datatype's units; elsewhere this rank's own count
     counts, displs = _regular(per_block, size)
-    return Call("scatter", ref.datatype, rarr.dtype,
-                lambda ctx: (sarr, counts, displs, rarr, root),
-                nbytes=_nbytes(ref, n * size), count=n,
-                in_place=rank == root and is_in_place(recvbuf), root=root)
+    return _spilled(Call("scatter", ref.datatype, rarr.dtype,
+                         lambda ctx: (sarr, counts, displs, rarr, root),
+                         nbytes=_nbytes(ref, n * size), count=n,
+                         in_place=rank == root and is_in_place(recvbuf), root=root), s, rb)
 
 
 def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -217,6 +278,8 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
     sarr: np.ndarray | None = None
     ref: Buf | VBuf
     sendtype = None  # the root's counts: in its send datatype's units
+    s: VBuf | None = None
+    rb: Buf | None = None
     if rank == root:
         s = parse_v(sendbuf, "sendbuf", size)
         counts, displs, sarr, sendtype = s.counts, s.displs, s.array, s.datatype
@@ -231,16 +294,18 @@ def scatterv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) ->
         _no_in_place(recvbuf, "recvbuf", "Scatterv", " at a non-root rank")
         rb = parse(recvbuf, "recvbuf", writable=True)
         rarr, ref = rb.array, rb
-    return Call("scatterv", ref.datatype, rarr.dtype,
-                lambda ctx: (sarr, counts, displs, rarr, root),
-                count=None, uniform=False, in_place=rank == root and is_in_place(recvbuf),
-                root=root, counts=None if counts is None else tuple(counts),
-                own_count=int(rarr.size), count_types=(sendtype, None, None))
+    return _spilled(Call("scatterv", ref.datatype, rarr.dtype,
+                         lambda ctx: (sarr, counts, displs, rarr, root),
+                         count=None, uniform=False,
+                         in_place=rank == root and is_in_place(recvbuf), root=root,
+                         counts=None if counts is None else tuple(counts),
+                         own_count=int(rarr.size), count_types=(sendtype, None, None)), s, rb)
 
 
 def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
     root = root_of(root, size)
     rarr: np.ndarray | None = None
+    s = rb = None
     if rank == root:
         rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
         if is_in_place(sendbuf):
@@ -257,10 +322,10 @@ def gather(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> C
         s = parse(sendbuf, "sendbuf")
         n, sarr, ref = s.count, s.array, s
     counts, displs = _regular(n, size)
-    return Call("gather", ref.datatype, ref.array.dtype,
-                lambda ctx: (sarr, rarr, counts, displs, root),
-                nbytes=_nbytes(ref, n * size), count=n,
-                in_place=rank == root and is_in_place(sendbuf), root=root)
+    return _spilled(Call("gather", ref.datatype, ref.array.dtype,
+                         lambda ctx: (sarr, rarr, counts, displs, root),
+                         nbytes=_nbytes(ref, n * size), count=n,
+                         in_place=rank == root and is_in_place(sendbuf), root=root), rb, s)
 
 
 def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> Call:
@@ -270,6 +335,8 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
     rarr: np.ndarray | None = None
     ref: Buf | VBuf
     own_type = None  # the root's own count: in its send datatype's units
+    rv: VBuf | None = None
+    s: Buf | None = None
     if rank == root:
         rv = parse_v(recvbuf, "recvbuf", size, writable=True)
         counts, displs, rarr = rv.counts, rv.displs, rv.array
@@ -284,11 +351,11 @@ def gatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any, root: Any = 0) -> 
         _no_in_place(sendbuf, "sendbuf", "Gatherv", " at a non-root rank")
         s = parse(sendbuf, "sendbuf")
         sarr, ref = s.array, s
-    return Call("gatherv", ref.datatype, ref.array.dtype,
-                lambda ctx: (sarr, rarr, counts, displs, root),
-                uniform=False, in_place=rank == root and is_in_place(sendbuf), root=root,
-                counts=None if counts is None else tuple(counts), own_count=int(sarr.size),
-                count_types=(None, None, own_type))
+    return _spilled(Call("gatherv", ref.datatype, ref.array.dtype,
+                         lambda ctx: (sarr, rarr, counts, displs, root),
+                         uniform=False, in_place=rank == root and is_in_place(sendbuf),
+                         root=root, counts=None if counts is None else tuple(counts),
+                         own_count=int(sarr.size), count_types=(None, None, own_type)), rv, s)
 
 
 def _input_output(coll: str, sendbuf: Any, recvbuf: Any, send_blocks: int = 1
@@ -310,6 +377,8 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
            root: Any = 0) -> Call:
     root = root_of(root, size)
     rarr: np.ndarray | None = None
+    rb: Buf | None = None
+    s: Buf | None = None
     if rank == root:
         rb, s, in_place = _input_output("Reduce", sendbuf, recvbuf)
         if s is not None:
@@ -326,10 +395,11 @@ def reduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM,
         src = ref.array
         make_send = _given(src)
     mop = _op(op, ref)
-    return Call("reduce", ref.datatype, src.dtype,
-                lambda ctx: (make_send(ctx), rarr, mop, root),
-                nbytes=_nbytes(ref, src.size), count=src.size,
-                commutative=bool(mop.Is_commutative()), in_place=in_place, op=mop, root=root)
+    return _spilled(Call("reduce", ref.datatype, src.dtype,
+                         lambda ctx: (make_send(ctx), rarr, mop, root),
+                         nbytes=_nbytes(ref, src.size), count=src.size,
+                         commutative=bool(mop.Is_commutative()), in_place=in_place, op=mop,
+                         root=root), rb, s, ref)
 
 
 def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:
@@ -346,9 +416,9 @@ def allreduce(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SU
             ctx.copy(src, out)
         return (out, mop)
 
-    return Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb),
-                count=out.size, commutative=bool(mop.Is_commutative()), in_place=in_place,
-                op=mop)
+    return _spilled(Call("allreduce", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb),
+                         count=out.size, commutative=bool(mop.Is_commutative()),
+                         in_place=in_place, op=mop), rb, s)
 
 
 def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, recvbuf: Any,
@@ -360,16 +430,15 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
         n = _per_rank(rb, size, "recvbuf", name) if in_place else rb.count
         counts = [n] * size
         total_known = n * size
-    if in_place:  # check (B): the input is read from recvbuf, past its end otherwise
+    if in_place:  # the input is read from recvbuf: (B) past its end, the call goes (widen)
         if rb.count < total_known:  # type: ignore[operator]
-            raise ValueError(
-                f"recvbuf: has {rb.count} elements, {name} with MPI.IN_PLACE needs the whole "
-                f"input ({total_known})"
-            )
+            rb = widen(rb, int(total_known),  # type: ignore[arg-type]
+                       f"recvbuf: has {rb.count} elements, {name} with MPI.IN_PLACE needs "
+                       f"the whole input ({total_known})", counts[rank])
         src = rb.array[:total_known]
     else:
         assert s is not None
-        # check (M): mpi4py's "mismatch in send count and sum of receive counts"; (B) too
+        # check (M): mpi4py's "mismatch in send count and sum of receive counts"
         check_counts("sendbuf", s.count, int(total_known),  # type: ignore[arg-type]
                      f"{name} (sum of the counts)")
         if rb.count < counts[rank]:  # check (M): mpi4py's "mismatch in receive count"
@@ -381,10 +450,12 @@ def _reduce_scatter(coll: str, name: str, size: int, rank: int, sendbuf: Any, re
     mop = _op(op, rb)
     make_send = _copy_of(src) if in_place else _given(src)
     cts = list(counts)
-    return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, cts, mop),
-                nbytes=_nbytes(rb, int(total_known)),  # type: ignore[arg-type]
-                count=min(cts) if cts else 0, commutative=bool(mop.Is_commutative()),
-                in_place=in_place, uniform=len(set(cts)) <= 1, op=mop, counts=tuple(cts))
+    return _spilled(Call(coll, rb.datatype, out.dtype,
+                         lambda ctx: (make_send(ctx), out, cts, mop),
+                         nbytes=_nbytes(rb, int(total_known)),  # type: ignore[arg-type]
+                         count=min(cts) if cts else 0, commutative=bool(mop.Is_commutative()),
+                         in_place=in_place, uniform=len(set(cts)) <= 1, op=mop,
+                         counts=tuple(cts)), rb, s)
 
 
 def reduce_scatter_block(size: int, rank: int, sendbuf: Any, recvbuf: Any,
@@ -406,6 +477,7 @@ def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rb = parse(recvbuf, "recvbuf", writable=True, blocks=size)
     n = _per_rank(rb, size, "recvbuf", "Allgather")  # this rank's blocks, in its own units
     src: np.ndarray | None = None
+    s = None
     if not is_in_place(sendbuf):
         s = parse(sendbuf, "sendbuf")
         _no_alias(s, rb, "Allgather")
@@ -418,12 +490,13 @@ def allgather(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
             ctx.copy(src, out[displs[rank] : displs[rank] + n])
         return (out, counts, displs)
 
-    return Call("allgather", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb), count=n,
-                in_place=src is None)
+    return _spilled(Call("allgather", rb.datatype, out.dtype, prepare, nbytes=_nbytes(rb),
+                         count=n, in_place=src is None), rb, s)
 
 
 def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rv = parse_v(recvbuf, "recvbuf", size, writable=True)
+    s = None
     if is_in_place(sendbuf):
         src = None
     else:
@@ -437,9 +510,10 @@ def allgatherv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
             ctx.copy(src, out[displs[rank] : displs[rank] + counts[rank]])
         return (out, counts, displs)
 
-    return Call("allgatherv", rv.datatype, out.dtype, prepare,
-                nbytes=_nbytes(rv, sum(counts)), count=min(counts) if counts else 0,
-                in_place=src is None, uniform=len(set(counts)) <= 1, counts=tuple(counts))
+    return _spilled(Call("allgatherv", rv.datatype, out.dtype, prepare,
+                         nbytes=_nbytes(rv, sum(counts)), count=min(counts) if counts else 0,
+                         in_place=src is None, uniform=len(set(counts)) <= 1,
+                         counts=tuple(counts)), rv, s)
 
 
 def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -449,6 +523,7 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     counts, displs = _regular(n, size)
     scounts, sdispls = counts, displs
     cut = None
+    s = None
     if in_place:
         make_send = _copy_of(rb.array)
     else:
@@ -459,10 +534,10 @@ def alltoall(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         make_send = _given(sent_view(s, rb.datatype, per_block, n))
         cut = _own_cut(per_block, s.datatype, n, rb.datatype)
     out = rb.array
-    return Call("alltoall", rb.datatype, out.dtype,
-                lambda ctx: (make_send(ctx), scounts, sdispls, out, counts, displs),
-                nbytes=_nbytes(rb), count=n, in_place=in_place,
-                truncated=cut)
+    return _spilled(Call("alltoall", rb.datatype, out.dtype,
+                         lambda ctx: (make_send(ctx), scounts, sdispls, out, counts, displs),
+                         nbytes=_nbytes(rb), count=n, in_place=in_place,
+                         truncated=cut), rb, s)
 
 
 def _own_cut(sent: int, sendtype: MPI.Datatype, got: int, recvtype: MPI.Datatype
@@ -478,6 +553,7 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     rv = parse_v(recvbuf, "recvbuf", size, writable=True)
     in_place = is_in_place(sendbuf)
     sendtype = None  # sendcounts: in the send datatype's units
+    sv = None
     if in_place:
         sc, sd = rv.counts, rv.displs
         make_send = _copy_of(rv.array)
@@ -487,12 +563,12 @@ def alltoallv(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
         sc, sd, sendtype = sv.counts, sv.displs, sv.datatype
         make_send = _given(sent_view(sv, rv.datatype, sv.counts[rank], rv.counts[rank]))
     rc, rd, out = rv.counts, rv.displs, rv.array
-    return Call("alltoallv", rv.datatype, out.dtype,
-                lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
-                nbytes=0, count=None, in_place=in_place, uniform=False, counts=tuple(rc),
-                send_counts=tuple(sc), count_types=(None, sendtype, None),
-                truncated=None if sendtype is None else _own_cut(sc[rank], sendtype, rc[rank],
-                                                                 rv.datatype))
+    return _spilled(Call(
+        "alltoallv", rv.datatype, out.dtype, lambda ctx: (make_send(ctx), sc, sd, out, rc, rd),
+        nbytes=0, count=None, in_place=in_place, uniform=False, counts=tuple(rc),
+        send_counts=tuple(sc), count_types=(None, sendtype, None),
+        truncated=None if sendtype is None else _own_cut(sc[rank], sendtype, rc[rank],
+                                                         rv.datatype)), rv, sv)
 
 
 def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
@@ -525,10 +601,10 @@ def alltoallw(size: int, rank: int, sendbuf: Any, recvbuf: Any) -> Call:
     sc, rc = list(sw.counts), list(rw.counts)
     sent = tuple(sw.nbytes(i) for i in range(size))
     got = tuple(rw.nbytes(i) for i in range(size))
-    return Call("alltoallw", MPI.BYTE, np.dtype(np.uint8),
-                lambda ctx: (make_send(ctx), sc, sw.displs, rw.blocks, rc, rw.displs),
-                nbytes=0, count=None, in_place=in_place, uniform=False, counts=got,
-                send_counts=sent)
+    return _spilled(Call("alltoallw", MPI.BYTE, np.dtype(np.uint8),
+                         lambda ctx: (make_send(ctx), sc, sw.displs, rw.blocks, rc, rw.displs),
+                         nbytes=0, count=None, in_place=in_place, uniform=False, counts=got,
+                         send_counts=sent), rw, None if in_place else sw)
 
 
 def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
@@ -539,9 +615,10 @@ def _scan(coll: str, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     mop = _op(op, rb)
     out = rb.array
     make_send = _copy_of(out) if s is None else _given(s.array)
-    return Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, mop),
-                nbytes=_nbytes(rb), count=out.size, commutative=bool(mop.Is_commutative()),
-                in_place=in_place, op=mop)
+    return _spilled(Call(coll, rb.datatype, out.dtype, lambda ctx: (make_send(ctx), out, mop),
+                         nbytes=_nbytes(rb), count=out.size,
+                         commutative=bool(mop.Is_commutative()), in_place=in_place, op=mop),
+                    rb, s)
 
 
 def scan(size: int, rank: int, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Call:

@@ -33,6 +33,7 @@ from .frontdoor import (
     UncacheableError,
     holds,
     key_of,
+    same_maps,
     same_specs,
     shape_of,
     unexported,
@@ -191,7 +192,8 @@ class Collectives(CheckedMode):
                 if ((not last[3] or all(op.handle == h for op, h in last[3]))
                         and (not last[5] or all(len(seq) == len(items)
                                                 and all(map(_is, seq, items))
-                                                for seq, items in last[5]))):
+                                                for seq, items in last[5]))
+                        and (not last[7] or same_maps(last[7]))):
                     self.front_door.hits += 1
                     if not self._tagged:
                         return last[4](*args)
@@ -259,11 +261,16 @@ class Collectives(CheckedMode):
         door.misses += 1
         shape = None
         run = None
+        once = False
         if key is not None and self._templated and not nonblocking:
             # a layout seen before: its compiled plan, bound to these buffers (p2p)
             shape = shape_of(key[:3], args)
             if shape is not None:
                 run = self._from_template(shape, collective, args)
+                if run is not None and not door.again(key, args):
+                    # not these buffers' second call in a row: run once, not stored (a
+                    # program passing new arrays at every call would fill the cache)
+                    key, once = None, True
         if run is None:
             run = self._runner(PARSERS[collective](self.size, self.rank,
                                                    *(args if key is None else unexported(args))),
@@ -272,6 +279,11 @@ class Collectives(CheckedMode):
                 door.note(shape, run, args)
         if key is not None:
             door.store(key, args, run)
+        if once:
+            try:
+                return run(tag, *args)
+            finally:
+                run.free()  # type: ignore[attr-defined]  # its traffic added up
         if not self._tagged:
             return run(*args)
         if nonblocking:
@@ -322,6 +334,8 @@ class Collectives(CheckedMode):
         if self.check:
             try:
                 call = PARSERS[collective](self.size, self.rank, *args)
+                if call.bounds is not None:  # a spec past its buffer: refused on every rank
+                    raise ValueError(call.bounds)
             except (TypeError, ValueError) as exc:
                 self._agree(collective, None, exc, algorithm, nonblocking=True)
                 raise

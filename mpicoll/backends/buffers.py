@@ -33,25 +33,27 @@ of mpi4py 4.1's ``msgbuffer.pxi``), read the way mpi4py reads it:
 Errors are mpi4py's types: ``TypeError`` (not a buffer or list, a count that is not an int),
 ``ValueError`` (wrong number of items, negative count or displacement, a count that cannot be
 inferred), ``KeyError`` (unknown typecode), ``BufferError`` (non-contiguous, read-only where
-written, no buffer for the dtype).  Beyond mpi4py, which hands such specs to MPI unchecked, a
-count or displacement pointing past the buffer is a ``ValueError`` (MPI would read or write out
-of bounds).  :class:`MPIValueError`/:class:`MPITypeError` are both the Python type and the
-``MPI.Exception`` MPI raises through mpi4py for the same input (a root outside [0, p), a
-negative count, an op MPI does not define for the datatype).
+written, no buffer for the dtype).  :class:`MPIValueError`/:class:`MPITypeError` are both the
+Python type and the ``MPI.Exception`` MPI raises through mpi4py for the same input (a root
+outside [0, p), a negative count, an op MPI does not define for the datatype).
 
 Check kinds (the legend is in :mod:`mpicoll.backends.args`; ``docs/errors.md`` lists them):
 every error of the grammar above, negative counts (``MPI_ERR_COUNT``), ``MPI.DATATYPE_NULL``
 (:func:`_null_type`), read-only or non-contiguous buffers, a displacement past a predefined
 buffer, ``MPI.BOTTOM`` with a predefined datatype (``MPI_ERR_BUFFER``) are **(M)**: what plain
 mpi4py (or MPI's argument check) raises on the same rank.  A count, a block or a derived
-datatype's typemap that reaches past the buffer (:func:`parse`, :func:`parse_v`,
-:func:`~mpicoll.algorithms.datatypes.check_span`) is **(B)**: MPI would read or write outside
-the user's memory.  Three are **(L)**, limits of the internal form, on one rank's values: a
-derived datatype of extent <= 0 outside ``Alltoallw`` (:func:`_derived_extent`),
-``MPI.BOTTOM`` with a negative displacement, and overlapping receive blocks of a
-v-collective (the forwarding schedules read blocks back from the receive buffer).  Nothing
-here compares a send side with a receive side (:func:`same_type` only for reductions, as
-mpi4py).
+datatype's typemap that reaches outside the buffer (:func:`parse`, :func:`parse_v`,
+:func:`parse_w`, :func:`widen`) is no refusal: one rank's own values, so the call goes on a
+scratch of the declared size (:func:`_spill`: a receive keeps what fits and raises
+``MPI_ERR_TRUNCATE`` at the end of the call; a send reads the memory MPI reads where the
+array it slices holds it, else sends zeros and raises ``MPI_ERR_BUFFER`` at the end);
+overlapping receive blocks of a v-spec go on a scratch too (:func:`_repack`), and
+``MPI.BOTTOM`` with negative displacements is addressed as MPI addresses it; checked mode
+refuses the spills on every rank (``Call.bounds``).  One is **(L)**, a limit of the
+internal form on one rank's value: a derived datatype of extent <= 0 on a side of p blocks
+(:func:`_derived_extent`; ``Alltoallw``'s per-peer blocks and one-block specs take it:
+:func:`_one_block`, :func:`_parse_twin`).  Nothing here compares a send side with a receive
+side (:func:`same_type` only for reductions, as mpi4py).
 
 The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
 datatype) and :class:`VBuf` (the whole view plus one count and displacement per rank).  Numpy
@@ -76,13 +78,14 @@ from ..algorithms.datatypes import (
     extents,
     is_derived,
     same_layout,
+    typed_scratch,
     typed_view,
 )
 
 __all__ = [
     "ARG_ERRORS", "Buf", "MPITypeError", "MPIValueError", "VBuf", "check_counts", "datatype_of",
     "int_list", "is_in_place", "is_in_place_constant", "nbytes", "parse", "parse_v",
-    "parse_w", "same_type", "sent_view", "WBuf",
+    "parse_w", "same_type", "sent_view", "Spill", "WBuf", "widen",
 ]
 
 
@@ -137,15 +140,51 @@ def _is_bottom(spec: Any) -> bool:
 
 
 @dataclass
+class Spill:
+    """How a buffer whose spec reaches outside its memory (or, for a v-spec receive, whose
+    blocks overlap) is run: the call works on a scratch (``Buf.array`` is a view of it) of the
+    declared size, so the schedule has the shape the peers expect; ``copy_in`` (before the
+    schedule: the user's bytes into the scratch) and ``copy_out`` (after it: the scratch's
+    bytes that have a place in the user's memory back there) are ``(src, dst)`` pairs for
+    ``ctx.copy`` (:class:`~mpicoll.algorithms.datatypes.TypedView` of bytes, or of the
+    buffer's datatype: by type signature, holes untouched).  ``error_class`` (or None) is what
+    the rank raises at the end of the call, with ``detail`` (see :func:`_spill`);
+    ``user``: the user's own memory (for the aliasing check).  Not a check: the call goes."""
+
+    copy_in: tuple[tuple[np.ndarray, np.ndarray], ...]
+    copy_out: tuple[tuple[np.ndarray, np.ndarray], ...]
+    error_class: int | None
+    detail: str
+    user: np.ndarray
+    #: the check's own sentence (what checked mode refuses the call with)
+    problem: str = ""
+
+    def then(self, other: Spill | None) -> Spill:
+        """This spill and ``other`` made on its scratch: copies in this one's first, copies
+        out ``other``'s first; the first error."""
+        if other is None:
+            return self
+        first = self if self.error_class is not None else other
+        return Spill(self.copy_in + other.copy_in, other.copy_out + self.copy_out,
+                     first.error_class, first.detail, self.user,
+                     self.problem or other.problem)
+
+
+@dataclass
 class Buf:
     """A parsed buffer: ``array`` is a 1-D numpy view of exactly ``count`` elements.
 
     ``bottom``: for ``[MPI.BOTTOM, count, datatype]`` (absolute addresses) the user's
-    datatype; ``datatype`` is then its shifted twin (see :func:`_bottom`)."""
+    datatype; ``datatype`` is then its shifted twin (see :func:`_bottom`).  ``spill``: see
+    :class:`Spill` (``array`` is then a view of a scratch, or of memory past the buffer)."""
 
     array: np.ndarray
     datatype: MPI.Datatype
     bottom: MPI.Datatype | None = None
+    spill: Spill | None = None
+    #: the user's datatype of extent <= 0 whose ``count`` elements are this one element of
+    #: ``datatype`` (its twin: see :func:`_parse_derived`), or None
+    twin_of: MPI.Datatype | None = None
 
     @property
     def count(self) -> int:
@@ -161,6 +200,7 @@ class VBuf:
     counts: list[int]
     displs: list[int]
     bottom: MPI.Datatype | None = None
+    spill: Spill | None = None
 
     def block(self, i: int) -> np.ndarray:
         """Rank ``i``'s block, a view of ``counts[i]`` elements at ``displs[i]``."""
@@ -435,8 +475,9 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             is then one block's, as in mpi4py, and the view holds ``blocks * count`` elements.
 
     Raises:
-        TypeError, ValueError, KeyError, BufferError: as mpi4py (see the module docstring);
-        ValueError: a count at a displacement that ends past the buffer.
+        TypeError, ValueError, KeyError, BufferError: as mpi4py (see the module docstring).
+        A count at a displacement that ends past the buffer is no error here: see
+        :func:`_spill` (``Buf.spill``).
     """
     if type(spec) is np.ndarray:  # the common spec, a bare array: the rules below, inline
         flags = spec.flags
@@ -461,7 +502,8 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         displ = 0 if dsp is None else _index(dsp, what, "displacement")
         if (count is not None and count < 0) or displ < 0:
             raise ValueError(f"{what}: message: negative count or displacement")
-        return _parse_derived(_as_array(obj, what, writable), dt, count, displ, blocks, what)
+        return _parse_derived(_as_array(obj, what, writable), dt, count, displ, blocks, what,
+                              writable)
     flat, datatype, null = _base(obj, dt, is_list, what, writable)
     displ = 0
     if dsp is not None:
@@ -488,12 +530,17 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
                 f"{what}: message: cannot infer count, number of entries {count} is not a "
                 f"multiple of required number of blocks {blocks} (the call needs one equal "
                 "block per rank)")
-    if displ + count > flat.size:
+    if displ + count > flat.size:  # (B), on one rank's values: the call goes (see _spill)
         shown = count // blocks if per_block else count
-        raise ValueError(
+        isz = flat.dtype.itemsize
+        lo, hi = displ * isz, (displ + count) * isz
+        mem, shift, spill = _spill(
+            flat.view(np.uint8), lo, hi, writable,
             f"{what}: count {shown}{per_block} at displacement {displ} needs "
-            f"{displ + count} elements, buffer has {flat.size} (MPI would go out of bounds)"
-        )
+            f"{displ + count} elements, buffer has {flat.size} (MPI would go out of bounds)")
+        view = mem[lo + shift : hi + shift].view(flat.dtype)
+        return Buf(view if spill is not None else TypedView.of(view, datatype), datatype,
+                   spill=spill)
     return Buf(flat[displ : displ + count], datatype)
 
 
@@ -502,11 +549,102 @@ def _raw(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1, order="A").view(np.uint8)
 
 
+def _beyond(raw: np.ndarray, lo: int, hi: int) -> np.ndarray | None:
+    """Bytes ``[lo, hi)`` (from ``raw``'s first byte) of the numpy array ``raw`` is a view of,
+    if that array holds them all (``raw`` a slice of a larger array): the memory MPI reads
+    there; else None."""
+    top = raw
+    while isinstance(top.base, np.ndarray):
+        top = top.base
+    if top is raw or not (top.flags.c_contiguous or top.flags.f_contiguous):
+        return None
+    whole = top.reshape(-1, order="A").view(np.uint8)
+    if not whole.size:
+        return None
+    at = raw.__array_interface__["data"][0] - whole.__array_interface__["data"][0]
+    if at + lo < 0 or at + hi > whole.size:
+        return None
+    return np.asarray(whole[at + lo : at + hi])
+
+
+def _spill(raw: np.ndarray, lo: int, hi: int, writable: bool, detail: str
+           ) -> tuple[np.ndarray, int, Spill | None]:
+    """A spec that reaches bytes ``[lo, hi)`` of a buffer whose bytes are ``raw`` (1-D
+    uint8), outside them (check kind (B): one rank's own values, so no refusal; the call
+    goes, with the shape the peers expect): ``(mem, shift, spill)``, where byte ``b`` of the
+    buffer is ``mem[b + shift]`` for every ``b`` in ``[lo, hi)`` and in the buffer.
+
+    * A receive (``writable``): ``mem`` is a scratch of the declared size; the call copies
+      the buffer's bytes in before its schedule (what it does not write stays), receives into
+      the scratch, copies back the bytes that have a place in the buffer, and this rank
+      raises ``MPI_ERR_TRUNCATE`` (an ``MPI.Exception``) at the end of the call: MPI's error
+      for data that does not fit a receive, on the rank where it does not fit, after every
+      round (the peers complete).  Plain MPI (MPICH, mpi4py 4) writes past the buffer there,
+      silently; p2p keeps what fits and says so.
+    * A send: if ``raw`` is a slice of a larger numpy array that holds the bytes, ``mem`` is
+      that memory (MPI reads it there: the call sends it, as plain MPI does; no error, spill
+      None).  Else ``mem`` is a scratch of zeros with the buffer's bytes copied in before the
+      schedule: the call sends what the buffer holds and zeros in place of the memory past
+      it, and this rank raises ``MPI_ERR_BUFFER`` at the end of the call (MPI would read
+      memory that is not the buffer's: undefined); the peers are not left waiting."""
+    n = raw.size
+    inside = max(0, min(hi, n) - max(lo, 0))
+    if not writable:
+        there = _beyond(raw, lo, hi)
+        if there is not None:
+            return there, -lo, None
+    shift = max(0, -lo)
+    mem = np.zeros(shift + max(hi, n), np.uint8)
+    user, mine = TypedView.of(raw, MPI.BYTE), TypedView.of(mem[shift : shift + n], MPI.BYTE)
+    if writable:
+        return mem, shift, Spill(
+            ((user, mine),), ((mine, user),), MPI.ERR_TRUNCATE,
+            f"{detail}: message truncated: the call received into a scratch of the "
+            f"declared size ({hi - lo} bytes) and kept the {inside} that fit in the buffer",
+            raw, detail)
+    return mem, shift, Spill(
+        ((user, mine),), (), MPI.ERR_BUFFER,
+        f"{detail}: MPI would read outside the buffer; the call sent the {inside} bytes the "
+        f"buffer holds and zeros in place of the other {hi - lo - inside}", raw, detail)
+
+
+def widen(buf: Buf, count: int, problem: str, writes: int) -> Buf:
+    """``buf`` (a receive buffer the call also reads: an in-place input) as ``count``
+    elements, more than it holds (check kind (B), one rank's own values: the call goes).
+    Where ``buf`` is a slice of a larger numpy array that holds them and the call writes
+    only its first ``writes`` elements, within ``buf``, that memory (what MPI reads there; no
+    error).  Else a scratch with the buffer's elements copied in
+    before the schedule and back after it, zeros past them; the rank raises
+    ``MPI_ERR_BUFFER`` at the end of the call (MPI would read and write past the buffer)."""
+    n = buf.count
+    if not is_derived(buf.datatype) and buf.spill is None and writes <= n:  # MPI reads it
+        isz = buf.array.dtype.itemsize
+        there = _beyond(np.asarray(buf.array).view(np.uint8), 0, count * isz)
+        if there is not None:
+            return Buf(TypedView.of(there.view(buf.array.dtype), buf.datatype), buf.datatype)
+    if is_derived(buf.datatype):  # as typed_scratch, of zeros
+        ext = extents(buf.datatype)
+        lo, hi = ext.span(count)
+        wide = typed_view(np.zeros(max(0, -lo) + max(hi, count * ext.extent, 0), np.uint8),
+                          max(0, -lo), count, ext.extent)
+    else:
+        wide = np.zeros(count, buf.array.dtype)
+    user = TypedView.of(buf.array, buf.datatype)
+    mine = TypedView.of(wide[:n], buf.datatype)
+    spill = Spill(((user, mine),), ((mine, user),), MPI.ERR_BUFFER,
+                  f"{problem}: MPI would read and write past the buffer; the call used its "
+                  f"{n} elements and zeros in place of the other {count - n}, and wrote back "
+                  "what fits", np.asarray(buf.array), problem)
+    return Buf(wide, buf.datatype, buf.bottom,
+               spill if buf.spill is None else buf.spill.then(spill))
+
+
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
     """The extent of a derived datatype, refused (TypeError) where the internal form cannot
     hold it: a null or non-positive extent (elements would not be in increasing address
-    order).  Check (L): one rank's datatype (``Alltoallw`` takes such blocks: see
-    :func:`_one_block`)."""
+    order) on a side of p blocks.  Check (L): one rank's datatype, kept (``docs/errors.md``
+    says why; ``Alltoallw`` and one-block specs take such types: :func:`_one_block`,
+    :func:`_parse_twin`)."""
     if datatype == MPI.DATATYPE_NULL:
         raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
     extent = datatype.Get_extent()[1]
@@ -519,13 +657,25 @@ def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
 
 
 def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, displ: int,
-                   blocks: int, what: str) -> Buf:
+                   blocks: int, what: str, writable: bool = False) -> Buf:
     """:func:`parse` of a spec whose datatype is derived: ``count`` elements of dtype
     ``np.dtype((np.void, extent))`` whose element 0 starts ``displ * extent`` bytes into the
     buffer (see :mod:`mpicoll.algorithms.datatypes`).  Without a count, as mpi4py: the buffer's
-    bytes over the extent (ValueError unless whole)."""
-    extent = _derived_extent(datatype, what)
+    bytes over the extent (ValueError unless whole).
+
+    A datatype of extent <= 0 with a count, one block (Bcast's buffer, Scatter's receive,
+    Gather's and Allgather's send, a reduction's buffers): the ``count`` elements as one
+    element of a twin type (:func:`_one_block`: the same bytes, the same type signature),
+    ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks, or no count
+    to infer from, it stays refused (:func:`_derived_extent`)."""
     raw = _raw(arr)
+    lb, ext = datatype.Get_extent()
+    if count is None and ext <= 0:  # check (M): mpi4py's own
+        raise ValueError(f"{what}: message: cannot infer count, datatype extent {ext} "
+                         f"(lb:{lb}, ub:{lb + ext})")
+    if count and blocks == 1 and ext <= 0:
+        return _parse_twin(raw, datatype, count, displ, what, writable)
+    extent = _derived_extent(datatype, what)
     per_block = ""
     if count is None:
         if raw.size % extent:
@@ -537,9 +687,52 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     elif blocks != 1:
         per_block = f" ({count} per block x {blocks} blocks)"
         count *= blocks
-    check_span(datatype, displ * extent, count, raw.size, what,
-               f" (extent {extent}) at displacement {displ}{per_block}")
-    return Buf(typed_view(raw, displ * extent, count, extent), datatype)
+    origin = displ * extent
+    try:
+        check_span(datatype, origin, count, raw.size, what,
+                   f" (extent {extent}) at displacement {displ}{per_block}")
+    except ValueError as exc:  # (B), on one rank's values: the call goes (see _spill)
+        lo, hi = extents(datatype).span(count)
+        mem, shift, spill = _spill(raw, origin + lo, origin + hi, writable, str(exc))
+        view = typed_view(mem, origin + shift, count, extent)
+        return Buf(view if spill is not None else TypedView.of(view, datatype), datatype,
+                   spill=spill)
+    return Buf(typed_view(raw, origin, count, extent), datatype)
+
+
+def _twin_block(raw: np.ndarray, origin: int, count: int, datatype: MPI.Datatype
+                ) -> TypedView:
+    """As :func:`_one_block`, the twin's extent its true extent (at least 1), so that the
+    schedules' scratch buffers of several twins (a tree's relays) do not overlap."""
+    one = datatype.Create_contiguous(count)
+    try:
+        lb, true_extent = one.Get_true_extent()
+        twin = one.Create_resized(int(lb), max(1, int(true_extent))).Commit()
+    finally:
+        one.Free()
+    view = TypedView.of(typed_view(raw, origin, 1, max(1, int(true_extent))), twin)
+    weakref.finalize(view, _free_type, twin).atexit = False
+    return view
+
+
+def _parse_twin(raw: np.ndarray, datatype: MPI.Datatype, count: int, displ: int, what: str,
+                writable: bool) -> Buf:
+    """``count`` elements of a datatype of extent <= 0 from element ``displ`` (byte
+    ``displ * extent``) of ``raw``: one element of its twin (see :func:`_parse_derived`); a
+    twin reaching outside the buffer goes as any other spec (:func:`_spill`)."""
+    origin = int(displ * datatype.Get_extent()[1])
+    view = _twin_block(raw, origin, count, datatype)
+    twin = view.datatype
+    try:
+        check_span(twin, origin, 1, raw.size, what, f" ({count} of a datatype of extent "
+                   f"{datatype.Get_extent()[1]}) at displacement {displ}")
+    except ValueError as exc:  # (B), on one rank's values: the call goes (see _spill)
+        lo, hi = extents(twin).span(1)
+        mem, shift, spill = _spill(raw, origin + lo, origin + hi, writable, str(exc))
+        view = _twin_block(mem, origin + shift, count, datatype)
+        twin = view.datatype
+        return Buf(view, twin, spill=spill, twin_of=datatype)
+    return Buf(view, twin, twin_of=datatype)
 
 
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
@@ -582,8 +775,9 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
     Raises:
         TypeError / ValueError / KeyError / BufferError: as :func:`parse`, and counts or
         displacements whose length is not ``size`` (ValueError), negative counts
-        (:class:`MPIValueError`), blocks pointing outside the buffer, or overlapping blocks of
-        a receive buffer (ValueError: MPI would corrupt memory).
+        (:class:`MPIValueError`).  Blocks outside the buffer and overlapping blocks of a
+        receive buffer are no error here: see :func:`_spill` and :func:`_repack`
+        (``VBuf.spill``).
     """
     obj, counts_spec, displs_spec, dt, is_list = _unpack(spec, what, vector=True)
     counts_spec, displs_spec = _scalar(counts_spec), _scalar(displs_spec)
@@ -637,41 +831,88 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                              "(expected one per rank)")
         displs = [_index(v, what, "displacements") for v in vals]
     given = None
-    if bottom:  # one view from address 0 that spans every block (see _bottom)
-        if any(d < 0 for c, d in zip(counts, displs, strict=True) if c):
-            raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement: mpicoll "
-                             "needs the blocks at displacements >= 0 from MPI.BOTTOM")
-        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
-        flat, datatype = _bottom(datatype, end, 0, what)
-        given = _datatype(dt, what) if end else None
+    spill: Spill | None = None
+    live = [(i, c, d) for i, (c, d) in enumerate(zip(counts, displs, strict=True)) if c]
+    if bottom:  # one view from MPI.BOTTOM's element min(0, displs) that spans every block
+        low = min((d for _, _, d in live), default=0)
+        low = min(low, 0)  # a negative displacement: an absolute address too (see _bottom)
+        end = max((d + c for _, c, d in live), default=0)
+        flat, datatype = _bottom(datatype, end - low, low, what)
+        displs = [d - low for d in displs]
+        given = _datatype(dt, what) if end - low else None
         derived = True
-    elif derived:  # blocks are checked against the typemap's bytes; the view spans them all
-        for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
-            check_span(datatype, d * extent, c, raw.size, what,
-                       f" (extent {extent}) of block {i} at displacement {d}")
-        end = max((d + c for c, d in zip(counts, displs, strict=True) if c), default=0)
-        if end > flat.size:
-            flat = typed_view(raw, 0, end, extent)
-    for i, (c, d) in enumerate(zip(counts, displs, strict=True)):
+    elif live:
         if derived:
-            break
-        if c and (d < 0 or d + c > flat.size):
-            raise ValueError(
+            ext = extents(datatype)
+            unit, spans, problem = extent, [], ""
+            for i, c, d in live:
+                a, b = ext.span(c)
+                spans.append((d * extent + a, d * extent + b))
+                try:
+                    check_span(datatype, d * extent, c, raw.size, what,
+                               f" (extent {extent}) of block {i} at displacement {d}")
+                except ValueError as exc:
+                    problem = problem or str(exc)
+        else:
+            raw, unit = flat.view(np.uint8), flat.dtype.itemsize
+            spans = [(d * unit, (d + c) * unit) for _, c, d in live]
+            problem = next((
                 f"{what}: block {i} (count {c} at displacement {d}) lies outside the buffer's "
                 f"{flat.size} elements (MPI would go out of bounds; check the counts and "
-                "displacements)"
-            )
-    if writable:  # check (L): MPI forbids writing a location twice; schedules read back
-        blocks = enumerate(zip(counts, displs, strict=True))
-        spans = sorted((d, d + c, i) for i, (c, d) in blocks if c)
-        for (_, end, i), (start, _, j) in pairwise(spans):
-            if start < end:
-                raise ValueError(
-                    f"{what}: blocks {i} and {j} overlap (block {j} starts at displacement "
+                "displacements)" for i, c, d in live if d < 0 or d + c > flat.size), "")
+        low = min(d for _, _, d in live)
+        end = max(d + c for _, c, d in live)
+        if problem:  # (B), on one rank's values: the call goes (see _spill)
+            mem, shift, spill = _spill(raw, min(a for a, _ in spans),
+                                       max(b for _, b in spans), writable, problem)
+            origin = low * unit + shift
+            if derived:
+                flat = typed_view(mem, origin, end - low, extent)
+            else:
+                flat = mem[origin : origin + (end - low) * unit].view(flat.dtype)
+            if spill is None:  # memory past the buffer that MPI reads: the call sends it
+                flat = TypedView.of(flat, datatype)
+            displs = [d - low for d in displs]
+        elif derived and end > flat.size:  # the view spans every block
+            flat = typed_view(raw, 0, end, extent)
+    problem = _overlap(counts, displs, what) if writable else ""
+    if problem:  # (L) made to go: see _repack
+        flat, displs, over = _repack(flat, datatype, counts, displs, derived, problem)
+        spill = over if spill is None else spill.then(over)
+    return VBuf(flat, datatype, counts, displs, bottom=given, spill=spill)
+
+
+def _overlap(counts: list[int], displs: list[int], what: str) -> str:
+    """Why two blocks of a receive v-spec share an element, or "" (MPI calls receiving into
+    one location twice erroneous; MPICH writes both, in the order the messages arrive)."""
+    spans = sorted((d, d + c, i) for i, (c, d) in enumerate(zip(counts, displs, strict=True))
+                   if c)
+    for (_, end, i), (start, _, j) in pairwise(spans):
+        if start < end:
+            return (f"{what}: blocks {i} and {j} overlap (block {j} starts at displacement "
                     f"{start}, inside block {i}, which ends at {end}); MPI forbids receiving "
-                    "into one location twice"
-                )
-    return VBuf(flat, datatype, counts, displs, bottom=given)
+                    "into one location twice")
+    return ""
+
+
+def _repack(flat: np.ndarray, datatype: MPI.Datatype, counts: list[int], displs: list[int],
+            derived: bool, problem: str) -> tuple[np.ndarray, list[int], Spill]:
+    """A receive v-spec whose blocks overlap, made to go (it was check (L): the forwarding
+    schedules read blocks back from the receive buffer, so a block written over before it
+    is forwarded would forward wrong data): the call works on a scratch with the blocks
+    back to back (each block's own elements: copied in from the buffer before the schedule,
+    for the in-place forms), and copies the blocks back into the buffer after it in rank
+    order, so where blocks overlap the higher rank's block is what stays (MPICH leaves
+    whichever message arrived last; MPI calls the program erroneous).  No error (checked
+    mode refuses it on every rank, with ``problem``)."""
+    packed = [int(x) for x in np.cumsum([0, *counts[:-1]], dtype=np.int64)]
+    total = sum(counts)
+    scratch = typed_scratch(total, datatype) if derived else np.empty(total, flat.dtype)
+    pairs = tuple((TypedView.of(flat[d : d + c], datatype),
+                   TypedView.of(scratch[q : q + c], datatype))
+                  for c, d, q in zip(counts, displs, packed, strict=True) if c)
+    return scratch, packed, Spill(pairs, tuple((b, a) for a, b in pairs), None, "",
+                                  np.asarray(flat), problem)
 
 
 @dataclass
@@ -685,6 +926,7 @@ class WBuf:
     displs: list[int]
     datatypes: list[MPI.Datatype]
     blocks: PerPeer
+    spill: Spill | None = None
 
     def nbytes(self, i: int) -> int:
         """Bytes of data in block ``i`` (``counts[i] * datatypes[i].Get_size()``)."""
@@ -715,8 +957,8 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
     Raises:
         TypeError: not a buffer, not one of the two forms, a datatype that is not an
             ``MPI.Datatype`` (a single datatype for all is refused, as mpi4py refuses it).
-        ValueError: counts, displacements or datatypes not one per rank, negative counts, a
-            block whose typemap leaves the buffer.
+        ValueError: counts, displacements or datatypes not one per rank, negative counts (a
+            block whose typemap leaves the buffer is no error here: see :func:`_spill`).
     """
     if spec is None:
         raise TypeError(f"{what}: a buffer is required here, got None")
@@ -746,30 +988,42 @@ def parse_w(spec: Any, what: str, size: int, *, writable: bool = False) -> WBuf:
         raise TypeError(f"{what}: Alltoallw needs a sequence of {size} datatypes, one per rank")
     if len(types) != size:
         raise ValueError(f"{what}: datatypes has {len(types)} entries, expected {size}")
-    blocks = []
-    used = list(types)
-    for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+    for i, t in enumerate(types):
         if not isinstance(t, MPI.Datatype):
             raise TypeError(f"{what}: datatypes[{i}] is not an MPI.Datatype: {t!r}")
         _null_type(t, f"{what}: datatypes[{i}]", False)
-        if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom)
-            if c and d < 0:
-                raise ValueError(f"{what}: MPI.BOTTOM with a negative displacement ({d} for "
-                                 f"block {i}): mpicoll needs displacements >= 0")
+    mem, shift, spill = raw, 0, None
+    if not bottom:  # blocks whose typemap leaves the buffer: (B), the call goes (_spill)
+        spans, problem = [], ""
+        for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+            a, b = extents(t).span(c)
+            if b > a:
+                spans.append((d + a, d + b))
+                try:
+                    check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
+                except ValueError as exc:
+                    problem = problem or str(exc)
+        if problem:
+            mem, shift, spill = _spill(raw, min(a for a, _ in spans),
+                                       max(b for _, b in spans), writable, problem)
+    blocks = []
+    used = list(types)
+    for i, (c, d, t) in enumerate(zip(counts, displs, types, strict=True)):
+        if bottom:  # absolute addresses: block i at byte d from MPI.BOTTOM (see _bottom; a
+            # negative d is an address too, checked there as every other)
             view, twin = _bottom(t, c, 0, f"{what}: block {i}", byte_offset=d)
             if c:
                 used[i] = twin
             blocks.append(TypedView.of(view, twin))
             continue
-        check_span(t, d, c, raw.size, what, f" (block {i} at byte {d})")
         if c and t.Get_extent()[1] <= 0:  # extent 0 (or negative): one element of c of them
-            blocks.append(_one_block(raw, d, c, t))
+            blocks.append(_one_block(mem, d + shift, c, t))
             continue
         extent = _derived_extent(t, f"{what}: datatypes[{i}]") if c else max(1, t.extent)
-        blocks.append(TypedView.of(typed_view(raw, d, c, extent), t))
+        blocks.append(TypedView.of(typed_view(mem, d + shift, c, extent), t))
     # (blocks of a receive buffer may interleave, e.g. the columns of a transpose: whether
     # two of them write one byte twice is the user's to keep, as in MPI; not checked)
-    return WBuf(raw, counts, displs, used, PerPeer(blocks))
+    return WBuf(raw, counts, displs, used, PerPeer(blocks), spill=spill)
 
 
 def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = False) -> None:
@@ -788,8 +1042,8 @@ def same_type(a: Buf | VBuf, b: Buf | VBuf, what: str, *, reduction: bool = Fals
     ``MPI_ERR_TRUNCATE`` where a receive is too small."""
     if not reduction:
         return
-    given_a = a.datatype if a.bottom is None else a.bottom
-    given_b = b.datatype if b.bottom is None else b.bottom
+    given_a = getattr(a, "twin_of", None) or (a.datatype if a.bottom is None else a.bottom)
+    given_b = getattr(b, "twin_of", None) or (b.datatype if b.bottom is None else b.bottom)
     if given_a != given_b:
         raise ValueError(
             f"{what}: mismatch in send and receive MPI datatypes: send "

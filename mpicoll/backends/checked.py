@@ -362,6 +362,8 @@ class CheckedMode:
         try:
             check_algorithm_type(algorithm)
             call = PARSERS[collective](self.size, self.rank, *args)
+            if call.bounds is not None:  # a spec past its buffer: refused on every rank
+                raise ValueError(call.bounds)
         except ARG_ERRORS as exc:
             self._agree(collective, None, exc, algorithm, nonblocking=nonblocking)
             raise

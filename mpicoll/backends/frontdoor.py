@@ -32,10 +32,14 @@ with the very objects of the last call of its collective (each argument identica
 whose arrays still have the shape, dtype and flags they had and whose user-defined ops the
 handle, runs that call's runner without building a key.  Identity is enough for the rest: the
 entry keeps the objects alive (an id is never reused), ints, strings, ``None`` and
-``MPI.IN_PLACE`` cannot change, and a call with a list or tuple argument (a buffer spec, whose
-items could be changed in place) is never a last call.  Only calls the cache holds become last
-calls, so what the key would refuse never gets there; an entry becomes one at its first hit
-(its record made then, of that hit's arguments: a call made once needs none).
+``MPI.IN_PLACE`` cannot change.  What a key holds by value is compared as the key would: a
+list or tuple argument (a buffer spec, built anew or changed in place) item by item, a view
+made anew (``big[:n]``, bare or a list spec's buffer) by its base, address, shape, strides,
+dtype and flags (:class:`_View`), an ``mmap`` of a blocking call by its length and address,
+read at each call (a closed one misses, and the parse raises what mpi4py raises).  Only calls
+the cache holds become last calls, so what the key would refuse never gets there; an entry
+becomes one at its first hit (its record made then, of that hit's arguments: a call made once
+needs none).
 
 Behind the cache sit the *templates* (p2p, blocking calls): a miss whose buffers are all numpy
 arrays (bare or a list spec's first item) has a layout, :func:`shape_of` (its key less the
@@ -43,7 +47,10 @@ buffers' identities and addresses: their dtype, shape, strides and flags stay). 
 stored runner of a layout is noted (:meth:`FrontDoor.note`); at the next miss of that layout
 its compiled plan becomes a :class:`~mpicoll.engines.plan.Template`, and every later miss of
 it gets a runner bound from the template to its own buffers, without a parse (see there for
-why the parse could only agree, and the overlap check it keeps).
+why the parse could only agree, and the overlap check it keeps).  Such a runner is stored
+only when the same call comes twice in a row (:meth:`FrontDoor.again`); otherwise it runs
+once and is dropped, so a program passing new arrays at every call neither fills the cache
+nor keeps its dead arrays alive.
 
 An entry is ``(args, run, last)``: the arguments (kept alive, see above), the backend's runner,
 ``run(*args)`` (native: the mpi4py method; p2p: the engine's call with the selected algorithm,
@@ -66,7 +73,7 @@ from mpi4py import MPI
 
 __all__ = ["PENDING", "PINNED_BYTES", "SIZE", "TEMPLATES", "FrontDoor", "Last",
            "UncacheableError", "holds",
-           "key_of", "last_of", "same_specs", "shape_of", "unexported"]
+           "key_of", "last_of", "same_maps", "same_specs", "shape_of", "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -307,16 +314,19 @@ def shape_of(head: tuple[Any, ...], args: Any) -> tuple[tuple[Any, ...], list[np
     return tuple(key), bufs
 
 
-#: a last call: ``(args, algorithm, arrays, handles, run, lists, specs)``; ``arrays`` holds
-#: ``(array, shape, dtype, flags)`` of its arrays (in its list specs too), ``handles``
+#: a last call: ``(args, algorithm, arrays, handles, run, lists, specs, maps)``; ``arrays``
+#: holds ``(array, shape, dtype, flags)`` of its arrays (in its list specs too), ``handles``
 #: ``(object, handle)`` of its user-defined ops and derived datatypes, ``lists``
-#: ``(list, items)`` of its list and tuple arguments, nested ones included, and ``specs``
-#: per argument the items of a list or tuple argument (None for the others; None for all if
-#: the call has no list or tuple argument): a spec list
-#: built anew at each call with the very same items is the last call too (see the module)
+#: ``(list, items)`` of its list and tuple arguments, nested ones included, ``specs`` per
+#: argument None (compared by identity), the items of a list or tuple argument, or a
+#: :class:`_View` (a view made anew at each call); None for all if the call has neither
+#: (see :func:`same_specs`), and ``maps`` ``(mmap, length, address)`` of its ``mmap`` buffers
+#: (read at each call: the program may close or resize one).  A spec list built anew at each
+#: call with the very same items, and a view made anew of the same memory, are the last call
+#: too (see the module)
 Last = tuple[tuple[Any, ...], Any, tuple[tuple[Any, ...], ...], tuple[tuple[Any, int], ...],
              Callable[..., Any], tuple[tuple[Any, tuple[Any, ...]], ...],
-             tuple[tuple[Any, ...] | None, ...] | None]
+             tuple[Any, ...] | None, tuple[tuple[Any, int, int], ...]]
 
 #: an entry's last-call record before its first hit (see :meth:`FrontDoor.settle`)
 PENDING: Any = object()
@@ -325,49 +335,107 @@ PENDING: Any = object()
 _FIXED = (int, str, type(None), bytes, bytearray, array.array, type(MPI.IN_PLACE))
 
 
-def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any]) -> Last | None:
+class _View:
+    """What a last call checks of a view argument (``big[:n]``, made anew at every call):
+    another view is the same key (:func:`_array`) if it views the same base at the same
+    address with the same shape, strides, dtype and flags.  Holds the view it was made of
+    (so its base, and the base's id, stay alive)."""
+
+    __slots__ = ("address", "base", "dtype", "flags", "shape", "strides", "view")
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.view, self.base, self.address = a, a.base, _address(a)
+        self.shape, self.strides, self.dtype, self.flags = a.shape, a.strides, a.dtype, \
+            a.flags.num
+
+    def match(self, a: Any) -> bool:
+        """Whether ``a`` keys as the view this was made of (never raises)."""
+        if (type(a) is not _ND or a.base is not self.base or a.shape != self.shape
+                or a.dtype is not self.dtype or a.strides != self.strides
+                or a.flags.num != self.flags):
+            return False
+        try:
+            return int(_ADDRESS(a)) == self.address
+        except Exception:
+            return False
+
+
+def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
+            nonblocking: bool = False) -> Last | None:
     """The last-call record of a cached call, or None if it cannot be one: an argument whose
     meaning can change on the same object other than through what the record checks (a bare
-    0-d array: a root read by value; counts given as a numpy array; an mmap or memoryview,
-    which may be closed or released; anything else not listed in :data:`_FIXED`)."""
+    0-d array: a root read by value; counts given as a numpy array; a memoryview, which may be
+    released; an mmap of a non-blocking call, whose request must hold it; anything else not
+    listed in :data:`_FIXED`).  A view is matched by :class:`_View`, an mmap by its length
+    and address, read at each call."""
     arrays: list[tuple[Any, ...]] = []
     handles: list[tuple[Any, int]] = []
     lists: list[tuple[Any, tuple[Any, ...]]] = []
+    maps: list[tuple[Any, int, int]] | None = None if nonblocking else []
+    specs: list[Any] = []
     for a in args:
         t = type(a)
         if t is _ND:
             if not a.ndim:
                 return None
+            if a.base is not None:
+                specs.append(_View(a))
+                continue
             arrays.append((a, a.shape, a.dtype, a.flags.num))
         elif t is list or t is tuple:
-            if not all(_last_part(v, type(v), arrays, handles, lists, i == 0)
-                       for i, v in enumerate(a)):
-                return None
-        elif not _last_part(a, t, arrays, handles, lists, False):
+            items = list(a)
+            for i, v in enumerate(a):
+                if i == 0 and type(v) is _ND and v.base is not None and v.ndim:
+                    items[0] = _View(v)
+                elif not _last_part(v, type(v), arrays, handles, lists, i == 0, maps):
+                    return None
+            specs.append(tuple(items))
+            continue
+        elif not _last_part(a, t, arrays, handles, lists, False, maps):
             return None
-    specs = tuple(tuple(a) if type(a) is list or type(a) is tuple else None for a in args)
+        specs.append(None)
     return (args, algorithm, tuple(arrays), tuple(handles), run, tuple(lists),
-            None if all(x is None for x in specs) else specs)
+            None if all(x is None for x in specs) else tuple(specs), tuple(maps or ()))
 
 
 def same_specs(args: tuple[Any, ...], last: Last) -> bool:
     """Whether ``args`` are the last call's (``is``), a list or tuple argument compared item
     by item instead (``is``, one level: the same list changed in place, or one built anew
-    with other items, is not; a nested sequence is checked through ``lists``)."""
+    with other items, is not; a nested sequence is checked through ``lists``), a view by its
+    :class:`_View` (another view of the same memory, shape, strides, dtype and flags is).
+    Never raises."""
     for a, old, items in zip(args, last[0], last[6] or (), strict=True):
         if items is None:
             if a is not old:
                 return False
-        elif type(a) is not type(old) or len(a) != len(items) or not all(map(_is, a, items)):
+        elif type(items) is _View:
+            if not items.match(a):
+                return False
+        elif type(a) is not type(old) or len(a) != len(items):
             return False
+        elif not all(map(_is, a, items)):
+            first = items[0]
+            if (type(first) is not _View or not first.match(a[0])
+                    or not all(map(_is, a[1:], items[1:]))):
+                return False
     return True
+
+
+def same_maps(maps: tuple[tuple[Any, int, int], ...]) -> bool:
+    """Whether every mmap of a last call still has its length and address (False for a
+    closed one: the call is then parsed, and raises what mpi4py raises).  Never raises."""
+    try:
+        return all(len(m) == n and int(_ADDRESS(m)) == at for m, n, at in maps)
+    except Exception:
+        return False
 
 
 def _last_part(a: Any, t: type, arrays: list[tuple[Any, ...]],
                handles: list[tuple[Any, int]], lists: list[tuple[Any, tuple[Any, ...]]],
-               buffer: bool) -> bool:
+               buffer: bool, maps: list[tuple[Any, int, int]] | None = None) -> bool:
     """Record what a last call must check of ``a`` (``buffer``: a list spec's buffer); False
-    if it cannot be part of a last call."""
+    if it cannot be part of a last call (``maps``: where an mmap's length and address go;
+    None: an mmap cannot)."""
     if t is _ND:
         if not buffer:  # counts or displacements: keyed by their contents
             return False
@@ -381,6 +449,14 @@ def _last_part(a: Any, t: type, arrays: list[tuple[Any, ...]],
         items = tuple(a)
         lists.append((a, items))
         return all(_last_part(v, type(v), arrays, handles, lists, False) for v in items)
+    if t is mmap.mmap:
+        if maps is None:
+            return False
+        try:
+            maps.append((a, len(a), int(_ADDRESS(a))))
+        except Exception:
+            return False
+        return True
     return t in _FIXED or t in _NUMPY_INTS
 
 
@@ -448,7 +524,7 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("_sizes", "entries", "hits", "last", "misses", "pinned", "templates")
+    __slots__ = ("_once", "_sizes", "entries", "hits", "last", "misses", "pinned", "templates")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
@@ -464,6 +540,9 @@ class FrontDoor:
         #: template made of it (p2p: :class:`~mpicoll.engines.plan.Template`), or None where
         #: none can be made; at most :data:`TEMPLATES`
         self.templates: dict[tuple[Any, ...], Any] = {}
+        #: the key and arguments of the last call a template served and that was not stored
+        #: (:meth:`again`)
+        self._once: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
 
     def note(self, shape: tuple[tuple[Any, ...], list[np.ndarray]], run: Any,
              args: tuple[Any, ...]) -> None:
@@ -476,6 +555,19 @@ class FrontDoor:
         if len(templates) >= TEMPLATES:
             del templates[next(iter(templates))]
         templates[shape[0]] = (run, shape[1], args)
+
+    def again(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> bool:
+        """Whether a call of ``key`` that a template serves (:meth:`note`) is the second in a
+        row with these very buffers: only then is it stored.  The last such call that was
+        not stored is remembered, its arguments kept alive (so their ids are theirs: an array
+        freed and another made at its address is never taken for it); a program passing new
+        arrays at every call keeps one call's buffers alive, not the cache's 64."""
+        once = self._once
+        if once is not None and once[0] == key:
+            self._once = None
+            return True
+        self._once = (key, args)
+        return False
 
     def store(self, key: tuple[Any, ...], args: tuple[Any, ...], run: Callable[..., Any]
               ) -> None:
@@ -508,7 +600,7 @@ class FrontDoor:
         of that hit (whose key is the entry's now: the entry's own objects may have changed
         since, a list spec's items replaced in place), kept in the entry (it holds them
         alive, so their ids stay theirs)."""
-        last = last_of(args, algorithm, entry[1])
+        last = last_of(args, algorithm, entry[1], bool(key[1]))
         self.entries[key] = (entry[0], entry[1], last)
         return last
 
@@ -522,6 +614,7 @@ class FrontDoor:
         for lasts in self.last:
             lasts.clear()
         self.templates.clear()
+        self._once = None
         self.hits = self.misses = self.pinned = 0
 
 

@@ -152,6 +152,8 @@ class P2P(P2PObjects, Collectives):
         #: count, in_place, uniform) -> algorithm (at most _CHOSEN of them)
         self._chosen: dict[tuple[Any, ...], registry.Algorithm] = {}
         self._chosen_model: Any = None
+        #: each collective's parser on this communicator (a template's runners parse late)
+        self._parsers: dict[str, Callable[..., Call]] = {}
         try:  # the Dup and node_map's Split_type each need a context id
             self._comm = comm.Dup()
             self.nodes = node_map(self._comm, self.settings.ranks_per_node)
@@ -297,7 +299,11 @@ class P2P(P2PObjects, Collectives):
         if isinstance(t.source, _AutoBlocking) and t.model is not alphabeta.current():
             del templates[shape[0]]  # the model changed: auto may choose another algorithm
             return None
-        return t.bind(shape[1], partial(PARSERS[collective], self.size, self.rank), args)
+        parse = self._parsers.get(collective)
+        if parse is None:
+            parse = self._parsers[collective] = partial(PARSERS[collective], self.size,
+                                                        self.rank)
+        return t.bind(shape[1], parse, args)
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...], tag: int | None = None) -> Any:

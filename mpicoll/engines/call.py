@@ -40,7 +40,13 @@ class Call:
         truncated: what this rank truncates locally, MPI's ``MPI_ERR_TRUNCATE`` without a
             message (its own block of an Alltoall whose receive is smaller than its send), or
             None; the call runs every round and raises it at the end of each run on this
-            rank, as MPICH does.
+            rank, as MPICH does.  A :class:`~mpicoll.engines.errors.LocalError` says its own
+            sentence and error class (a buffer spec reaching outside its buffer: see
+            :func:`mpicoll.backends.buffers._spill`).
+        bounds: why this rank's buffer specs reach outside its buffers (the call runs on a
+            scratch and raises ``truncated`` at its end) or its receive blocks overlap (the
+            call goes, no error), or None; checked mode refuses such a call on every rank
+            before any message instead.
     """
 
     collective: str
@@ -72,6 +78,8 @@ class Call:
     count_types: tuple[MPI.Datatype | None, ...] = field(default=(None, None, None), repr=False)
     #: a local truncation on this rank (see the class docstring), said for the error message
     truncated: str | None = None
+    #: a buffer spec of this rank reaching outside its buffer (see the class docstring)
+    bounds: str | None = field(default=None, repr=False)
 
     def schedule(self, ctx: Context, algorithm: Algorithm) -> Schedule:
         """``algorithm``'s schedule for this call on ``ctx``: its arguments from

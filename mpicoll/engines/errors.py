@@ -10,7 +10,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["MessageError", "explain", "settle", "truncated"]
+__all__ = ["LocalError", "MessageError", "explain", "settle", "truncated"]
 
 
 class MessageError(MPI.Exception):
@@ -72,9 +72,27 @@ def explain(exc: MPI.Exception, what: str, statuses: Sequence[MPI.Status] = (),
     return MessageError(code, msg)
 
 
+class LocalError(str):
+    """What a rank raises at the end of a call for something it did alone (no message's
+    error): a ``str`` (the whole sentence after the collective's name) that carries its MPI
+    error class (``error_class``), e.g. a receive buffer smaller than its spec's count
+    (``MPI_ERR_TRUNCATE``), a send spec reaching past its buffer (``MPI_ERR_BUFFER``); see
+    :class:`mpicoll.engines.call.Call` (``truncated``)."""
+
+    error_class: int
+
+    def __new__(cls, detail: str, error_class: int = MPI.ERR_TRUNCATE) -> LocalError:
+        out = super().__new__(cls, detail)
+        out.error_class = error_class
+        return out
+
+
 def truncated(what: str, detail: str) -> MessageError:
     """``MPI_ERR_TRUNCATE`` for a truncation this rank makes without a message (``detail``:
-    what did not fit, e.g. its own block of an Alltoall), on ``what`` (the collective)."""
+    what did not fit, e.g. its own block of an Alltoall), on ``what`` (the collective); a
+    :class:`LocalError` ``detail`` says its own sentence, with its own error class."""
+    if isinstance(detail, LocalError):
+        return MessageError(detail.error_class, f"{what}: {detail}")
     return MessageError(MPI.ERR_TRUNCATE, f"{what}: message truncated: {detail} (the ranks "
                         "passed different amounts of data: MPI requires the type signatures "
                         "of sender and receiver to match)")

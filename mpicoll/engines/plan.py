@@ -833,15 +833,18 @@ class Template:
         the order of the template's), its plan already compiled and its call parsed only when
         a run needs it (``parse(*run_args)``); None if two of ``bufs`` may overlap (the call
         must then be parsed: the parse refuses aliased buffers)."""
-        if len(bufs) > 1:
-            for i in range(len(bufs) - 1):
-                for j in range(i + 1, len(bufs)):
-                    if _MAY_SHARE(bufs[i], bufs[j]):
+        if len(bufs) > 1:  # contiguous (their layout is the template's): byte ranges
+            try:
+                spans = [(at := int(_ADDRESS(b)), at + b.nbytes) for b in bufs]
+            except Exception:  # (no address mpi4py can read: the parse decides)
+                return None
+            for i in range(len(spans) - 1):
+                lo, hi = spans[i]
+                for j in range(i + 1, len(spans)):
+                    if lo < spans[j][1] and spans[j][0] < hi:
                         return None
         src = self.source
-        run = object.__new__(type(src))
-        for name in _slots(type(src)):
-            setattr(run, name, getattr(src, name))
+        run = _clone(type(src))(src)
         run._call = None
         run._parse = parse
         run._args = args
@@ -855,17 +858,23 @@ class NoTemplateError(Exception):
     """A compiled plan that :class:`Template` cannot make reusable (the reason)."""
 
 
-_MAY_SHARE = np.may_share_memory
-_SLOTS: dict[type, tuple[str, ...]] = {}
+_ADDRESS = MPI.Get_address
+_CLONES: dict[type, Callable[[Any], Any]] = {}
 
 
-def _slots(cls: type) -> tuple[str, ...]:
-    """Every slot of a runner class (its own and its bases'), once per class."""
-    out = _SLOTS.get(cls)
-    if out is None:  # less those bind sets
-        out = _SLOTS[cls] = tuple(n for c in cls.__mro__ for n in getattr(c, "__slots__", ())
-                                  if n not in ("_args", "_call", "_parse", "_runs", "_fast",
-                                                "_replayed"))
+def _clone(cls: type) -> Callable[[Any], Any]:
+    """A function copying a runner of ``cls`` into a new one: every slot (its own and its
+    bases') but those :meth:`Template.bind` sets, made once per class (one function of plain
+    attribute copies, no loop over names)."""
+    out = _CLONES.get(cls)
+    if out is None:
+        names = [n for c in cls.__mro__ for n in getattr(c, "__slots__", ())
+                 if n not in ("_args", "_call", "_parse", "_runs", "_fast", "_replayed")]
+        src = "\n".join(["def clone(src):", "    run = new(cls)",
+                         *[f"    run.{n} = src.{n}" for n in names], "    return run"])
+        scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+        exec(src, scope)
+        out = _CLONES[cls] = scope["clone"]
     return out
 
 

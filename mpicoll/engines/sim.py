@@ -23,6 +23,10 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   arguments ask for, and a rank that posts a
   round of k messages (sends and receives) is busy for ``k o_msg`` first: its messages are
   posted, and may start, at its clock plus ``k o_msg``;
+* with a :class:`~mpicoll.engines.network.Network` (a topology, rank placement, link
+  contention, LogGP's gap: that module's docstring), an off-node message also pays its route's
+  hop latency and its bandwidth term is scaled by the most loaded link of its route in its
+  round; with a gap a port is busy ``max(g, n beta f)`` per message, not the whole message;
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
 
 Two modes: with data (real numpy buffers; results can be checked against NumPy) and cost-only
@@ -48,6 +52,7 @@ O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +72,7 @@ from ..algorithms.schedule import (
     Table,
 )
 from ..model.alphabeta import DEFAULT, Model
+from .network import Fabric, Network
 
 __all__ = [
     "DeadlockError", "NotVectorizableError", "SimResult", "Simulator", "TwoLevel", "run_vector",
@@ -110,6 +116,9 @@ class SimResult:
         clocks: per-rank finishing times, seconds.
         messages_sent, bytes_sent, messages_recv, bytes_recv: per-rank counts (numpy int64).
         inter_bytes_sent: per-rank bytes sent to another node (two-level model; else zeros).
+        link_bytes: with a network, the bytes each of its links carried (else None).
+        fabric: with a network, the :class:`~mpicoll.engines.network.Fabric` it ran on (its
+            topology names the links; :meth:`busiest_link`).
         outputs: per-rank user buffers after the call (data mode only).
         engine: ``"vector"`` (all ranks at once) or ``"rank"`` (per-rank generators).
     """
@@ -127,9 +136,21 @@ class SimResult:
     inter_bytes_sent: np.ndarray
     outputs: list[Any] = field(default_factory=list, repr=False)
     engine: str = "rank"
+    link_bytes: np.ndarray | None = None
+    fabric: Fabric | None = field(default=None, repr=False)
+
+    def busiest_link(self) -> tuple[str, int] | None:
+        """With a network: the link that carried the most bytes (its name) and its bytes."""
+        if self.link_bytes is None or self.fabric is None:
+            return None
+        i = int(np.argmax(self.link_bytes))
+        return self.fabric.topology.link_name(i), int(self.link_bytes[i])
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        net: dict[str, Any] = {}
+        if self.link_bytes is not None:
+            net = {"link_bytes": self.link_bytes.tolist(), "busiest_link": self.busiest_link()}
+        return {**net,
             "collective": self.collective, "algorithm": self.algorithm, "p": self.p,
             "nbytes": self.nbytes, "time_s": self.time,
             "clocks_s": self.clocks.tolist(),
@@ -184,11 +205,16 @@ class Simulator:
             ``ranks_per_node`` consecutive ranks, else one rank per node).
         ranks_per_node: emulated node size when neither ``nodes`` nor a two-level model says.
         segment_bytes: bytes per pipeline segment the schedules see (``ctx.segment_bytes``).
+        network: a :class:`~mpicoll.engines.network.Network` (topology, placement,
+            contention, gap): its placement gives the nodes (``nodes`` must then be None);
+            off-node messages follow its routes.  Run the schedules with
+            :meth:`run_schedules` (two passes: the first finds each round's traffic).
     """
 
     def __init__(self, p: int, model: Model | TwoLevel | None = None, data: bool = True,
                  nodes: Sequence[int] | None = None, *, ranks_per_node: int | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 network: Network | None = None) -> None:
         self.segment_bytes = segment_bytes
         #: bytes per element on the wire (the datatype's size), set by :meth:`context`;
         #: None: the buffers' itemsize
@@ -218,6 +244,36 @@ class Simulator:
             if len(nodes) != p:
                 raise ValueError(f"nodes: expected a node id for each of {p} ranks")
             self.nodes = tuple(nodes)
+        #: the network laid out for p ranks (None: the flat or two-level model alone)
+        self.fabric: Fabric | None = None
+        #: per-rank engine with a network: the bandwidth factor and the links crossed of
+        #: each message, in the order the engine matches them, from the first pass of
+        #: :meth:`run_schedules`
+        self.factors: tuple[list[float], list[int]] | None = None
+        if network is not None:
+            if nodes is not None:
+                raise ValueError("nodes: a network places the ranks itself (its placement)")
+            self.fabric = network.fabric(p)
+            self.nodes = self.fabric.nodes
+
+    def run_schedules(self, make: Callable[[Simulator], Sequence[Schedule]]
+                      ) -> dict[str, np.ndarray]:
+        """:meth:`run` of the schedules ``make(sim)`` builds for a simulator ``sim``: with a
+        network, twice: first cost-only on a plain simulator of the same ranks and nodes,
+        which records every message's sender round, ends and bytes (the traffic of a schedule
+        does not depend on time), from which each round's contention is found; then on this
+        one.  The engine's control flow (which rank resumes, which messages match) never
+        depends on the clocks, so the second pass matches the messages in the first's order
+        (checked)."""
+        if self.fabric is None:
+            return self.run(make(self))
+        tracer = Simulator(self.p, self.model, data=False, nodes=self.nodes,
+                           segment_bytes=self.segment_bytes)
+        trace = array("q")
+        tracer.run(make(tracer), trace=trace)
+        self.fabric.link_bytes[:] = 0  # what a vector engine's attempt counted
+        self.factors = self.fabric.trace_factors(trace)
+        return self.run(make(self))
 
     def check_inflight(self, *bufs: np.ndarray) -> None:
         """Rule 3 of the schedule language: local work run during a round touches none of
@@ -246,14 +302,29 @@ class Simulator:
         a, b = m.alpha, m.beta
         return lambda s, d, n: a + n * b
 
-    def run(self, gens: Sequence[Schedule]) -> dict[str, np.ndarray]:
+    def run(self, gens: Sequence[Schedule], trace: array[int] | None = None
+            ) -> dict[str, np.ndarray]:
         """Drive one schedule per rank to completion; returns per-rank clocks and counts.
 
         Each rank's clock starts at ``o_call`` plus what its context charged before (the
-        copies of the call's arguments: ``prepare``)."""
+        copies of the call's arguments: ``prepare``).  ``trace``, if given, receives
+        ``sender's round, source, dest, bytes`` of each message, in the order they match.
+        With a network, :attr:`factors` must be set (:meth:`run_schedules` does it)."""
         p = self.p
         cost = self._cost_fn()
-        two = isinstance(self.model, TwoLevel)  # one network port per node
+        fab = self.fabric
+        factors = self.factors
+        if fab is not None and factors is None:
+            raise RuntimeError("a simulator with a network runs by run_schedules()")
+        fl, hl = factors if factors is not None else ([], [])
+        seq = [0]  # messages matched so far
+        gap = fab.network.gap if fab is not None else None
+        hop = fab.network.hop if fab is not None else 0.0
+        m = self.model
+        b_in, b_out = ((m.intra.beta, m.inter.beta) if isinstance(m, TwoLevel)
+                       else (m.beta, m.beta))
+        two = isinstance(self.model, TwoLevel) and fab is None  # one network port per node
+        nic_gap = fab is not None and gap is not None  # a node's NIC spaces messages by g
         nd = self.nodes if self.nodes is not None else range(p)
         counted = self.nodes is not None  # inter-node bytes are counted when nodes are known
         clock = self.clock = [c + self.o_call for c in self.clock]
@@ -270,14 +341,15 @@ class Simulator:
         inter = [0] * p
         nic_send: dict[int, float] = {}
         nic_recv: dict[int, float] = {}
-        sendq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
+        sendq: dict[tuple[int, int], deque[tuple[np.ndarray, float, int]]] = {}
+        posted = [0] * p  # rounds each rank has posted
         recvq: dict[tuple[int, int], deque[tuple[np.ndarray, float]]] = {}
         ready: deque[int] = deque(range(p))
         data = self.data
         unit = self.unit
 
         def match(s: int, d: int, sbuf: np.ndarray, ts: float, rbuf: np.ndarray,
-                  tr: float) -> None:
+                  tr: float, i: int) -> None:
             n, room = ((sbuf.nbytes, rbuf.nbytes) if unit is None
                        else (sbuf.size * unit, rbuf.size * unit))
             if n > room:
@@ -288,12 +360,25 @@ class Simulator:
                 rbuf[: sbuf.size] = sbuf
             start = max(ts, tr, send_free[s], recv_free[d])
             crossing = counted and nd[s] != nd[d]
-            if crossing and two:
+            if crossing and (two or nic_gap):
                 start = max(start, nic_send.get(nd[s], 0.0), nic_recv.get(nd[d], 0.0))
-            end = start + cost(s, d, n)
-            send_free[s] = recv_free[d] = end
+            if trace is not None:
+                trace.extend((i, s, d, n))
+            if factors is None:
+                end = busy = start + cost(s, d, n)
+            else:
+                k = seq[0]
+                seq[0] = k + 1
+                f, h = fl[k], hl[k]
+                b = b_out if crossing else b_in
+                end = start + (cost(s, d, n) + h * hop + (f - 1.0) * n * b)
+                busy = end if gap is None else start + max(gap, n * b * f)
+            send_free[s] = recv_free[d] = busy
             if crossing and two:
                 nic_send[nd[s]] = nic_recv[nd[d]] = end
+            elif crossing and nic_gap:
+                assert gap is not None
+                nic_send[nd[s]] = nic_recv[nd[d]] = start + gap
             if end > rend[s]:
                 rend[s] = end
             if end > rend[d]:
@@ -335,13 +420,15 @@ class Simulator:
                 continue
             t = clock[r] = clock[r] + len(rnd) * o_msg  # busy posting the round
             pending[r] = len(rnd)
+            i = posted[r]
+            posted[r] = i + 1
             for o in rnd:
                 if type(o) is Recv:
                     key = (o.peer, r)
                     sq = sendq.get(key)
                     if sq:
-                        sbuf, ts = sq.popleft()
-                        match(o.peer, r, sbuf, ts, o.buf, t)
+                        sbuf, ts, si = sq.popleft()
+                        match(o.peer, r, sbuf, ts, o.buf, t, si)
                     else:
                         recvq.setdefault(key, deque()).append((o.buf, t))
                 else:
@@ -349,9 +436,9 @@ class Simulator:
                     rq = recvq.get(key)
                     if rq:
                         rbuf, tr = rq.popleft()
-                        match(r, o.peer, o.buf, t, rbuf, tr)
+                        match(r, o.peer, o.buf, t, rbuf, tr, i)
                     else:
-                        sendq.setdefault(key, deque()).append((o.buf, t))
+                        sendq.setdefault(key, deque()).append((o.buf, t, i))
             if during is not None:  # runs while the round is in flight: clock[r] from t on
                 if data:
                     self.inflight = tuple(o.buf for o in rnd)
@@ -366,12 +453,17 @@ class Simulator:
                 f"ranks {stuck[:16]} never finished; unmatched (source, dest) pairs: "
                 f"{waits[:16]}"
             )
+        if factors is not None and seq[0] != len(fl):
+            raise RuntimeError("the network's second pass matched other messages than its first")
         i64 = np.int64
-        return {
+        out = {
             "clocks": np.array(clock), "messages_sent": np.array(msent, i64),
             "bytes_sent": np.array(bsent, i64), "messages_recv": np.array(mrecv, i64),
             "bytes_recv": np.array(brecv, i64), "inter_bytes_sent": np.array(inter, i64),
         }
+        if fab is not None:
+            out["link_bytes"] = fab.link_bytes.copy()
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,11 +620,14 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     p = sim.p
     m = sim.model
     levels: tuple[Model, ...]
-    if isinstance(m, TwoLevel):
-        levels = (m.intra, m.inter)
+    levels = (m.intra, m.inter) if isinstance(m, TwoLevel) else (m,)
+    fab = sim.fabric
+    gap = fab.network.gap if fab is not None else None
+    hop = fab.network.hop if fab is not None else 0.0
+    b_in, b_out = levels[0].beta, levels[-1].beta
+    nic_user = None  # a node's shared port: the two-level model's, or a network's with a gap
+    if (isinstance(m, TwoLevel) and fab is None) or gap is not None:
         nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
-    else:
-        levels = (m,)
     ctx = _VectorContext(p, datatype, dtype, sim.local, sim.nodes, sim.segment_bytes)
     post = 2 * sim.o_msg
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
@@ -580,11 +675,9 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             ctx.clock += post
             t = ctx.clock
             start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
-            if len(levels) == 1:
-                cost = _message(levels[0], n)  # indexed by receiver, as cost(s, d, n)
-            else:
-                assert nd is not None
-                crossing = nd[src] != nd
+            crossing = None if nd is None else nd[src] != nd
+            if nic_user is not None:
+                assert crossing is not None
                 for role, users in (("send", src[crossing]), ("receive", ranks[crossing])):
                     nodes, user = node_index[users], nic_user[role]
                     if (len(np.unique(nodes)) < len(nodes)
@@ -593,10 +686,24 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                             f"two ranks of a node {role} across nodes (the shared port is "
                             "served in order by the per-rank engine)")
                     user[nodes] = users
+            if len(levels) == 1:
+                cost = _message(levels[0], n)  # indexed by receiver, as cost(s, d, n)
+            else:
+                assert crossing is not None
                 cost = np.where(crossing, _message(levels[1], n), _message(levels[0], n))
+            busy = None
+            if fab is not None:  # the network's terms, as Simulator.run charges them
+                assert crossing is not None
+                f, h = fab.round(src, ranks, n)
+                b = np.where(crossing, b_out, b_in)
+                cost = cost + h * hop + (f - 1.0) * n * b
+                if gap is not None:
+                    busy = start + np.maximum(gap, n * b * f)
             end = start + cost
-            send_free[src] = end
-            recv_free[:] = end
+            if busy is None:
+                busy = end
+            send_free[src] = busy
+            recv_free[:] = busy
             np.maximum(rend, np.maximum(end, end[dest]), out=rend)
             msent += 1
             bsent += sbytes
@@ -608,7 +715,10 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                 during()
     finally:
         gen.close()
-    return {
+    out = {
         "clocks": ctx.clock, "messages_sent": msent, "bytes_sent": bsent,
         "messages_recv": mrecv, "bytes_recv": brecv, "inter_bytes_sent": inter,
     }
+    if fab is not None:
+        out["link_bytes"] = fab.link_bytes.copy()
+    return out

@@ -125,6 +125,7 @@ from .report import (
     describe_model,
     document,
     format_block,
+    format_stats,
     header,
     human_size,
     plot_problem,
@@ -570,6 +571,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cost model for the predicted time of each p2p result (a file written "
                    "by mpicoll calibrate; default: the calibrated model if there is one, else "
                    "the built-in defaults)")
+    t.add_argument("--split", metavar="MOD:k|DIV:k", default=None,
+                   help="run on several sub-communicators at once (nccl-tests' split, IMB "
+                   "-multi): MOD:k, rank r in group r mod k; DIV:k, in group r div k; every "
+                   "group's tables, then the aggregate")
     n = parser.add_argument_group("native algorithms (run without mpiexec: bench launches)")
     n.add_argument(
         "--native-algorithms", nargs="+", metavar="NAME", default=None,
@@ -589,6 +594,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--plot", metavar="FILE.png",
                    help="latency vs size plot (needs matplotlib; the extension names the "
                    "format: png, svg, pdf, ...)")
+    o.add_argument("--stats", action="store_true",
+                   help="print, under each table, p50/p90/p99/min/max, the coefficient of "
+                   "variation, the entry skew and the most often slowest rank of every timed "
+                   "result (the JSON always has them, and every iteration's time)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress line on stderr")
 
 
@@ -631,6 +640,19 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         error("argument --test-calls: must be >= 0")
     if args.test_calls and not args.nonblocking:
         error("argument --test-calls: only with --nonblocking")
+    if getattr(args, "split", None):
+        from .split import group_sizes, parse_split
+        try:
+            smallest = min(group_sizes(*parse_split(args.split, p), p))
+        except ValueError as exc:
+            error(f"argument --split: {exc}")
+        if any(c in _cases.ROOTED for c in colls) and args.root >= smallest:
+            error(f"argument --root: root {args.root} is not a rank of the smallest group "
+                  f"of --split {args.split} ({smallest} ranks)")
+        for other, given in (("--native-algorithms", getattr(args, "native_algorithms", None)),
+                             ("--objects", getattr(args, "objects", False))):
+            if given:
+                error(f"argument --split: not with {other}")
     persistent = bool(getattr(args, "persistent", False))
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")
@@ -734,6 +756,9 @@ def run(
     out = out or sys.stdout
     if getattr(args, "native_algorithms", None):
         return run_native(args, argv, out)
+    if getattr(args, "split", None):
+        from .split import run_split
+        return run_split(args, comm, argv, out, run, _write_outputs)
     rank, p = comm.Get_rank(), comm.Get_size()
     plan: Plan = args.plan
     label = getattr(args, "native_label", None)
@@ -779,6 +804,8 @@ def run(
                 progress.clear()
                 if rank == 0:
                     out.write(format_block(plan, coll, recs, p, pattern, adapted.note) + "\n")
+                    if getattr(args, "stats", False):
+                        out.write(format_stats(recs) + "\n")
                     out.flush()
     finally:
         progress.clear()
@@ -788,6 +815,7 @@ def run(
     wrong = sum(r["status"] in ("wrong", "error") for r in all_records)
     if rank == 0:
         doc = document(plan, prov, all_records, skipped)
+        args.last_document = doc  # --split: the group's document, for its merge
         _write_outputs(args, doc)
         if wrong:
             out.write(f"# {wrong} WRONG result(s): see the notes under the tables\n")
@@ -962,6 +990,8 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
             if not recs:
                 continue
             out.write(format_block(plan, coll, recs, args.np, pattern))
+            if getattr(args, "stats", False):
+                out.write(format_stats(recs))
             out.write(format_native_notes(coll, recs, [x for x in ratios
                                                        if x["collective"] == coll
                                                        and x["pattern"] == pattern]) + "\n")

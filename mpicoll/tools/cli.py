@@ -1,4 +1,4 @@
-"""The ``mpicoll`` command: ``python -m mpicoll {bench,verify,algorithms,info,simulate,calibrate}``.
+"""The ``mpicoll`` command: ``python -m mpicoll {bench,verify,...,calibrate,sweep}``.
 
 Run the MPI subcommands under the launcher, e.g. ``mpiexec -n 4 python -m mpicoll bench``.
 Every rank parses the same command line; only rank 0 prints.  A usage error is reported once,
@@ -158,6 +158,7 @@ _RESTRICTION_LABELS = {
     "count_ge_p": "count >= P",
     "no_in_place": "no in-place",
     "uniform": "equal counts",
+    "two_ranks": "P <= 2",
 }
 
 
@@ -406,6 +407,71 @@ register(Subcommand(
     "beta, and the local MPI.SUM reduction throughput for gamma; prints the fit and saves the "
     "model where simulate and bench look for it. Run under mpiexec -n 2 (or more: the others "
     "wait).",
+))
+
+
+def _sweep_configure(p: argparse.ArgumentParser) -> None:
+    from . import sweep
+
+    sweep.add_arguments(p)
+
+
+def _sweep_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+    from . import sweep
+
+    sweep.check_arguments(args, size, error)
+
+
+def _sweep_check(args: argparse.Namespace) -> str | None:
+    from . import sweep
+
+    return sweep.environment_problem(args)
+
+
+def _sweep_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    from . import sweep
+
+    return sweep.run(args, comm, argv, out)
+
+
+register(Subcommand(
+    "sweep", "bench over several rank counts and library configurations (run without mpiexec)",
+    _sweep_configure, _sweep_run, _sweep_validate, _sweep_check,
+    description="Starts mpiexec -n P python -m mpicoll bench BENCH_ARGS (or --launcher's "
+    "command) for each P of -n and each configuration (the library's default, and with "
+    "--native one per forced library algorithm), under a time budget; writes the merged "
+    "results to --json after every launch and resumes from it when rerun; --csv, and --plot "
+    "a heatmap of the fastest implementation per (P, size) and its speed-up over the "
+    "library's default. Bench's options follow --.",
+))
+
+
+def _tune_configure(p: argparse.ArgumentParser) -> None:
+    from . import tune
+
+    tune.add_arguments(p)
+
+
+def _tune_validate(args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]) -> None:
+    from . import tune
+
+    tune.check_arguments(args, size, error)
+
+
+def _tune_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    from . import tune
+
+    return tune.run(args, comm, argv, out)
+
+
+register(Subcommand(
+    "tune", "write MPICH's, Open MPI's or mpicoll's selection file from a sweep",
+    _tune_configure, _tune_run, _tune_validate,
+    description="From a sweep's --json (mpicoll sweep), the fastest algorithm per collective, "
+    "P and message size, written as MPICH's JSON selection tree "
+    "(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE), Open MPI's classic dynamic rules file "
+    "(coll_tuned_dynamic_rules_filename) or mpicoll's table that algorithm='auto' reads "
+    "($MPICOLL_SELECTION). No MPI job needed.",
 ))
 
 

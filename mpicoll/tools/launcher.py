@@ -7,8 +7,8 @@ them from a plain process (no MPI job of its own), each as
     mpiexec [FLAGS] -n P python -m mpicoll bench ARGS --json PART.json
 
 with the configuration's environment variables and ``mpiexec`` flags, under a timeout, and
-merges the JSON parts into one bench document.  ``bench --native-algorithms`` uses it; the
-sweep command is meant to use it too.
+merges the JSON parts into one bench document.  ``bench --native-algorithms`` and
+``mpicoll sweep`` use it.
 
 Which settings force which library's algorithm (:func:`native_configs`):
 
@@ -263,7 +263,8 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
         timeout: float = 600.0, budget: float = 0.0,
         progress: Any = None, command: str = "bench",
-        extra: Callable[[Config], list[str]] | None = None) -> list[Launch]:
+        extra: Callable[[Config], list[str]] | None = None,
+        launch: Sequence[str] | None = None) -> list[Launch]:
     """Launch ``mpicoll COMMAND BENCH_ARGS --json PART`` on ``p`` ranks once per configuration.
 
     Each launch runs under ``timeout`` seconds (killed past it: status 124); ``budget`` > 0
@@ -271,7 +272,8 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
     not used: it gets status 125 and no document).  ``progress(text)`` is called before each.
     A configuration with ``native`` set gets ``--native-label NAME -a none -c ITS_COLLS``
     (its native column only); ``extra(cfg)``, when given, gives those arguments instead
-    (``verify``'s)."""
+    (``verify``'s).  ``launch``: the command that starts ``-n P`` ranks (``sweep --launcher``,
+    e.g. ``["srun"]``; default :func:`mpiexec`)."""
     start = time.monotonic()
     launches = []
     with tempfile.TemporaryDirectory(prefix="mpicoll-launch-") as tmp:
@@ -286,8 +288,8 @@ def run(configs: Sequence[Config], p: int, bench_args: Sequence[str], *,
             elif cfg.native is not None:
                 args += ["--native-label", cfg.native, "-a", "none",
                          "-c", ",".join(cfg.collectives)]
-            cmd = [*mpiexec(), *cfg.flags, "-n", str(p), sys.executable, "-m", "mpicoll",
-                   command, *args, "--json", str(part), "-q"]
+            cmd = [*(launch or mpiexec()), *cfg.flags, "-n", str(p), sys.executable, "-m",
+                   "mpicoll", command, *args, "--json", str(part), "-q"]
             if progress is not None:
                 progress(f"[mpicoll {command}] P = {p}: launch {k + 1}/{len(configs)}: "
                          f"{cfg.name} ({cfg.setting()})")

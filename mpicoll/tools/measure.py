@@ -2,7 +2,11 @@
 ranks.
 
 Each iteration's time is the MAX over ranks of the local time of one call, preceded by a
-barrier; statistics (min / median / mean / max / std, microseconds) are over iterations.  The
+barrier; statistics (min / median / mean / max / std, p10 / p50 / p90 / p99, coefficient of
+variation; microseconds) are over iterations.  Every record also keeps each iteration's time,
+the slowest rank of each iteration, how often each rank and host was the slowest, and the entry
+skew of each iteration (latest minus earliest start over ranks, clocks compared as
+:func:`clock_offsets` says): :func:`iteration_stats`.  The
 number of iterations is fixed (``-i``) or set from a time budget (IMB-style).  Non-blocking
 calls are also timed with a busy compute overlapping them (OSU's ``osu_i*``; overlap as OSU
 and IMB-NBC define it).
@@ -10,8 +14,9 @@ and IMB-NBC define it).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +28,10 @@ __all__ = [
     "DEFAULT_WARMUP",
     "MAX_ITERATIONS",
     "MIN_ITERATIONS",
+    "SYNC",
     "Settings",
+    "clock_offsets",
+    "iteration_stats",
     "measure_blocking",
     "measure_nonblocking",
     "overlap_imb",
@@ -107,10 +115,13 @@ class Settings:
 
 
 def _timed_loop(
-    comm: Any, fn: Callable[[], Any], n: int, nonblocking: bool
+    comm: Any, fn: Callable[[], Any], n: int, nonblocking: bool,
+    entry: np.ndarray[Any, Any] | None = None,
 ) -> np.ndarray[Any, Any]:
-    """Local times (s) of ``n`` barrier-separated calls."""
+    """Local times (s) of ``n`` barrier-separated calls; ``entry[k]``, when given, receives the
+    clock (``time.perf_counter``, s) at which call ``k`` started on this rank."""
     times = np.empty(n)
+    starts = np.empty(n) if entry is None else entry
     barrier = comm.Barrier
     clock = time.perf_counter
     if nonblocking:
@@ -119,12 +130,14 @@ def _timed_loop(
             t0 = clock()
             fn().Wait()
             times[k] = clock() - t0
+            starts[k] = t0
     else:
         for k in range(n):
             barrier()
             t0 = clock()
             fn()
             times[k] = clock() - t0
+            starts[k] = t0
     return times
 
 
@@ -135,14 +148,122 @@ def _max_over_ranks(comm: Any, local: np.ndarray[Any, Any]) -> np.ndarray[Any, A
 
 
 def _stats_us(samples: np.ndarray[Any, Any]) -> dict[str, float]:
-    us = samples * 1e6
+    """min, median, mean, max, std (ddof 1), p10, p50, p90, p99 (NumPy's linear
+    interpolation between the closest ranks) and cv (std / mean; 0 for one sample or a zero
+    mean) of ``samples`` in seconds, as microseconds (cv: a ratio)."""
+    us = np.asarray(samples, dtype=float) * 1e6
+    p10, p50, p90, p99 = (float(x) for x in np.percentile(us, [10, 50, 90, 99]))
+    mean = float(us.mean())
+    std = float(us.std(ddof=1)) if us.size > 1 else 0.0
     return {
         "min": float(us.min()),
-        "median": float(np.median(us)),
-        "mean": float(us.mean()),
+        "median": p50,
+        "mean": mean,
         "max": float(us.max()),
-        "std": float(us.std(ddof=1)) if us.size > 1 else 0.0,
+        "std": std,
+        "p10": p10,
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+        "cv": std / mean if mean > 0 else 0.0,
     }
+
+
+#: What separates two timed iterations (``iteration_stats.sync`` of every record).
+SYNC = "MPI_Barrier on the benchmarked communicator before each iteration"
+
+
+def clock_offsets(comm: Any, hosts: Sequence[str] | None = None
+                  ) -> tuple[np.ndarray[Any, Any], str]:
+    """Each rank's ``time.perf_counter`` offset to rank 0's (s; the same array on every rank)
+    and how it was found.  Ranks on rank 0's host share its clock (``CLOCK_MONOTONIC``, one per
+    machine): offset 0.  Others: Cristian's estimate from 10 ping-pongs with rank 0, the one
+    of least round-trip time (error at most half of it).  Collective over ``comm``."""
+    p, rank = comm.Get_size(), comm.Get_rank()
+    if hosts is None:
+        hosts = comm.allgather(MPI.Get_processor_name())
+    off = np.zeros(p)
+    rtt = np.zeros(p)
+    clock = time.perf_counter
+    for r in range(1, p):
+        if hosts[r] == hosts[0]:
+            continue
+        if rank == 0:
+            for _ in range(10):
+                comm.recv(source=r, tag=7)
+                comm.send(clock(), dest=r, tag=7)
+        elif rank == r:
+            best = (math.inf, 0.0)
+            for _ in range(10):
+                t0 = clock()
+                comm.send(None, dest=0, tag=7)
+                t_root = comm.recv(source=0, tag=7)
+                t1 = clock()
+                if t1 - t0 < best[0]:
+                    best = (t1 - t0, (t0 + t1) / 2 - t_root)
+            rtt[r], off[r] = best
+    local = np.array([off[rank], rtt[rank]])
+    both = np.empty((p, 2))
+    comm.Allgather(local, both)
+    off, rtt = both[:, 0].copy(), both[:, 1]
+    remote = [r for r in range(p) if hosts[r] != hosts[0]]
+    how = ("one host: every rank reads the same CLOCK_MONOTONIC" if not remote else
+           f"ranks on {hosts[0]} share rank 0's clock; the {len(remote)} other(s) offset by "
+           f"ping-pong with rank 0 (error <= {float(rtt.max()) / 2 * 1e6:.2g} us)")
+    return off, how
+
+
+def iteration_stats(times: np.ndarray[Any, Any], entries: np.ndarray[Any, Any],
+                    hosts: Sequence[str], clock: str = "") -> dict[str, Any]:
+    """The per-iteration statistics of one measurement, from every rank's local call times
+    ``times`` (s, shape ``(P, n)``) and entry clocks ``entries`` (s, rank 0's time base,
+    ``(P, n)``); ``hosts[r]``: rank r's host.
+
+    Returns ``iterations_us`` (each iteration's time: the max over ranks, us),
+    ``slowest_rank`` (per iteration, the rank of that max; the lowest on a tie),
+    ``slowest_count_by_rank`` (length P) and ``slowest_count_by_host`` (how often each was
+    slowest), ``entry_skew_us`` (per iteration, latest minus earliest entry over ranks, us:
+    how late the last rank arrived) with its stats, and ``sync``/``clock``: what separated the
+    iterations and how the entry clocks were compared."""
+    times = np.asarray(times, dtype=float)
+    entries = np.asarray(entries, dtype=float)
+    worst = np.argmax(times, axis=0)
+    p = times.shape[0]
+    by_rank = np.bincount(worst, minlength=p)
+    by_host: dict[str, int] = {}
+    for r, c in enumerate(by_rank):
+        if c:
+            by_host[hosts[r]] = by_host.get(hosts[r], 0) + int(c)
+    skew = entries.max(axis=0) - entries.min(axis=0)
+    return {
+        "iterations_us": [round(float(x) * 1e6, 3) for x in times.max(axis=0)],
+        "slowest_rank": [int(x) for x in worst],
+        "slowest_count_by_rank": [int(x) for x in by_rank],
+        "slowest_count_by_host": by_host,
+        "entry_skew_us": [round(float(x) * 1e6, 3) for x in skew],
+        "entry_skew_stats_us": _stats_us(skew),
+        "sync": SYNC,
+        "clock": clock,
+    }
+
+
+def _gathered(comm: Any, local: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Every rank's ``local`` (length n), as ``(P, n)`` on every rank."""
+    out = np.empty((comm.Get_size(), local.size))
+    comm.Allgather(np.ascontiguousarray(local, dtype=float), out)
+    return out
+
+
+def _timed(comm: Any, fn: Callable[[], Any], n: int, nonblocking: bool
+           ) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
+    """``n`` timed calls: each iteration's max over ranks (s) and :func:`iteration_stats`."""
+    entry = np.empty(n)
+    local = _timed_loop(comm, fn, n, nonblocking, entry)
+    hosts = comm.allgather(MPI.Get_processor_name())
+    offsets, how = clock_offsets(comm, hosts)
+    times = _gathered(comm, local)
+    entries = _gathered(comm, entry - offsets[comm.Get_rank()])
+    return times.max(axis=0), iteration_stats(times, entries, hosts, how)
 
 
 def _iterations(
@@ -162,10 +283,11 @@ def _iterations(
 
 
 def measure_blocking(comm: Any, fn: Callable[[], Any], settings: Settings) -> dict[str, Any]:
-    """Warm up, then time barrier-separated calls; stats (us) of each iteration's max over ranks."""
+    """Warm up, then time barrier-separated calls; stats (us) of each iteration's max over
+    ranks (``time_us``) and the per-iteration ones (``iteration_stats``)."""
     w, n = _iterations(comm, fn, settings, nonblocking=False)
-    t = _max_over_ranks(comm, _timed_loop(comm, fn, n, nonblocking=False))
-    return {"iterations": n, "warmup": w, "time_us": _stats_us(t)}
+    t, its = _timed(comm, fn, n, nonblocking=False)
+    return {"iterations": n, "warmup": w, "time_us": _stats_us(t), "iteration_stats": its}
 
 
 def _spin(seconds: float, req: Any, test_calls: int) -> float:
@@ -195,7 +317,7 @@ def _spin(seconds: float, req: Any, test_calls: int) -> float:
 def measure_nonblocking(comm: Any, fn: Callable[[], Any], settings: Settings) -> dict[str, Any]:
     """OSU-style overlap measurement of an ``I...`` call (see the module docstring)."""
     w, n = _iterations(comm, fn, settings, nonblocking=True)
-    pure = _max_over_ranks(comm, _timed_loop(comm, fn, n, nonblocking=True))
+    pure, its = _timed(comm, fn, n, nonblocking=True)
     t_pure = float(np.median(pure))
     clock = time.perf_counter
     # warm-up of the overlapped form too
@@ -231,6 +353,7 @@ def measure_nonblocking(comm: Any, fn: Callable[[], Any], settings: Settings) ->
         "overlap_osu_pct": overlap_osu(t_pure, med_cpu, med_total),
         "overlap_imb_pct": overlap_imb(t_pure, med_cpu, med_total),
         "test_calls": settings.test_calls,
+        "iteration_stats": its,
     }
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "document",
     "fmt_us",
     "format_block",
+    "format_stats",
     "header",
     "human_size",
     "plot_problem",
@@ -295,6 +296,36 @@ def _nonblocking_rows(
     return [legend, *table(heads, units, rows, [])]
 
 
+def format_stats(records: list[dict[str, Any]]) -> str:
+    """``bench --stats``: under a table, one row per timed (size, implementation): p50, p90,
+    p99, min, max (us), cv, the median entry skew (us) and the rank most often the slowest
+    (with its share of the iterations); empty if nothing was timed."""
+    heads = ["size", "implementation", "iters", "p50", "p90", "p99", "min", "max", "cv",
+             "skew", "slowest"]
+    units = ["(B)", "", "", "(us)", "(us)", "(us)", "(us)", "(us)", "", "p50(us)",
+             "rank (share)"]
+    rows = []
+    for r in records:
+        t = r.get("pure_us") or r.get("time_us")
+        its = r.get("iteration_stats")
+        if r["status"] != "ok" or not t or not its:
+            continue
+        counts = its["slowest_count_by_rank"]
+        worst = max(range(len(counts)), key=lambda k: counts[k]) if counts else 0
+        share = counts[worst] / max(1, sum(counts)) if counts else 0.0
+        rows.append([str(r["size_bytes"]), r["implementation"], str(r["iterations"]),
+                     *(fmt_us(t.get(k, t["median"])) for k in ("p50", "p90", "p99")),
+                     fmt_us(t["min"]), fmt_us(t["max"]), f"{t.get('cv', 0.0):.2f}",
+                     fmt_us(its["entry_skew_stats_us"]["median"]),
+                     f"{worst} ({share:.0%})"])
+    if not rows:
+        return ""
+    note = ("#   statistics over iterations (each: the max over ranks); cv = std / mean; "
+            "skew = latest minus earliest entry over ranks; slowest: the rank whose call was "
+            "the longest most often")
+    return "\n".join([note, *table(heads, units, rows, [])]) + "\n"
+
+
 def size_meaning(coll: str) -> str:
     """What the message size S of ``coll`` is, in words (the tables' headings)."""
     rec = BY_NAME.get(coll)
@@ -347,7 +378,8 @@ CSV_COLUMNS = [
     "size_bytes", "count",
     "dtype", "op", "root", "in_place", "nonblocking", "status", "check", "reason", "wrong_rank",
     "iterations", "warmup", "time_us.min", "time_us.median", "time_us.mean", "time_us.max",
-    "time_us.std", "algbw_gbps", "busbw_gbps", "busbw_factor", "pure_us.median",
+    "time_us.std", "time_us.p10", "time_us.p90", "time_us.p99", "time_us.cv", "algbw_gbps",
+    "busbw_gbps", "busbw_factor", "pure_us.median",
     "compute_us.median", "total_us.median", "overlap_osu_pct", "overlap_imb_pct", "test_calls",
     "predicted_us", "measured_over_predicted",
 ]
@@ -464,6 +496,8 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]],
              skipped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``--json`` document (see ``schemas/bench.schema.json``); ``skipped``: the
     (collective, pattern) pairs not run, each with its reason."""
+    from .measure import SYNC
+
     st = plan.settings
     lo, hi = st.iteration_range()
     return {
@@ -487,6 +521,7 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]],
             "max_iterations": hi,
             "test_calls": st.test_calls,
             "timing": "median over iterations of the max over ranks; barrier before each",
+            "sync": SYNC,
             "model": (None if plan.model is None
                       else {**plan.model.as_dict(), "source": plan.model_source}),
         },

@@ -26,8 +26,10 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.collectives import RECORDS
 from ..algorithms.datatypes import is_derived
+from ..algorithms.schedule import Schedule
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
+from ..engines.network import PLACEMENTS, Network, parse_topology
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
 from ..model.alphabeta import Model
 from . import cases as _cases
@@ -119,7 +121,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
              data: bool = False,
              args: Sequence[tuple[Any, ...]] | None = None,
              nodes: Sequence[int] | None = None, engine: str = "auto",
-             uniform: bool = False) -> SimResult:
+             uniform: bool = False, network: Network | None = None) -> SimResult:
     """Simulate one collective call on p ranks with one algorithm.
 
     Args:
@@ -137,6 +139,9 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
             :class:`TwoLevel` model or ``$MPICOLL_RANKS_PER_NODE``, else one rank per node).
         uniform: v-variants: every block of ``count`` elements (default: uneven counts, as
             :func:`case_of` gives them).
+        network: a :class:`mpicoll.engines.network.Network` (topology, placement, link
+            contention, gap); its placement gives the nodes (``nodes`` must be None).  The
+            result then has ``link_bytes`` and :meth:`~SimResult.busiest_link`.
         engine: ``"auto"`` (the vector engine where it applies, else per rank), ``"rank"``
             (always per rank) or ``"vector"`` (raise :class:`NotVectorizableError` if it does not
             apply).  Both give identical results; see the module docstring.
@@ -159,7 +164,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
                         "simulated (predefined ones are)")
     dt = np.dtype(dtype)
     sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
-                    segment_bytes=_env.segment_bytes())
+                    segment_bytes=_env.segment_bytes(), network=network)
     p = sim.p  # a plain int
     shared: dict[tuple[str, int, str], np.ndarray] | None = None if data else {}
     parser = PARSERS[collective]
@@ -183,33 +188,40 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
             except (NotVectorizableError, TypeError, ValueError, AttributeError, IndexError) as e:
                 why = f"{type(e).__name__}: {e}"
             else:
-                return _result(collective, alg.name, p, call.nbytes, stats, [], "vector")
+                return _result(collective, alg.name, p, call.nbytes, stats, [], "vector",
+                               sim)
         if engine == "vector":
             raise NotVectorizableError(f"{collective}/{algorithm} on {p} ranks: {why}")
-    gens = []
-    outputs = []
+    outputs: list[Any] = []
     chosen_alg: registry.Algorithm | None = None
     nbytes = 0
-    for rank in range(p):
-        call, out = call_of(rank)
-        chosen = select(call, p, algorithm)
-        if chosen_alg is None:
-            chosen_alg, nbytes = chosen, call.nbytes
-        ctx = sim.context(rank, call.datatype, call.dtype)
-        gens.append(call.schedule(ctx, chosen))
-        outputs.append(out)
+
+    def make(s: Simulator) -> list[Schedule]:  # every rank's schedule, on simulator s
+        nonlocal chosen_alg, nbytes
+        gens = []
+        outputs.clear()
+        for rank in range(p):
+            call, out = call_of(rank)
+            chosen = select(call, p, algorithm)
+            if chosen_alg is None:
+                chosen_alg, nbytes = chosen, call.nbytes
+            ctx = s.context(rank, call.datatype, call.dtype)
+            gens.append(call.schedule(ctx, chosen))
+            outputs.append(out)
+        return gens
+
+    stats = sim.run_schedules(make)
     assert chosen_alg is not None
-    stats = sim.run(gens)
     return _result(collective, chosen_alg.name, p, nbytes, stats, outputs if data else [],
-                   "rank")
+                   "rank", sim)
 
 
 def _result(collective: str, name: str, p: int, nbytes: int, stats: dict[str, np.ndarray],
-            outputs: list[Any], engine: str) -> SimResult:
+            outputs: list[Any], engine: str, sim: Simulator) -> SimResult:
     return SimResult(collective, name, p, nbytes, float(stats["clocks"].max()),
                      stats["clocks"], stats["messages_sent"], stats["bytes_sent"],
                      stats["messages_recv"], stats["bytes_recv"], stats["inter_bytes_sent"],
-                     outputs, engine)
+                     outputs, engine, stats.get("link_bytes"), sim.fabric)
 
 
 def predict_us(case: Case, algorithm: str, m: Model,
@@ -243,8 +255,9 @@ SIMULATE_PROGRESS_RANKS = 256
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to simulate")
-    g.add_argument("-n", "--ranks", type=int, required=True, metavar="P",
-                   help="number of simulated ranks")
+    g.add_argument("-n", "--ranks", type=int, default=None, metavar="P",
+                   help="number of simulated ranks (default with a torus or a dragonfly: "
+                   "its nodes x --ranks-per-node)")
     g.add_argument("-c", "--collective", nargs="+", metavar="NAME", default=None,
                    help=f"collective(s) (or 'all'); default: {' '.join(DEFAULT_COLLECTIVES)}")
     g.add_argument("-a", "--algorithm", nargs="+", metavar="NAME", default=["all"],
@@ -273,6 +286,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inter-node time per message (default: the intra-node alpha)")
     m.add_argument("--inter-beta", type=float, metavar="SECONDS",
                    help="inter-node time per byte (default: the intra-node beta)")
+    n = p.add_argument_group(
+        "network (docs/simulator.md#networks)",
+        "A topology routes the messages between nodes over its links, with link contention.")
+    n.add_argument("--topology", metavar="SPEC", default=None,
+                   help="torus:AxB[xC], fattree:H[:RATIO] (H nodes per leaf switch), "
+                   "dragonfly:G:A:H[:W] (groups, routers per group, nodes per router), "
+                   "cluster:K (K ranks per node, a NIC each), or a file holding one")
+    n.add_argument("--placement", metavar="HOW", default="block",
+                   help=f"ranks on nodes: {', '.join(PLACEMENTS)} or a file of node ids, one "
+                   "per rank (default block, --ranks-per-node ranks per node)")
+    n.add_argument("--gap", type=float, metavar="SECONDS", default=None,
+                   help="LogGP's g: a port is busy max(g, n beta) per message, a node's NIC "
+                   "starts messages g apart (default: a port busy for the whole message)")
+    n.add_argument("--hop-latency", type=float, metavar="SECONDS", default=0.0,
+                   help="time per link a message crosses (default 0)")
+    n.add_argument("--no-contention", action="store_true",
+                   help="routes count bytes and hops but links are not shared")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE",
                    help="write the model and every row, with per-rank clocks and traffic")
@@ -284,6 +314,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_arguments(
     args: argparse.Namespace, size: int, error: Callable[[str], NoReturn]
 ) -> None:
+    if args.ranks is None:
+        fixed = args.topology is not None and args.topology.split(":")[0] in (
+            "torus", "dragonfly")
+        if not fixed:
+            error("the following arguments are required: -n/--ranks (a --topology torus or "
+                  "dragonfly without it fills its nodes)")
+        try:
+            args.ranks = parse_topology(args.topology, 1).nodes * (args.ranks_per_node or 1)
+        except ValueError as exc:
+            error(f"argument --topology: {exc}")
     if args.ranks < 1:
         error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
     colls, algs = selection(args, DEFAULT_COLLECTIVES, ["all"], ("all",), error)
@@ -296,7 +336,7 @@ def check_arguments(
         error(f"argument --dtype: unknown dtype {args.dtype!r} (choose from {', '.join(dtypes)})")
     if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < args.ranks:
         error(f"argument --root: root {args.root} is not a rank (P = {args.ranks})")
-    for name in ("alpha", "beta", "gamma", "inter_alpha", "inter_beta"):
+    for name in ("alpha", "beta", "gamma", "inter_alpha", "inter_beta", "gap", "hop_latency"):
         v = getattr(args, name)
         if v is not None and not (math.isfinite(v) and v >= 0):
             error(f"argument --{name.replace('_', '-')}: must be a number >= 0 (seconds), "
@@ -306,6 +346,19 @@ def check_arguments(
             error("argument --inter-alpha/--inter-beta: only with --ranks-per-node K")
     elif args.ranks_per_node < 1:
         error(f"argument --ranks-per-node: must be >= 1, got {args.ranks_per_node}")
+    if args.topology is None:
+        if args.placement != "block" or args.gap is not None or args.hop_latency or \
+                args.no_contention:
+            error("arguments --placement/--gap/--hop-latency/--no-contention: only with "
+                  "--topology")
+        args.network = None
+    else:
+        try:
+            args.network = Network(args.topology, args.placement, args.ranks_per_node or 1,
+                                   not args.no_contention, args.gap, args.hop_latency)
+            args.network.fabric(args.ranks)
+        except (ValueError, OSError) as exc:
+            error(f"argument --topology/--placement: {exc}")
     try:  # the environment the schedules read (nodes, pipeline segments)
         _env.ranks_per_node()
         _env.segment_bytes()
@@ -358,7 +411,8 @@ def simulation_model(
 def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | TwoLevel,
                  algorithms: Sequence[str], *, dtype: str = "float64", root: int = 0,
                  per_rank: bool = False,
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                 progress: Callable[[str], None] | None = None,
+                 network: Network | None = None) -> list[dict[str, Any]]:
     """Cost-only simulation of each named algorithm at each message size S (bytes, as bench).
 
     Returns one row per (size, algorithm), sizes in order (sizes giving the same count are
@@ -370,7 +424,8 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     The count of a size is bench's (:func:`mpicoll.tools.cases.count_for`); for the v-variants S is
     nominal (count x P elements): the simulator gives the ranks uneven counts averaging count
     (:meth:`mpicoll.tools.cases.Case.counts`).  ``progress(text)``, if given, is called as each
-    simulation starts (``allreduce 4K ring (3/40)``).
+    simulation starts (``allreduce 4K ring (3/40)``).  With a ``network``, ``busiest_link``
+    and ``busiest_link_bytes`` name the link that carried the most bytes.
     """
     np_dtype = _dtypes.numpy_dtype(dtype)
     item = np_dtype.itemsize
@@ -394,10 +449,11 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
                 "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
                 "messages_sent": None, "bytes_sent": None, "messages_recv": None,
                 "bytes_recv": None, "inter_node_bytes": None, "per_rank": None,
+                "busiest_link": None, "busiest_link_bytes": None,
             }
             try:
                 r = simulate(collective, p, count, algorithm=name, dtype=np_dtype, root=root,
-                             model=model)
+                             model=model, network=network)
             except (ValueError, TypeError) as exc:  # RestrictionError is a ValueError
                 row.update(status="n/a", reason=str(exc))
             else:
@@ -410,6 +466,9 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
                     inter_node_bytes=int(r.inter_bytes_sent.sum()),
                     per_rank=r.as_dict() if per_rank else None,
                 )
+                busiest = r.busiest_link()
+                if busiest is not None:
+                    row.update(busiest_link=busiest[0], busiest_link_bytes=busiest[1])
             block.append(row)
         ok = [b for b in block if b["status"] == "ok"]
         if ok:
@@ -421,7 +480,7 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
 
 
 def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
-                      two_level: bool) -> str:
+                      two_level: bool, network: bool = False) -> str:
     """The text of one collective: predicted times (us) per size, ``*`` on the fastest, then
     the traffic of each algorithm at the largest size."""
     names: list[str] = []
@@ -460,6 +519,9 @@ def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
     if two_level:
         heads.append("inter-node")
         units.append("(B)")
+    if network:
+        heads += ["busiest_link", "link_bytes"]
+        units += ["", "(B)"]
     table = []
     for n in names:
         r = last[n]
@@ -470,6 +532,8 @@ def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
                  str(r["messages_recv"]), str(r["bytes_recv"])]
         if two_level:
             cells.append(str(r["inter_node_bytes"]))
+        if network:
+            cells += [str(r["busiest_link"]), str(r["busiest_link_bytes"])]
         table.append(cells)
     lines += report.table(heads, units, table, [])
     return "\n".join(lines) + "\n"
@@ -481,6 +545,8 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     model, source, mdoc = simulation_model(args)
     two = args.ranks_per_node is not None
     p = args.ranks
+    network: Network | None = args.network
+    fabric = None if network is None else network.fabric(p)
     # stdout keeps only the tables (--json stays valid); the progress line goes to stderr
     progress = Progress(not args.quiet)
     progress.enabled = progress.enabled and (progress.tty or p >= SIMULATE_PROGRESS_RANKS)
@@ -495,21 +561,32 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                   "intra-node: the model above; inter-node: alpha = "
                   f"{model.inter.alpha * 1e6:.3g} us, beta = {model.inter.beta * 1e9:.3g} ns/B "
                   f"({gbps})\n")
+    if fabric is not None:
+        d = fabric.describe()
+        per_node = max(np.bincount(fabric.node_of)) if p else 0
+        gap = "none" if d["gap_s"] is None else f"{d['gap_s'] * 1e6:.3g} us"
+        contention = ("on (LogGOPSim's: a message's rate is its most loaded link's in its "
+                      "round)" if d["contention"] else "off")
+        out.write(f"# network: {d['topology']}, {d['nodes']} nodes, {d['links']} links, "
+                  f"{d['placement']} placement (up to {per_node} ranks per node); contention "
+                  f"{contention}; gap {gap}; hop latency {d['hop_s'] * 1e6:.3g} us\n")
     out.write("\n")
     all_rows: list[dict[str, Any]] = []
     for coll in args.collectives:
-        names = algorithms_of(coll, args.algorithms, node_aware=two)
+        names = algorithms_of(coll, args.algorithms, node_aware=two or (
+            fabric is not None and len(set(fabric.nodes)) < p))
         if not names:
             out.write(f"# {coll}: none of the algorithms asked for (-a) is one of its own\n\n")
             continue
         try:
             rows = predict_rows(coll, p, args.sizes, model, names, dtype=args.dtype,
                                 root=args.root, per_rank=bool(args.json),
-                                progress=lambda text: progress.show(f"[mpicoll simulate] {text}"))
+                                progress=lambda text: progress.show(f"[mpicoll simulate] {text}"),
+                                network=network)
         finally:
             progress.clear()
         all_rows += rows
-        out.write(simulation_tables(coll, rows, two) + "\n")
+        out.write(simulation_tables(coll, rows, two, network is not None) + "\n")
         out.flush()
     if args.json:
         doc = {
@@ -517,6 +594,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
             "command_line": "mpicoll simulate " + " ".join(argv),
             "P": p, "dtype": args.dtype, "root": args.root, "sizes": args.sizes,
             "model": mdoc,
+            "network": None if fabric is None else fabric.describe(),
             "rows": all_rows,
         }
         Path(args.json).write_text(json.dumps(doc) + "\n")

@@ -25,6 +25,9 @@ import pytest
 from _runners import backend
 from mpi4py import MPI
 
+from mpicoll.backends import base as base_module
+from mpicoll.backends.frontdoor import key_of
+
 WORLD = MPI.COMM_WORLD
 P, RANK = WORLD.size, WORLD.rank
 TOTAL = float(sum(range(1, P + 1)))
@@ -190,6 +193,71 @@ def test_a_list_reused_whose_item_was_replaced_misses(kind: str) -> None:
     _expect(b, lambda: b.Allreduce([x, 2, MPI.DOUBLE], [y, 2, MPI.DOUBLE]), hit=False)
     _expect(b, lambda: b.Allreduce([x, 3, MPI.DOUBLE], [y, 3, MPI.DOUBLE]), hit=False)
     assert np.array_equal(y, [TOTAL] * 3 + [0])
+
+
+@pytest.mark.mpi
+def test_views_and_mmaps_as_the_last_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view made anew of the same memory, bare or in a list built anew, and an mmap spec,
+    are the last call of their collective (no key built); what would make the key another
+    one misses there too: another offset, base, dtype or writeable flag, an mmap closed."""
+    b = backend("p2p")
+    big, out = np.zeros(8), np.zeros(8)
+    lasts = b.front_door.last[False]
+    keys = [0]
+
+    def counted(*a: Any) -> Any:
+        keys[0] += 1
+        return key_of(*a)
+
+    monkeypatch.setattr(base_module, "key_of", counted)
+
+    def last_hit(call: Callable[[], Any]) -> None:  # a hit that built no key
+        k = keys[0]
+        _expect(b, call, hit=True)
+        assert keys[0] == k, "the last call's path built a key"
+
+    def call(x: Any, y: Any) -> None:
+        b.Allreduce(x, y)
+
+    for k in range(3):
+        big[:] = RANK + 1.0 + k
+        _expect(b, lambda: call(big[:4], out[:4]), hit=k > 0)
+        assert np.array_equal(out[:4], np.full(4, TOTAL + P * k))
+    last_hit(lambda: call(big[:4], out[:4]))
+    _expect(b, lambda: call(big[1:5], out[:4]), hit=False)  # another offset
+    _expect(b, lambda: call(np.zeros(8)[:4], out[:4]), hit=False)  # another base
+    _expect(b, lambda: call(big[:4], out[:4]), hit=True)
+    big.flags.writeable = False  # its views now read-only: another key
+    _expect(b, lambda: call(big[:4], out[:4]), hit=False)
+    big.flags.writeable = True
+    _expect(b, lambda: call(big[:4], out[:4]), hit=True)
+    ints = np.zeros(8, dtype=np.int64)
+    _expect(b, lambda: call(ints.view(np.float64)[:4], out[:4]), hit=False)  # another base
+    # in a list spec built anew
+    spec = lambda: call([big[:4], MPI.DOUBLE], [out[:4], MPI.DOUBLE])  # noqa: E731
+    for k in range(3):
+        big[:] = RANK + 2.0
+        _expect(b, spec, hit=k > 0)
+        assert np.array_equal(out[:4], np.full(4, TOTAL + P))
+    last_hit(spec)
+    _expect(b, lambda: call([big[2:6], MPI.DOUBLE], [out[:4], MPI.DOUBLE]), hit=False)
+    # an mmap spec reused (mpi4py's OSU demos)
+    m, o = mmap.mmap(-1, 16), mmap.mmap(-1, 16)
+    ms, os_ = [m, 8, MPI.BYTE], [o, 8, MPI.BYTE]
+    plain = bytearray(8)
+    for k in range(3):
+        m[:8] = bytes([1 << ((RANK + k) % 8)]) * 8
+        _expect(b, lambda: b.Allreduce(ms, os_, MPI.BOR), hit=k > 0)
+        WORLD.Allreduce([m, 8, MPI.BYTE], [plain, 8, MPI.BYTE], MPI.BOR)
+        assert o[:8] == plain
+    assert lasts["allreduce"][7], "the mmap spec is a last call"
+    last_hit(lambda: b.Allreduce(ms, os_, MPI.BOR))
+    m.close()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="closed"):
+            b.Allreduce(ms, os_, MPI.BOR)
+    WORLD.Barrier()
+    o.close()
 
 
 @pytest.mark.mpi

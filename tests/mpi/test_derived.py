@@ -448,17 +448,24 @@ def test_predefined_op_on_derived_refused(backends: dict[str, Any]) -> None:
 
 
 @pytest.mark.mpi
-def test_out_of_bounds_refused(backends: dict[str, Any]) -> None:
-    """A count whose typemap runs past the buffer is refused before any message by p2p and by
-    native in checked mode (mpi4py itself does not check it: MPI would read or write out of
-    bounds, and so would native outside checked mode, which hands the call to mpi4py)."""
+def test_out_of_bounds_goes_on_p2p_refused_in_checked_mode(backends: dict[str, Any]) -> None:
+    """A count whose typemap runs past the buffer (one rank's own values: no refusal outside
+    checked mode) goes on p2p: the root sends its bytes and zeros past them and raises
+    ``MPI_ERR_BUFFER`` at the end of the call, the others receive into a scratch, keep what
+    fits and raise ``MPI_ERR_TRUNCATE`` (tests/mpi/test_bounds.py has the rest).  Native in
+    checked mode refuses it on every rank before any message (mpi4py itself does not check
+    it: MPI would read or write out of bounds, as native outside checked mode would)."""
     t = TYPES["resized"]  # extent 16, true extent 32: count elements need 16 count + 16 bytes
     buf = np.zeros(16 * 3, np.uint8)
+    with pytest.raises(MPI.Exception) as info:
+        backends["p2p"].Bcast([buf, 3, t], root=0)
+    assert info.value.Get_error_class() == (MPI.ERR_BUFFER if RANK == 0 else MPI.ERR_TRUNCATE)
+    assert "touch bytes" in str(info.value)
+    backends["p2p"].Bcast([buf, 2, t], root=0)
     checked = mpicoll.native(WORLD, check=True)
-    for backend in (backends["p2p"], checked):
-        with pytest.raises(ValueError, match="touch bytes"):
-            backend.Bcast([buf, 3, t], root=0)
-        backend.Bcast([buf, 2, t], root=0)
+    with pytest.raises(ValueError, match="touch bytes"):
+        checked.Bcast([buf, 3, t], root=0)
+    checked.Bcast([buf, 2, t], root=0)
 
 
 @pytest.mark.mpi
@@ -543,9 +550,10 @@ def test_alltoallw_against_mpi4py(backends: dict[str, Any], in_place: bool) -> N
 @pytest.mark.mpi
 def test_alltoallw_refusals(backends: dict[str, Any]) -> None:
     """What mpi4py refuses (a single datatype, no displacements) raises TypeError on both
-    backends, before any message; a block past the buffer raises ValueError on p2p and on
-    native in checked mode (outside it native hands the call to mpi4py, which does not check
-    it: MPI would read past the buffer)."""
+    backends, before any message; a block past the buffer raises ValueError on native in
+    checked mode (outside it native hands the call to mpi4py, which does not check it: MPI
+    would read past the buffer) and goes on p2p, which sends zeros in place of the memory past
+    the buffer and raises ``MPI_ERR_BUFFER`` at the end of the call."""
     buf = np.zeros(4 * P)
     counts, displs = [1] * P, [8 * i for i in range(P)]
     checked = mpicoll.native(WORLD, check=True)
@@ -558,9 +566,15 @@ def test_alltoallw_refusals(backends: dict[str, Any]) -> None:
                               [buf.copy(), (counts, displs), [MPI.DOUBLE] * P])
         if name == "native":
             continue
+        past = ([buf, (counts, [32 * P] * P), [MPI.DOUBLE] * P],
+                [buf.copy(), (counts, displs), [MPI.DOUBLE] * P])
+        if name == "p2p":  # goes: zeros in place of the memory past the buffer (test_bounds)
+            with pytest.raises(MPI.Exception, match="touch bytes") as info:
+                backend.Alltoallw(*past)
+            assert info.value.Get_error_class() == MPI.ERR_BUFFER
+            continue
         with pytest.raises(ValueError, match="touch bytes"):
-            backend.Alltoallw([buf, (counts, [32 * P] * P), [MPI.DOUBLE] * P],
-                              [buf.copy(), (counts, displs), [MPI.DOUBLE] * P])
+            backend.Alltoallw(*past)
 
 
 @pytest.mark.mpi

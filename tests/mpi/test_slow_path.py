@@ -260,3 +260,40 @@ def test_a_predefined_datatype_memo_by_handle(hand: mpicoll.P2P) -> None:
     with pytest.raises(ValueError, match="mismatch in send and receive MPI datatypes"):
         hand.Allreduce(base.view("l"), out)
     hand.Barrier()
+
+
+@pytest.mark.mpi
+def test_new_buffers_are_stored_at_their_second_call(hand: mpicoll.P2P) -> None:
+    """A call a template serves is stored only when the same buffers come twice in a row:
+    new arrays at every call leave the cache as it was (only the last call's are kept
+    alive), and every call's traffic is counted (a runner run once adds its messages up when
+    it is dropped)."""
+    for i in range(3):  # the layout's first call: parsed and stored
+        hand.Allreduce(np.full(3, RANK + i + 0.0), np.zeros(3))
+    door = hand.front_door
+    entries = len(door.entries)
+    hand.traffic.reset()
+    x = np.full(3, RANK + 1.0)
+    y = np.zeros(3)
+    hand.Allreduce(x, y)  # its first call: run, not stored
+    one = (hand.traffic.messages_sent, hand.traffic.bytes_recv)
+    refs = []
+    for i in range(5):
+        y2 = np.zeros(3)
+        hand.Allreduce(np.full(3, RANK + i + 0.0), y2)
+        assert np.array_equal(y2, np.full(3, sum(r + i + 0.0 for r in range(P))))
+        refs.append(weakref.ref(y2))
+        del y2
+    assert [r() is None for r in refs] == [True] * 4 + [False]  # the last call's: kept
+    assert len(door.entries) == entries
+    assert (hand.traffic.messages_sent, hand.traffic.bytes_recv) == (6 * one[0], 6 * one[1])
+    h = door.hits
+    hand.Allreduce(x, y)
+    assert len(door.entries) == entries  # not in a row
+    assert refs[-1]() is None
+    hand.Allreduce(x, y)  # x and y twice in a row: stored
+    assert len(door.entries) == entries + 1
+    assert door.hits == h
+    hand.Allreduce(x, y)  # and a hit
+    assert door.hits == h + 1
+    assert np.array_equal(y, np.full(3, sum(r + 1.0 for r in range(P))))

@@ -41,6 +41,10 @@ def test_smp_matches_native(monkeypatch: pytest.MonkeyPatch, k: int) -> None:
         nat.Allgather(x, want)
         hand.Allgather(x, got, algorithm="smp")
         assert np.array_equal(got, want), ("allgather", k, n)
+        want, got = np.empty(n), np.full(n, -1.0)
+        nat.Scan(x, want)
+        hand.Scan(x, got, algorithm="smp")
+        assert np.array_equal(got, want), ("scan", k, n)
         for root in range(p):
             want, got = x.copy(), x.copy()
             nat.Bcast(want, root)

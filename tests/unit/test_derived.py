@@ -4,13 +4,22 @@ tests/mpi/test_derived.py)."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from mpicoll.algorithms import registry
-from mpicoll.algorithms.datatypes import extents, is_derived, typed_copy, typed_scratch
+from mpicoll.algorithms.datatypes import (
+    TypedView,
+    extents,
+    is_derived,
+    typed_copy,
+    typed_scratch,
+)
 from mpicoll.algorithms.schedule import Context
 from mpicoll.backends.args import PARSERS
 from mpicoll.backends.buffers import parse, parse_v
@@ -50,19 +59,51 @@ def test_parse_gives_one_element_per_instance() -> None:
     assert parse([buf, VEC], "buf").count == 3  # no count: bytes over the extent, as mpi4py
 
 
+def _past(spec: Any, words: str, size: int = 0) -> None:
+    """A spec whose typemap leaves its buffer is no refusal (check (B) reads one rank's own
+    values): as a receive it runs on a scratch and truncates (MPI_ERR_TRUNCATE at the end of
+    the call), as a send of an array that owns its memory it sends zeros past it
+    (MPI_ERR_BUFFER); the problem is said in the words checked mode refuses it with."""
+    for writable, cls in ((True, MPI.ERR_TRUNCATE), (False, MPI.ERR_BUFFER)):
+        b = parse_v(spec, "buf", size, writable=writable) if size else \
+            parse(spec, "buf", writable=writable)
+        assert b.spill is not None
+        assert re.search(words, b.spill.problem), b.spill.problem
+        assert b.spill.error_class == cls
+
+
 def test_parse_checks_the_typemap_bytes() -> None:
-    with pytest.raises(ValueError, match=r"touch bytes \[0, 128\)"):
-        parse([np.zeros(12), 4, VEC], "buf")  # 3 * 32 + 32 bytes > 96
+    _past([np.zeros(12), 4, VEC], r"touch bytes \[0, 128\)")  # 3 * 32 + 32 bytes > 96
     assert parse([np.zeros(10), 4, INTERLEAVED], "buf").count == 4  # (4-1)*16 + 32 = 80 bytes
-    with pytest.raises(ValueError, match="touch bytes"):
-        parse([np.zeros(9), 4, INTERLEAVED], "buf")
-    with pytest.raises(ValueError, match=r"touch bytes \[-8, "):
-        parse([np.zeros(8), 1, NEG], "buf")  # the true lower bound is before the buffer
+    _past([np.zeros(9), 4, INTERLEAVED], "touch bytes")
+    _past([np.zeros(8), 1, NEG], r"touch bytes \[-8, ")  # the true lower bound is before it
     assert parse([np.zeros(8), (1, 1), NEG], "buf").count == 1  # origin 24 bytes in
     with pytest.raises(ValueError, match="not a multiple"):
         parse([np.zeros(5), VEC], "buf")
-    with pytest.raises(TypeError, match="extent"):
-        parse([np.zeros(4), 1, MPI.DOUBLE.Create_resized(0, 0).Commit()], "buf")
+    flat = MPI.DOUBLE.Create_resized(0, 0).Commit()
+    one = parse([np.zeros(4), 3, flat], "buf")  # one block: one element of a twin type
+    assert one.twin_of == flat
+    assert one.count == 1
+    assert one.datatype.Get_size() == 24
+    with pytest.raises(ValueError, match="cannot infer count"):  # mpi4py's own
+        parse([np.zeros(4), flat], "buf")
+    with pytest.raises(TypeError, match="extent"):  # p blocks at one address: (L)
+        parse([np.zeros(4), 1, flat], "buf", blocks=2)
+
+
+def test_a_send_past_a_slice_reads_the_array_it_slices() -> None:
+    """A send spec past a slice of a larger array reads that array's memory, as MPI does (no
+    scratch, no error); a receive past it still truncates (MPI would write there)."""
+    whole = np.arange(16.0)
+    b = parse([whole[:10], 4, VEC], "buf")  # 128 bytes of a 80-byte slice of 128 bytes
+    assert b.spill is None
+    assert isinstance(b.array, TypedView)
+    assert b.array.ctypes.data == whole.ctypes.data
+    assert parse([whole[:10], 4, VEC], "buf", writable=True).spill is not None
+    v = parse_v([whole[4:8], ([1, 1], [-1, 2]), MPI.DOUBLE], "buf", 2)
+    assert v.spill is None
+    assert v.block(0)[0] == 3.0
+    assert v.block(1)[0] == 6.0
 
 
 def test_parse_v_blocks_in_extents() -> None:
@@ -70,8 +111,7 @@ def test_parse_v_blocks_in_extents() -> None:
     v = parse_v([buf, ([1, 2], [0, 2]), INTERLEAVED], "buf", 2)
     assert v.block(1).ctypes.data == buf.ctypes.data + 32
     assert v.block(1).size == 2
-    with pytest.raises(ValueError, match="block 1"):
-        parse_v([buf, ([1, 2], [0, 8]), INTERLEAVED], "buf", 2)
+    _past([buf, ([1, 2], [0, 8]), INTERLEAVED], "block 1", size=2)
 
 
 def test_view_past_the_end_is_only_addresses() -> None:

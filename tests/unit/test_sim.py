@@ -185,7 +185,7 @@ def _two_level(k: int) -> object:
     return TWO(k, Model(1e-7, 1e-10, 2.5e-10), Model(2e-6, 1e-9, 2.5e-10))
 
 
-@pytest.mark.parametrize("coll", ["allreduce", "bcast", "reduce", "allgather", "barrier"])
+@pytest.mark.parametrize("coll", ["allreduce", "bcast", "reduce", "allgather", "barrier", "scan"])
 def test_smp_algorithms_match_reference(coll: str) -> None:
     """k = 3 ranks per node at p = 6 (the issue's case), and ragged last nodes."""
     alg = registry.get(coll, "smp")
@@ -205,6 +205,24 @@ def test_smp_algorithms_match_reference(coll: str) -> None:
                 assert res.algorithm == alg.name
                 if want is not None:
                     _compare(f"{coll}/smp p={p} k={k} count={count} root={root}", outs, want)
+
+
+def test_smp_scan_keeps_rank_order() -> None:
+    """A non-commutative op through the hierarchical scan on nodes of 1..4 consecutive ranks
+    (ragged last nodes), and on nodes that are not consecutive (the flat scan runs)."""
+    layouts = [[r // k for r in range(p)] for p in (2, 5, 7, 9) for k in (1, 2, 3, 4)]
+    layouts += [[r % 2 for r in range(6)], [0, 1, 1, 0, 2], [2, 2, 0, 1, 1, 0]]
+    for nodes in layouts:
+        p = len(nodes)
+        run_args, outs = [], []
+        for r in range(p):
+            a, o = make_args("scan", p, r, 5, np.dtype(np.float64), op=CONCAT)
+            run_args.append(a)
+            outs.append(o)
+        want = oracle.expected("scan", [_snapshot(a) for a in run_args])
+        simulate("scan", p, 5, algorithm="smp", op=CONCAT, data=True, args=run_args,
+                 nodes=nodes)
+        _compare(f"scan/smp nodes={nodes}", outs, want)
 
 
 def test_hierarchical_allreduce_sends_one_node_share_across_nodes() -> None:

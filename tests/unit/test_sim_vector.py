@@ -24,6 +24,7 @@ BRANCH_FREE = {
     ("allgatherv", "ring"), ("allgatherv", "bruck"),
     ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
     ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
+    ("reduce_scatter_block", "circulant"), ("reduce_scatter", "circulant"),
     ("alltoall", "pairwise"), ("barrier", "dissemination"),
 }
 # A model whose three terms differ in magnitude, so a swapped term changes the clocks.
