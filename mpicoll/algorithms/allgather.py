@@ -209,6 +209,7 @@ def direct(ctx: Context, buf: np.ndarray, counts: Sequence[int],
 @algorithm(
     ("allgather", "allgatherv"), "two_proc",
     cost=RING,
+    restrictions=("two_ranks",),
     source="Open MPI ompi_coll_base_allgather_intra_two_procs / allgatherv_intra_two_procs "
            "(tuned allgather 6, allgatherv 5)",
 )
@@ -218,11 +219,10 @@ def two_proc(ctx: Context, buf: np.ndarray, counts: Sequence[int],
 
         r0: send b0 -> r1, recv b1 <- r1        r1: send b1 -> r0, recv b0 <- r0
 
-    Open MPI refuses any other p (MPI_ERR_UNSUPPORTED_OPERATION); here p != 2 runs ``ring``
-    (of which this exchange is the p = 2 case), so the cost is the ring's everywhere.
+    Open MPI refuses any other p (MPI_ERR_UNSUPPORTED_OPERATION); here p > 2 is refused
+    before any message and p = 1 has nothing to exchange.
     """
     if ctx.size != 2:
-        yield from ring(ctx, buf, counts, displs)
         return
     r = ctx.rank
     yield ctx.sendrecv(block(buf, counts, displs, r), 1 - r,

@@ -149,6 +149,7 @@ def linear_sync(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 
 @algorithm("alltoall", "two_proc",
            cost=Cost(_DIRECT, exact=("even",), bound=0.1),
+           restrictions=("two_ranks",),
            source="Open MPI ompi_coll_base_alltoall_intra_two_procs (tuned alltoall 5)")
 def two_proc(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
              sdispls: Sequence[int], recvbuf: np.ndarray, rcounts: Sequence[int],
@@ -157,11 +158,11 @@ def two_proc(ctx: Context, sendbuf: np.ndarray, scounts: Sequence[int],
 
         r0: send s0[1] -> r1, recv r0[1] <- r1        r1: send s1[0] -> r0, recv r1[0] <- r0
 
-    Open MPI refuses any other p (MPI_ERR_UNSUPPORTED_OPERATION); here p != 2 runs
-    ``pairwise`` (of which this is the p = 2 case), so the cost is the pairwise one.
+    Open MPI refuses any other p (MPI_ERR_UNSUPPORTED_OPERATION); here p > 2 is refused
+    before any message and p = 1 only copies its own block.
     """
     if ctx.size != 2:
-        yield from pairwise(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
+        _own_block(ctx, sendbuf, scounts, sdispls, recvbuf, rcounts, rdispls)
         return
     q = 1 - ctx.rank
     yield ctx.sendrecv(block(sendbuf, scounts, sdispls, q), q,

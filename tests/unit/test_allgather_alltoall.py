@@ -43,7 +43,6 @@ def test_recexch_layout_is_mpich_s() -> None:
     ("allgatherv", "neighbor_exchange", 8, 4),
     ("allgather", "direct", 5, 4),
     ("allgather", "two_proc", 2, 1),
-    ("allgather", "two_proc", 5, 4),            # p != 2: the ring
     ("allgather", "k_brucks:3", 9, 4),          # 2 phases of k-1 = 2
     ("allgather", "k_brucks:3", 10, 5),         # 3 phases: 2 + 2 + 1
     ("allgather", "recexch_doubling:3", 9, 4),  # 2 phases of 2 partners
@@ -51,7 +50,7 @@ def test_recexch_layout_is_mpich_s() -> None:
     ("allgather", "recexch_doubling:2", 5, 3),  # rank 1: 2 phases, then rank 0's result
     ("alltoall", "k_brucks:3", 9, 4),
     ("alltoall", "linear_sync:2", 7, 6),
-    ("alltoall", "two_proc", 3, 2),             # p != 2: the pairwise
+    ("alltoall", "two_proc", 2, 1),
     ("alltoall", "pairwise_sendrecv_replace", 5, 4),
 ])
 def test_messages_per_rank(coll: str, name: str, p: int, messages: int) -> None:
@@ -79,3 +78,15 @@ def test_pairwise_sendrecv_replace_takes_2p_minus_3_exchange_times() -> None:
         r = simulate("alltoall", p, 4, algorithm="pairwise_sendrecv_replace", model=UNIT,
                      data=False)
         assert r.time == 2 * p - 3
+
+
+@pytest.mark.parametrize("coll", ["allgather", "allgatherv", "alltoall"])
+def test_two_proc_refuses_more_than_two_ranks(coll: str) -> None:
+    """Open MPI's two_proc forms run on two ranks only (p = 1: nothing to exchange)."""
+    from mpicoll.algorithms import registry
+
+    alg = registry.get(coll, "two_proc")
+    assert alg.why_not(1) is None
+    assert alg.why_not(2) is None
+    with pytest.raises(registry.RestrictionError, match="at most two ranks"):
+        simulate(coll, 3, 4, algorithm="two_proc", data=False)
