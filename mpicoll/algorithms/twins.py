@@ -261,14 +261,32 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("allgather", "ring"): ("ring", 4),
     ("allgather", "recursive_doubling"): ("recursive_doubling", 3),
     ("allgather", "bruck"): ("brucks", 2),
+    ("allgather", "two_proc"): (None, 6),
+    ("allgather", "k_brucks"): ("k_brucks", None),
+    ("allgather", "recexch_doubling"): ("recexch_doubling", None),
+    ("allgather", "recexch_halving"): ("recexch_halving", None),
+    ("allgather", "neighbor_exchange"): (None, 5),
+    ("allgather", "sparbit"): (None, 7),
     ("allgatherv", "ring"): ("ring", 3),
     ("allgatherv", "bruck"): ("brucks", 2),
+    ("allgatherv", "recursive_doubling"): ("recursive_doubling", None),
+    ("allgatherv", "two_proc"): (None, 5),
+    ("allgatherv", "neighbor_exchange"): (None, 4),
+    ("allgatherv", "sparbit"): (None, 6),
     ("alltoall", "pairwise"): ("pairwise", 2),
     ("alltoall", "scattered"): ("scattered", None),
-    ("alltoall", "bruck"): ("brucks", 3),
+    ("alltoall", "bruck"): ("brucks", 3),  # Open MPI's modified_bruck: Bruck's rounds
+    ("alltoall", "k_brucks"): ("k_brucks", None),
+    ("alltoall", "linear"): (None, 1),
+    ("alltoall", "linear_sync"): (None, 4),
+    ("alltoall", "two_proc"): (None, 5),
+    ("alltoall", "pairwise_sendrecv_replace"): ("pairwise_sendrecv_replace", None),
     ("alltoallv", "pairwise"): (None, 2),
     ("alltoallv", "scattered"): ("scattered", None),
+    ("alltoallv", "linear"): (None, 1),
+    ("alltoallv", "pairwise_sendrecv_replace"): ("pairwise_sendrecv_replace", None),
     ("alltoallw", "scattered"): ("scattered", None),
+    ("alltoallw", "pairwise_sendrecv_replace"): ("pairwise_sendrecv_replace", None),
     ("scan", "recursive_doubling"): ("recursive_doubling", 2),
     ("scan", "linear"): (None, 1),
     ("scan", "smp"): ("smp", None),
@@ -279,7 +297,15 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
 
 #: Why a forceable native algorithm has no p2p twin: (library, collective, native name) ->
 #: the reason the twin table shows.
-NO_TWIN: dict[tuple[str, str, str], str] = {}
+NO_TWIN: dict[tuple[str, str, str], str] = {
+    ("openmpi", "allgather", "linear"): (
+        "MPI_Gather to rank 0, then MPI_Bcast of the whole buffer, each by the communicator's "
+        "own collective selection: two collectives composed, not one schedule"),
+    ("openmpi", "allgatherv", "default"): (
+        "MPI_Gatherv to rank 0, then MPI_Bcast of the whole buffer (a datatype of the blocks), "
+        "each by the communicator's own collective selection: two collectives composed"),
+}
+
 #: Forceable values that are not algorithms but a redirection: (library, collective, name) ->
 #: what runs instead (the twin table says so instead of naming a twin).
 REDIRECTS: dict[tuple[str, str, str], str] = {
