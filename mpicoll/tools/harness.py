@@ -66,8 +66,8 @@ def _versions() -> dict[str, Any]:
     version = package_version()
     vendor = MPI.get_vendor()
     return {
-        "mpi_library": " ".join(MPI.Get_library_version().strip().splitlines()[0].split()),
-        "mpi_library_full": MPI.Get_library_version().strip(),
+        "mpi_library": " ".join(_library_text().splitlines()[0].split()),
+        "mpi_library_full": _library_text(),
         "mpi_vendor": f"{vendor[0]} {'.'.join(map(str, vendor[1]))}",
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi4py": mpi4py.__version__,
@@ -83,6 +83,12 @@ _THREAD_LEVELS = {
     MPI.THREAD_SERIALIZED: "serialized",
     MPI.THREAD_MULTIPLE: "multiple",
 }
+
+
+def _library_text() -> str:
+    """``MPI_Get_library_version``, stripped, without the NUL Open MPI's ends in (it would cut
+    a JSON reader's or a terminal's copy of the line there)."""
+    return MPI.Get_library_version().replace("\x00", "").strip()
 
 
 def provenance(comm: Any, argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -118,7 +118,7 @@ def library() -> tuple[str, str]:
     ``"openmpi"`` or ``"other"`` (``MPI_Get_library_version``, callable before ``MPI_Init``)."""
     from mpi4py import MPI
 
-    text = MPI.Get_library_version()
+    text = MPI.Get_library_version().replace("\x00", "")  # Open MPI's ends in a NUL
     first = text.strip().splitlines()[0] if text.strip() else "unknown"
     low = text.lower()
     if "open mpi" in low:
