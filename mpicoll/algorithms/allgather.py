@@ -521,6 +521,55 @@ def recexch_halving(ctx: Context, buf: np.ndarray, counts: Sequence[int],
     yield from _recexch_run(ctx, buf, counts, displs, k, True)
 
 
+def halving_skips(p: int) -> list[int]:
+    """The skips s_0 = 1 < s_1 < ... < s_q = p of Traff's circulant graph, q = ceil(lg p):
+    each the ceiling of half the next (``[1, 2, 4, 7]`` for p = 7).  The rounds of the
+    circulant allgather, reduce-scatter and allreduce."""
+    skips = [p]
+    while skips[-1] > 1:
+        skips.append(-(-skips[-1] // 2))
+    return skips[::-1]
+
+
+@algorithm(
+    ("allgather", "allgatherv"), "circulant",
+    cost=Cost("clg(p)*alpha + (p-1)/p*n*beta", exact=("even",), bound=0.1),
+    source="Traff, 'Optimal, non-pipelined reduce-scatter and allreduce algorithms', arXiv "
+           "2410.14234 (2024): the allgather half, ceil(lg p) rounds on the circulant graph of "
+           "halving skips, any p",
+)
+def circulant(ctx: Context, buf: np.ndarray, counts: Sequence[int],
+              displs: Sequence[int]) -> Schedule:
+    """Allgather in ceil(lg p) rounds for any p, each rank receiving each block once, on the
+    circulant graph with skips s_0 = 1 < ... < s_q = p (each the ceiling of half the next).
+    Before round k a rank holds the s_k blocks r, r+1, ..., r + s_k - 1; it receives the
+    next s_(k+1) - s_k <= s_k of them from rank r + s_k (its lowest) and sends its own lowest
+    as many to rank r - s_k::
+
+        p = 5 (skips 1 2 3 5):  k=0: r <- r+1: block r+1               (holds r..r+1)
+                                k=1: r <- r+2: block r+2               (holds r..r+2)
+                                k=2: r <- r+3: blocks r+3, r+4         (holds all)
+
+    Like Bruck's without its final rotation in place: the blocks travel in a scratch kept
+    rotated (block r first), so every message is one range, then are copied out.  No MPI
+    library has it.
+    """
+    p, r = ctx.size, ctx.rank
+    if p == 1:
+        return
+    rot = [counts[(r + j) % p] for j in range(p)]
+    offs = displacements(rot)
+    work = ctx.scratch(offs[-1] + rot[-1])
+    ctx.copy(block(buf, counts, displs, r), work[: rot[0]])
+    skips = halving_skips(p)
+    for k in range(len(skips) - 1):
+        lo, hi = skips[k], skips[k + 1]
+        yield ctx.sendrecv(work[: offs[hi - lo]], (r - lo) % p,
+                           work[offs[lo] : offs[hi] if hi < p else work.size], (r + lo) % p)
+    for j in range(1, p):
+        ctx.copy(block(work, rot, offs, j), block(buf, counts, displs, (r + j) % p))
+
+
 @default_rule("allgather", "allgatherv")
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
     # MPICH: recursive doubling for short/medium totals on powers of two, Bruck for short

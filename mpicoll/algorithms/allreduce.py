@@ -16,6 +16,7 @@ from mpi4py import MPI
 
 from . import fold as _pof2
 from .allgather import bruck as _allgather_bruck
+from .allgather import halving_skips
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
 from .bcast import binomial as _bcast_binomial
@@ -774,15 +775,6 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
             ctx.reduce(x, y, op)
 
 
-def _halving_skips(p: int) -> list[int]:
-    """The skips of the ceil(lg p)-regular circulant graph: s_q = p, s_k = ceil(s_(k+1) / 2),
-    down to s_0 = 1 (q = ceil(lg p)); returned as [s_0, ..., s_q]."""
-    skips = [p]
-    while skips[-1] > 1:
-        skips.append(-(-skips[-1] // 2))
-    return skips[::-1]
-
-
 @algorithm(
     "allreduce", "circulant",
     cost=Cost("2*clg(p)*alpha + (p-1)/p*n*(2*beta + gamma)", exact=("even",), bound=0.1),
@@ -816,7 +808,7 @@ def circulant(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     work = ctx.scratch(n)
     for j in range(p):
         ctx.copy(block(buf, counts, displs, (r + j) % p), block(work, rot, offs, j))
-    skips = _halving_skips(p)
+    skips = halving_skips(p)
     tmp = ctx.scratch(span(work, rot, offs, 0, p - skips[-2]).size if p > 1 else 0)
     for k in range(len(skips) - 2, -1, -1):  # reduce-scatter: skips p/2, p/4, ..., 1
         lo, hi = skips[k], skips[k + 1]

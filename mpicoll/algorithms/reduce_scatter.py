@@ -14,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
+from .allgather import halving_skips
 from .reduce import TREE as _TREE
 from .reduce import TREE_EXTRA as _TREE_EXTRA
 from .reduce import TREE_WHERE as _TREE_WHERE
@@ -467,15 +468,6 @@ def recursive_doubling(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
         mask <<= 1
         level += 1
     ctx.copy(work[: counts[r]], recvbuf)
-
-
-def halving_skips(p: int) -> list[int]:
-    """The skips s_0 = 1 < s_1 < ... < s_q = p of :func:`circulant`, q = ceil(lg p): each
-    the ceiling of half the next."""
-    skips = [p]
-    while skips[-1] > 1:
-        skips.append(-(-skips[-1] // 2))
-    return skips[::-1]
 
 
 @algorithm(

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from mpicoll.algorithms import fold
+from mpicoll.algorithms.allgather import halving_skips
 from mpicoll.algorithms.allreduce import (
     _btree,
     _dtree,
-    _halving_skips,
     _knomial1,
     _swing_layout,
     _swing_peer,
@@ -95,8 +95,8 @@ def test_bandwidth_optimal_traffic(alg: str, ps: tuple[int, ...]) -> None:
         assert (r.messages_sent == rounds).all(), (alg, p)
 
 
-def test_halving_skips() -> None:
-    assert _halving_skips(7) == [1, 2, 4, 7]
-    assert _halving_skips(9) == [1, 2, 3, 5, 9]
+def testhalving_skips() -> None:
+    assert halving_skips(7) == [1, 2, 4, 7]
+    assert halving_skips(9) == [1, 2, 3, 5, 9]
     for p in range(1, 100):
-        assert len(_halving_skips(p)) - 1 == (p - 1).bit_length()
+        assert len(halving_skips(p)) - 1 == (p - 1).bit_length()
