@@ -12,6 +12,7 @@ A forced algorithm whose restrictions forbid a case must raise
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,9 +58,16 @@ class Impl:
 _NATIVE_BROKEN = {"alltoallw"} if "Open MPI" in MPI.Get_library_version() else set()
 
 
+#: MPICOLL_TEST_FULL=1 (make test-full): the parameterised algorithms at every example value
+#: of their parameters too (registry.variants); by default at their defaults, the examples
+#: being swept by the simulator's tests (tests/unit) and by test_traffic here
+FULL = os.environ.get("MPICOLL_TEST_FULL", "") not in ("", "0")
+
+
 def implementations(coll: str) -> list[Impl]:
-    """native, p2p auto and every registered p2p algorithm of ``coll``."""
-    algorithms = registry.variants(coll)
+    """native, p2p auto and every registered p2p algorithm of ``coll`` (with their parameter
+    examples under MPICOLL_TEST_FULL=1)."""
+    algorithms = registry.variants(coll) if FULL else registry.algorithms(coll)
     assert algorithms, f"the registry lists no algorithm of {coll}"
     native = [] if coll in _NATIVE_BROKEN else [Impl("native")]
     return [*native, Impl("p2p", "auto"), *(Impl("p2p", a.name, a) for a in algorithms)]
