@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from .allgather import recexch as recexch_layout
 from .registry import Cost, Param, algorithm, default_rule
 from .schedule import Context, Round, Schedule, pof2_floor
 
@@ -75,69 +76,35 @@ def dissemination(ctx: Context) -> Schedule:
     yield from k_dissemination(ctx, k=2)
 
 
-def recexch_shape(p: int, k: int) -> tuple[int, int, int, int]:
-    """(radix, p_of_k, phases, rem) of MPICH's recursive exchange on p ranks with radix k: the
-    radix is lowered to p (at least 2) when p < k; p_of_k = k^phases is the largest power of
-    the radix <= p; rem = p - p_of_k ranks sit out the exchange phases."""
-    if p < k:
-        k = max(p, 2)
-    pofk, phases = 1, 0
-    while pofk * k <= p:
-        pofk *= k
-        phases += 1
-    return k, pofk, phases, p - pofk
-
-
 def recexch_neighbors(p: int, k: int, rank: int) -> tuple[int, list[int], list[list[int]]]:
-    """MPICH's recursive-exchange pattern for ``rank`` (radix as :func:`recexch_shape`):
-    ``(sendto, recvfrom, phases)``.
-
-    The first T = rem k / (k-1) ranks form groups of k; in each, the last rank takes part in
-    the exchange phases and the k-1 others hand it their data first (step 1) and get the result
-    back last (step 3); a group cut short by T hands it to rank T instead (rank order kept).
-    ``sendto`` is that participant for a rank that sits out (-1 for a participant),
-    ``recvfrom`` the ranks a participant serves (step 1 and 3), ``phases`` the k-1 neighbours
-    of each exchange phase (step 2: the ranks whose new rank differs from this one's in one
-    base-k digit), empty for a rank that sits out::
+    """MPICH's recursive-exchange pattern for ``rank``, read from the one layout
+    (:class:`~mpicoll.algorithms.allgather.Recexch`, radix lowered to p): ``(sendto,
+    recvfrom, phases)``.  ``sendto`` is the participant a rank that sits out checks in with
+    (-1 for a participant), ``recvfrom`` the ranks a participant serves (steps 1 and 3),
+    ``phases`` its k-1 neighbours in each exchange phase (step 2), empty for a rank that sits
+    out::
 
         p = 6, k = 3 (p_of_k 3, rem 3, T 4):  step 1: 0, 1 -> 2;  3 -> 4
                                               step 2: 2 <-> 4 <-> 5 (one phase, new ranks 0 1 2)
                                               step 3: 2 -> 0, 1;  4 -> 3
     """
-    k, _, nphases, rem = recexch_shape(p, k)
-    t = rem * k // (k - 1)
-    recvfrom: list[int] = []
-    if rank < t:
-        if rank % k != k - 1:
-            return min(rank + k - 1 - rank % k, t), [], []
-        recvfrom = [rank - i - 1 for i in range(k - 1)]
-        newrank = rank // k
-    else:
-        newrank = rank - rem
-        if rank == t and t >= 1 and (t - 1) % k != k - 1:
-            nsenders = (t - 1) % k + 1
-            recvfrom = [t - 1 - i for i in range(nsenders)]
-    full = rem // (k - 1)
-    phases = []
-    power = 1
-    for _ in range(nphases):
-        digit = newrank // power % k
-        nbrs = [newrank + (v - digit) * power for v in range(k) if v != digit]
-        phases.append([nb * k + k - 1 if nb < full else nb + rem for nb in nbrs])
-        power *= k
-    return -1, recvfrom, phases
+    x = recexch_layout(p, k)
+    sendto = x.sendto(rank)
+    if sendto >= 0:
+        return sendto, [], []
+    return -1, x.recvfrom(rank), [x.nbrs(rank, i) for i in range(x.phases)]
 
 
 def recexch_floor_phases(p: int, k: int) -> int:
-    """The exchange phases of :func:`recexch_shape`: floor(log_k p), radix lowered to p."""
-    return recexch_shape(p, k)[2]
+    """The exchange phases of recursive exchange: floor(log_k p), radix lowered to p."""
+    return recexch_layout(p, k).phases
 
 
 def recexch_fold(p: int, k: int) -> int:
-    """The most messages a participant of :func:`recexch_shape` takes in step 1 (and gives
-    back in step 3): min(rem, k - 1)."""
-    kk, _, _, rem = recexch_shape(p, k)
-    return min(rem, kk - 1)
+    """The most messages a participant of recursive exchange takes in step 1 (and gives back
+    in step 3): min(rem, k - 1)."""
+    x = recexch_layout(p, k)
+    return min(x.rem, x.k - 1)
 
 
 @algorithm(
