@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["MPICH", "MPICH_NB", "NO_TWIN", "OMPI", "OMPI_FALLBACKS", "OMPI_NB", "REDIRECTS",
+__all__ = ["MPICH", "MPICH_NB", "MPICH_SETTINGS", "NO_TWIN", "OMPI", "OMPI_FALLBACKS", "OMPI_NB",
+           "REDIRECTS",
            "TWINS",
            "ompi_ran",
            "p2p_twin", "twin"]
@@ -304,6 +305,16 @@ NO_TWIN: dict[tuple[str, str, str], str] = {
     ("openmpi", "allgatherv", "default"): (
         "MPI_Gatherv to rank 0, then MPI_Bcast of the whole buffer (a datatype of the blocks), "
         "each by the communicator's own collective selection: two collectives composed"),
+}
+
+#: The MPICH settings a forced algorithm runs with so that it is its twin's algorithm:
+#: (collective, MPICH name) -> CVARs set beside ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM``.
+#: MPICH's bcast ``tree`` builds a k-ary tree by default (``MPIR_CVAR_BCAST_TREE_TYPE`` kary,
+#: ``MPIR_CVAR_BCAST_TREE_KVAL`` 2, ``src/mpi/coll/cvars.txt``); ``knomial_1`` makes it the
+#: k-nomial tree of p2p ``knomial`` (MPIR_Treealgo_tree_create_knomial_1).
+MPICH_SETTINGS: dict[tuple[str, str], dict[str, str]] = {
+    ("bcast", "tree"): {"MPIR_CVAR_BCAST_TREE_TYPE": "knomial_1",
+                        "MPIR_CVAR_BCAST_TREE_KVAL": "2"},
 }
 
 #: Forceable values that are not algorithms but a redirection: (library, collective, name) ->

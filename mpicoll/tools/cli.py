@@ -252,7 +252,9 @@ def twin_rows(collectives: Sequence[str] | None = None) -> list[list[str]]:
                 p2p = twins.p2p_twin(coll, native, key)
                 why = twins.NO_TWIN.get((key, coll, native))
                 redirect = twins.REDIRECTS.get((key, coll, native))
-                rows.append([coll, lib, shown, f"`{p2p}`" if p2p else redirect or
+                env = twins.MPICH_SETTINGS.get((coll, native), {}) if key == "mpich" else {}
+                how = f" with {', '.join(f'{k}={v}' for k, v in env.items())}" if env else ""
+                rows.append([coll, lib, shown, f"`{p2p}`{how}" if p2p else redirect or
                              f"none: {why or '?'}"])
     return rows
 

@@ -156,7 +156,7 @@ def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
     at P != 2: :data:`mpicoll.algorithms.twins.OMPI_FALLBACKS`) is left out.  With
     ``nonblocking``: the I-forms' algorithms (MPICH ``MPIR_CVAR_I<COLL>_INTRA_ALGORITHM``,
     Open MPI ``coll_libnbc_i<coll>_algorithm``)."""
-    from ..algorithms.twins import OMPI_FALLBACKS
+    from ..algorithms.twins import MPICH_SETTINGS, OMPI_FALLBACKS
 
     order: list[str] = []
     colls: dict[str, list[str]] = {}
@@ -179,6 +179,8 @@ def native_configs(kind: str, collectives: Sequence[str], names: Sequence[str],
             i = "I" if nonblocking else ""
             for c in colls[n]:
                 cfg.env[f"MPIR_CVAR_{i}{c.upper()}_INTRA_ALGORITHM"] = n
+                if not nonblocking:
+                    cfg.env.update(MPICH_SETTINGS.get((c, n), {}))
         elif nonblocking:
             cfg.flags = ["--mca", "coll", OMPI_EXCLUDE, "--mca", "coll_base_verbose", "9"]
             for c in colls[n]:

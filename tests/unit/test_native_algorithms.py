@@ -50,6 +50,11 @@ def test_native_configs_mpich_and_openmpi() -> None:
     assert cfgs[0].flags == []
     every = launch.native_configs("mpich", ["bcast"], ["all"])
     assert [c.native for c in every] == list(twins.MPICH["bcast"])
+    # MPICH's bcast tree is k-ary unless told: forced with the settings of its twin's tree
+    (tree,) = launch.native_configs("mpich", ["bcast"], ["tree"])
+    assert tree.env["MPIR_CVAR_BCAST_TREE_TYPE"] == "knomial_1"
+    assert twins.p2p_twin("bcast", "tree", "mpich") == "knomial"
+    assert "MPIR_CVAR_BCAST_TREE_TYPE" not in every[0].env
     ompi = launch.native_configs("openmpi", ["allreduce", "bcast"], ["ring", "binomial"])
     assert ompi[0].flags == ["--mca", "coll", launch.OMPI_EXCLUDE, "--mca", "coll_base_verbose",
                              "9", "--mca", "coll_tuned_use_dynamic_rules", "1",
@@ -385,6 +390,19 @@ def test_forced_algorithm_ran_per_collective(coll: str, tmp_path: Path) -> None:
     assert "cannot be applied" not in r.stderr, r.stderr
     if KIND == "openmpi":
         assert traffic == OMPI_SIGNATURES[coll][1], sorted(traffic)
+
+
+@pytest.mark.skipif(LAUNCHER is None or KIND != "mpich", reason="MPICH's settings only")
+def test_mpich_settings_are_accepted(tmp_path: Path) -> None:
+    """Every :data:`twins.MPICH_SETTINGS` entry, forced as the launcher forces it at P = 4:
+    the probe's result is right and MPICH takes the settings (no fallback notice, no error).
+    MPICH ignores a value it does not know, so the values themselves are checked against the
+    CVAR help text in :data:`twins.MPICH_SETTINGS`' comment (kary, knomial_1, knomial_2)."""
+    for coll, name in twins.MPICH_SETTINGS:
+        (cfg,) = launch.native_configs("mpich", [coll], [name], p=4)
+        r, _ = _probe(coll, 4, cfg, tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "cannot be applied" not in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(LAUNCHER is None or KIND not in ("mpich", "openmpi"),
