@@ -49,10 +49,12 @@ scratch of the declared size (:func:`_spill`: a receive keeps what fits and rais
 array it slices holds it, else sends zeros and raises ``MPI_ERR_BUFFER`` at the end);
 overlapping receive blocks of a v-spec go on a scratch too (:func:`_repack`), and
 ``MPI.BOTTOM`` with negative displacements is addressed as MPI addresses it; checked mode
-refuses the spills on every rank (``Call.bounds``).  One is **(L)**, a limit of the
-internal form on one rank's value: a derived datatype of extent <= 0 on a side of p blocks
-(:func:`_derived_extent`; ``Alltoallw``'s per-peer blocks and one-block specs take it:
-:func:`_one_block`, :func:`_parse_twin`).  Nothing here compares a send side with a receive
+refuses the spills on every rank (``Call.bounds``).  A derived datatype of extent <= 0 (it
+was check **(L)**, a limit of the internal form on one rank's value) goes too: one block as
+one element of a twin type (:func:`_parse_twin`, ``Alltoallw``'s :func:`_one_block`), a side
+of p blocks (or a v-spec, or ``MPI.BOTTOM``) packed into a scratch of a positive-extent twin
+(:func:`_parse_packed`, :func:`_parse_v_packed`, :func:`_packed`); checked mode refuses
+receive blocks that share a location.  Nothing here compares a send side with a receive
 side (:func:`same_type` only for reductions, as mpi4py).
 
 The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
@@ -656,11 +658,11 @@ def widen(buf: Buf, count: int, problem: str, writes: int) -> Buf:
 
 
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
-    """The extent of a derived datatype, refused (TypeError) where the internal form cannot
-    hold it: a null or non-positive extent (elements would not be in increasing address
-    order) on a side of p blocks.  Check (L): one rank's datatype, kept (``docs/errors.md``
-    says why; ``Alltoallw`` and one-block specs take such types: :func:`_one_block`,
-    :func:`_parse_twin`)."""
+    """The extent of a derived datatype, called only where it is positive (every path for an
+    extent <= 0 comes before: :func:`_parse_twin`, :func:`_parse_packed`,
+    :func:`_parse_v_packed`, :func:`_one_block`, :func:`_bottom`), so it refuses nothing a
+    program passes; ``MPI.DATATYPE_NULL`` (refused earlier by :func:`_null_type`, check (M))
+    raises TypeError."""
     if datatype == MPI.DATATYPE_NULL:
         raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
     extent = datatype.Get_extent()[1]
@@ -682,8 +684,9 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     A datatype of extent <= 0 with a count, one block (Bcast's buffer, Scatter's receive,
     Gather's and Allgather's send, a reduction's buffers): the ``count`` elements as one
     element of a twin type (:func:`_one_block`: the same bytes, the same type signature),
-    ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks, or no count
-    to infer from, it stays refused (:func:`_derived_extent`)."""
+    ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks (or a count
+    of 0): packed into a scratch of a positive-extent twin (:func:`_parse_packed`); with no
+    count to infer from, mpi4py's own ValueError (check (M))."""
     raw = _raw(arr)
     lb, ext = datatype.Get_extent()
     if count is None and ext <= 0:  # check (M): mpi4py's own

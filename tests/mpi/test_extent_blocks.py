@@ -344,3 +344,21 @@ def test_bottom_with_extent_at_most_zero(p2p: Any, native: Any) -> None:
     finally:
         down.Free()
         still.Free()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["p2p", "native"])
+def test_checked_mode_lets_them_go(kind: str) -> None:
+    """Checked mode compares type signatures and counts, which these calls agree on: the
+    blocks of extent <= 0 (``rev`` walking down, ``zero`` sent again and again, ``mixed``
+    across ranks) pass its agreement and give the values written out."""
+    b = mpicoll.p2p(WORLD, check=True) if kind == "p2p" else mpicoll.native(WORLD, check=True)
+    try:
+        for coll, variant in (("allgather", "rev"), ("scatterv", "zero"),
+                              ("alltoallv", "mixed"), ("gatherv", "mixed")):
+            for u in (0, 3):
+                want = _written_out(coll, variant, u, P - 1)
+                assert _one(b, coll, variant, u, P - 1) == want, (coll, variant, u)
+    finally:
+        b.Free()
