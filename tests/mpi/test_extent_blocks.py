@@ -65,6 +65,8 @@ class Types:
 
     def __init__(self) -> None:
         self.made: list[MPI.Datatype] = []
+        #: the send buffers of the case (what a replay changes between runs)
+        self.sends: list[np.ndarray] = []
 
     def get(self, kind: str, m: int) -> MPI.Datatype:
         if kind == "rev":
@@ -110,6 +112,8 @@ class Block:
             self.plain = np.full(m, logical[0] if m else 0.0)  # what MPI reads
         else:
             self.raw = logical.copy()
+        if send:
+            types.sends.append(self.raw)
         dt = MPI.DOUBLE if kind is None else types.get(kind, m)
         self.dt = dt
         self.spec = [self.raw, layout, dt]
@@ -140,6 +144,8 @@ def build(coll: str, variant: str, u: int, root: int, types: Types
 
     def single(n: int, send: bool) -> tuple[Any, Any, np.ndarray]:
         arr = np.arange(n, dtype=np.float64) + 100 * RANK + 0.25 if send else np.full(n, SENT)
+        if send:
+            types.sends.append(arr)
         return [arr, n, one], [arr.copy() if send else np.full(n, SENT), n, MPI.DOUBLE], arr
 
     if coll in ("scatter", "scatterv"):
@@ -212,12 +218,29 @@ def native() -> Any:
 
 def _one(backend: Any, coll: str, variant: str, u: int, root: int, form: str = "blocking",
          **kw: Any) -> list[bytes]:
-    """The receive buffers' bytes after one call (None: a restriction refused it)."""
+    """The receive buffers' bytes after one call.  ``form="replay"``: the same call three
+    times on the same arguments (its cached and compiled replays), the send data raised by
+    1000 and the receive buffers reset before each run after the first; the bytes of each
+    run, lowered back by what was added, must be the first run's."""
     types = Types()
     try:
         args, _, outs = build(coll, variant, u, root, types)
-        _run(backend, coll, form, args, **kw)
-        return [o.raw.tobytes() for o in outs]
+        if form != "replay":
+            _run(backend, coll, form, args, **kw)
+            return [o.raw.tobytes() for o in outs]
+        runs = []
+        for k in range(3):
+            if k:
+                for a in types.sends:
+                    a += 1000.0
+                for o in outs:
+                    o.raw[:] = SENT
+            _run(backend, coll, "blocking", args, **kw)
+            runs.append([np.where(o.raw == SENT, SENT, o.raw - 1000.0 * k).tobytes()
+                         for o in outs])
+        assert runs[1] == runs[0], "the second run (a replay)"
+        assert runs[2] == runs[0], "the third run (the compiled plan)"
+        return runs[0]
     finally:
         types.free()
 
@@ -250,7 +273,7 @@ def test_block_side_of_extent_at_most_zero(p2p: Any, native: Any, coll: str,
             assert _one(WORLD, coll, variant, u, root) == want, ("plain mpi4py", coll, u, root)
             assert _one(native, coll, variant, u, root) == want, ("native", coll, u, root)
             for alg in ["auto"] + [a.name for a in registry.algorithms(coll)]:
-                forms = ["blocking", "I", "_init"] if alg == "auto" else ["blocking"]
+                forms = ["blocking", "replay", "I", "_init"] if alg == "auto" else ["blocking"]
                 for form in forms:
                     kw = {} if alg == "auto" else {"algorithm": alg}
                     try:
