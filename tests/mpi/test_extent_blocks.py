@@ -44,6 +44,7 @@ WORLD = MPI.COMM_WORLD
 P = WORLD.Get_size()
 RANK = WORLD.Get_rank()
 SENT = -7.0
+OPEN_MPI = "Open MPI" in MPI.Get_library_version()
 COLLECTIVES = ["scatter", "scatterv", "gather", "gatherv", "allgather", "allgatherv",
                "alltoall", "alltoallv"]
 VARIANTS = ["rev", "zero", "empty", "mixed"]
@@ -270,8 +271,12 @@ def test_block_side_of_extent_at_most_zero(p2p: Any, native: Any, coll: str,
     for root in sorted({0, P - 1}) if rooted else [0]:
         for u in (0, 1, 3):
             want = _written_out(coll, variant, u, root)
-            assert _one(WORLD, coll, variant, u, root) == want, ("plain mpi4py", coll, u, root)
-            assert _one(native, coll, variant, u, root) == want, ("native", coll, u, root)
+            if not (OPEN_MPI and variant in ("rev", "mixed") and not coll.startswith("scatter")):
+                # (Open MPI 5.0.11 aborts the job, signal 6, in Gather (a root other than 0)
+                # and Allgather (P = 3) receiving into a type of negative extent: on Open MPI
+                # p2p is checked against the values written out there)
+                assert _one(WORLD, coll, variant, u, root) == want, ("plain", coll, u, root)
+                assert _one(native, coll, variant, u, root) == want, ("native", coll, u, root)
             for alg in ["auto"] + [a.name for a in registry.algorithms(coll)]:
                 forms = ["blocking", "replay", "I", "_init"] if alg == "auto" else ["blocking"]
                 for form in forms:
@@ -351,10 +356,11 @@ def test_bottom_with_extent_at_most_zero(p2p: Any, native: Any) -> None:
     one.Free()
     try:
         for b in (WORLD, p2p, native):
-            base[:] = SENT
-            b.Allgather(np.array([1.0, 2.0]) + 10 * RANK, [MPI.BOTTOM, 2, down])
-            want = [v for r in range(P) for v in (1.0 + 10 * r, 2.0 + 10 * r)]
-            assert base.tolist() == want[::-1], (b, base)
+            if b is p2p or not OPEN_MPI:  # (Open MPI aborts there: see above)
+                base[:] = SENT
+                b.Allgather(np.array([1.0, 2.0]) + 10 * RANK, [MPI.BOTTOM, 2, down])
+                want = [v for r in range(P) for v in (1.0 + 10 * r, 2.0 + 10 * r)]
+                assert base.tolist() == want[::-1], (b, base)
             base[:] = np.arange(2.0 * P) + 100 * RANK
             got = np.full(2, SENT)
             b.Scatter([MPI.BOTTOM, 2, down] if RANK == P - 1 else None, got, root=P - 1)
@@ -380,6 +386,8 @@ def test_checked_mode_lets_them_go(kind: str) -> None:
     try:
         for coll, variant in (("allgather", "rev"), ("scatterv", "zero"),
                               ("alltoallv", "mixed"), ("gatherv", "mixed")):
+            if kind == "native" and OPEN_MPI and variant != "zero":
+                continue  # (Open MPI's own collectives on a negative extent: see above)
             for u in (0, 3):
                 want = _written_out(coll, variant, u, P - 1)
                 assert _one(b, coll, variant, u, P - 1) == want, (coll, variant, u)
