@@ -393,3 +393,41 @@ def test_checked_mode_lets_them_go(kind: str) -> None:
                 assert _one(b, coll, variant, u, P - 1) == want, (coll, variant, u)
     finally:
         b.Free()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_in_place_with_blocks_walking_down(p2p: Any) -> None:
+    """``MPI.IN_PLACE`` with a receive side of extent -8 (the input read from the blocks of
+    the receive buffer, which walk down it): Allgather, Alltoall and the root's Gather give
+    the values written out (the same in-place calls on plain doubles, reversed), on every
+    algorithm."""
+    n = 2
+    m = n * P
+    rev = rev_type(m)
+    try:
+        logical = np.arange(m, dtype=np.float64) + 100 * RANK
+        calls: list[tuple[str, Callable[[Any, np.ndarray, MPI.Datatype, dict[str, Any]], None]]]
+        calls = [
+            ("allgather", lambda b, a, t, kw: b.Allgather(MPI.IN_PLACE, [a, n, t], **kw)),
+            ("alltoall", lambda b, a, t, kw: b.Alltoall(MPI.IN_PLACE, [a, n, t], **kw)),
+            ("gather", lambda b, a, t, kw: b.Gather(
+                MPI.IN_PLACE if RANK == P - 1 else [a[n * RANK : n * RANK + n], n, MPI.DOUBLE],
+                [a, n, t] if RANK == P - 1 else None, root=P - 1, **kw)),
+        ]
+        for coll, call in calls:
+            plain = logical.copy()
+            call(WORLD, plain, MPI.DOUBLE, {})
+            for alg in ["auto"] + [a.name for a in registry.algorithms(coll)]:
+                mine = logical[::-1].copy()
+                src = logical.copy()
+                try:
+                    if coll == "gather" and RANK != P - 1:
+                        call(p2p, src, rev, {} if alg == "auto" else {"algorithm": alg})
+                        continue
+                    call(p2p, mine, rev, {} if alg == "auto" else {"algorithm": alg})
+                except RestrictionError:
+                    continue
+                assert mine.tolist() == plain[::-1].tolist(), (coll, alg)
+    finally:
+        rev.Free()
