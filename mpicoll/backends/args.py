@@ -21,9 +21,10 @@ Every check here is of one kind, named in a comment (``# check (A)``, ...) where
   same rank before any message (its spec grammar, a reduction's two datatypes or counts,
   ``MPI_ERR_COUNT``/``MPI_ERR_TYPE``/``MPI_ERR_BUFFER`` from MPI's argument checks), so a
   program behaves as under plain mpi4py;
-* **(L) internal form**: a derived datatype of extent <= 0 on a side of p blocks, one
-  rank's value the internal form cannot hold (``docs/errors.md`` says why it stays);
 * **(b) checked mode only**: :mod:`mpicoll.backends.checked`, and the specs below.
+
+(The one **(L)** check, a derived datatype of extent <= 0 on a side of p blocks, is gone: such
+blocks are packed into a scratch, :func:`mpicoll.backends.buffers._packed`.)
 
 A spec that reaches outside its buffer (it was check (B): one rank's own count,
 displacements, datatype) and overlapping receive blocks are no refusal: the call goes on a
@@ -642,7 +643,9 @@ PARSERS: dict[str, Callable[..., Call]] = {
 def select(call: Call, p: int, algorithm: str | None) -> registry.Algorithm:
     """The algorithm ``call`` runs on p ranks: ``algorithm`` checked against the call's
     restrictions, or for None/``"auto"`` the registry's choice (see
-    :func:`mpicoll.algorithms.registry.select`, which raises the errors)."""
+    :func:`mpicoll.algorithms.registry.select`, which raises the errors).  Check (A): the
+    name is an argument every rank passes, and the restrictions in use read p, the op's
+    commutativity and the ranks' agreed settings only."""
     return registry.select(call.collective, p, algorithm, nbytes=call.nbytes,
                            commutative=call.commutative, count=call.count,
                            in_place=call.in_place, uniform=call.uniform)

@@ -49,10 +49,12 @@ scratch of the declared size (:func:`_spill`: a receive keeps what fits and rais
 array it slices holds it, else sends zeros and raises ``MPI_ERR_BUFFER`` at the end);
 overlapping receive blocks of a v-spec go on a scratch too (:func:`_repack`), and
 ``MPI.BOTTOM`` with negative displacements is addressed as MPI addresses it; checked mode
-refuses the spills on every rank (``Call.bounds``).  One is **(L)**, a limit of the
-internal form on one rank's value: a derived datatype of extent <= 0 on a side of p blocks
-(:func:`_derived_extent`; ``Alltoallw``'s per-peer blocks and one-block specs take it:
-:func:`_one_block`, :func:`_parse_twin`).  Nothing here compares a send side with a receive
+refuses the spills on every rank (``Call.bounds``).  A derived datatype of extent <= 0 (it
+was check **(L)**, a limit of the internal form on one rank's value) goes too: one block as
+one element of a twin type (:func:`_parse_twin`, ``Alltoallw``'s :func:`_one_block`), a side
+of p blocks (or a v-spec, or ``MPI.BOTTOM``) packed into a scratch of a positive-extent twin
+(:func:`_parse_packed`, :func:`_parse_v_packed`, :func:`_packed`); checked mode refuses
+receive blocks that share a location.  Nothing here compares a send side with a receive
 side (:func:`same_type` only for reductions, as mpi4py).
 
 The internal form: :class:`Buf` (a 1-D numpy view of exactly the message's elements and its MPI
@@ -444,6 +446,18 @@ def _bottom(datatype: Any, count: int, displ: int, what: str, byte_offset: int =
         extent = max(1, int(datatype.Get_extent()[1])) if is_derived(datatype) else 1
         dtype = np.dtype((np.void, extent)) if is_derived(datatype) else _np_dtype(datatype)
         return np.empty(0, dtype), datatype
+    if datatype.Get_extent()[1] <= 0:  # one element of a twin (as _twin_block): the same
+        # typemap; the caller packs it (_parse_packed)
+        one = datatype.Create_contiguous(count)
+        try:
+            lb, true_extent = one.Get_true_extent()
+            twin = one.Create_resized(int(lb), max(1, int(true_extent))).Commit()
+        finally:
+            one.Free()
+        try:  # (the shifted type keeps what it needs of the twin)
+            return _bottom(twin, 1, 0, what, byte_offset + displ * int(datatype.Get_extent()[1]))
+        finally:
+            twin.Free()
     extent = _derived_extent(datatype, what)
     true_lb = int(datatype.Get_true_extent()[0])
     start = byte_offset + displ * extent + true_lb
@@ -496,7 +510,11 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
         if n < 0 or at < 0:
             raise ValueError(f"{what}: message: negative count or displacement")
         view, datatype = _bottom(dt, n * blocks, at, what)
-        return Buf(view, datatype, bottom=_datatype(dt, what) if view.size else None)
+        given = _datatype(dt, what)
+        if is_derived(given) and given.Get_extent()[1] <= 0:  # packed, as _parse_packed
+            return _parse_packed(np.empty(0, np.uint8), given, n * blocks, 0, blocks, what,
+                                 writable, TypedView.of(view, datatype) if n else None)
+        return Buf(view, datatype, bottom=given if view.size else None)
     if isinstance(dt, MPI.Datatype) and is_derived(dt) and obj is not None and not _is_bottom(obj):
         count = None if cnt is None else _index(cnt, what)
         displ = 0 if dsp is None else _index(dsp, what, "displacement")
@@ -640,11 +658,11 @@ def widen(buf: Buf, count: int, problem: str, writes: int) -> Buf:
 
 
 def _derived_extent(datatype: MPI.Datatype, what: str) -> int:
-    """The extent of a derived datatype, refused (TypeError) where the internal form cannot
-    hold it: a null or non-positive extent (elements would not be in increasing address
-    order) on a side of p blocks.  Check (L): one rank's datatype, kept (``docs/errors.md``
-    says why; ``Alltoallw`` and one-block specs take such types: :func:`_one_block`,
-    :func:`_parse_twin`)."""
+    """The extent of a derived datatype, called only where it is positive (every path for an
+    extent <= 0 comes before: :func:`_parse_twin`, :func:`_parse_packed`,
+    :func:`_parse_v_packed`, :func:`_one_block`, :func:`_bottom`), so it refuses nothing a
+    program passes; ``MPI.DATATYPE_NULL`` (refused earlier by :func:`_null_type`, check (M))
+    raises TypeError."""
     if datatype == MPI.DATATYPE_NULL:
         raise TypeError(f"{what}: MPI.DATATYPE_NULL is not a datatype")
     extent = datatype.Get_extent()[1]
@@ -666,8 +684,9 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     A datatype of extent <= 0 with a count, one block (Bcast's buffer, Scatter's receive,
     Gather's and Allgather's send, a reduction's buffers): the ``count`` elements as one
     element of a twin type (:func:`_one_block`: the same bytes, the same type signature),
-    ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks, or no count
-    to infer from, it stays refused (:func:`_derived_extent`)."""
+    ``Buf.twin_of`` the user's datatype; the call goes, as MPI's.  With p blocks (or a count
+    of 0): packed into a scratch of a positive-extent twin (:func:`_parse_packed`); with no
+    count to infer from, mpi4py's own ValueError (check (M))."""
     raw = _raw(arr)
     lb, ext = datatype.Get_extent()
     if count is None and ext <= 0:  # check (M): mpi4py's own
@@ -675,6 +694,8 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
                          f"(lb:{lb}, ub:{lb + ext})")
     if count and blocks == 1 and ext <= 0:
         return _parse_twin(raw, datatype, count, displ, what, writable)
+    if ext <= 0:  # p blocks (or none): packed into a scratch of a positive extent
+        return _parse_packed(raw, datatype, (count or 0) * blocks, displ, blocks, what, writable)
     extent = _derived_extent(datatype, what)
     per_block = ""
     if count is None:
@@ -735,6 +756,82 @@ def _parse_twin(raw: np.ndarray, datatype: MPI.Datatype, count: int, displ: int,
     return Buf(view, twin, twin_of=datatype)
 
 
+def _unit_twin(datatype: MPI.Datatype) -> MPI.Datatype:
+    """``datatype`` (extent <= 0) shifted to start at byte 0 (its true lower bound may be an
+    absolute address) and resized to its true extent (at least 1): one element's type
+    signature, whose elements lie at increasing addresses and do not overlap, so a view of
+    elements holds them.  The caller frees it (:func:`_free_with`)."""
+    lb, true_extent = datatype.Get_true_extent()
+    one = MPI.Datatype.Create_struct([1], [-int(lb)], [datatype])
+    try:
+        return one.Create_resized(0, max(1, int(true_extent))).Commit()
+    finally:
+        one.Free()
+
+
+def _free_with(view: np.ndarray, datatype: MPI.Datatype) -> None:
+    """Free ``datatype`` when the memory ``view`` is a view of goes (the array that owns it:
+    every slice of ``view`` keeps it alive)."""
+    owner = view
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    weakref.finalize(owner, _free_type, datatype).atexit = False
+
+
+def _packed(pairs: list[tuple[TypedView, int, int]], total: int, datatype: MPI.Datatype,
+            writable: bool, user: np.ndarray, problem: str
+            ) -> tuple[np.ndarray, MPI.Datatype, Spill | None]:
+    """Blocks of a datatype of extent <= 0 (``pairs``: each block as one element of its twin
+    (:func:`_twin_block`), its count, its first element in the scratch) made to go on a side
+    of p blocks (it was check (L): the internal form is one view whose blocks lie at
+    increasing offsets, and p blocks of such a type start at one address or go down):
+    ``(scratch, unit, spill)``, the scratch ``total`` elements of ``unit`` (the type's
+    signature at a positive extent, :func:`_unit_twin`), the blocks back to back.  The
+    spill packs the user's blocks into it before the schedule (by type signature: the same
+    bytes MPI sends from them) and, for a receive, unpacks it into them after, in block
+    order (where blocks share memory the higher block's bytes stay, as :func:`_repack`); no
+    error.  ``problem`` (a receive whose blocks write one location twice, or ""): what
+    checked mode refuses the call with.  Not a check: the call goes."""
+    unit = _unit_twin(datatype)
+    scratch = typed_scratch(total, unit)
+    _free_with(scratch, unit)
+    if not any(c for _, c, _ in pairs):
+        return scratch, unit, None
+    copies = tuple((view, TypedView.of(scratch[q : q + c], unit)) for view, c, q in pairs if c)
+    return scratch, unit, Spill(copies, tuple((b, a) for a, b in copies) if writable else (),
+                                None, "", user, problem)
+
+
+def _parse_packed(raw: np.ndarray, datatype: MPI.Datatype, count: int, displ: int,
+                  blocks: int, what: str, writable: bool, bottom: TypedView | None = None
+                  ) -> Buf:
+    """:func:`_parse_derived` of ``count`` elements (``blocks`` blocks, or none) of a datatype
+    of extent <= 0 from element ``displ``: a :class:`Buf` of a scratch of ``count`` elements
+    of its unit twin (see :func:`_packed`; ``Buf.twin_of`` the user's datatype, so a
+    reduction on it raises on every rank, check (A)).  The user's elements are one element
+    of a twin (:func:`_parse_twin`: one reaching outside the buffer goes as any other spec,
+    :func:`_spill`), or ``bottom``: that element at absolute addresses (:func:`_bottom`)."""
+    if not count:
+        scratch, unit, _ = _packed([], 0, datatype, writable, raw, "")
+        return Buf(scratch, unit, twin_of=datatype)
+    user = Buf(bottom, bottom.datatype) if bottom is not None else \
+        _parse_twin(raw, datatype, count, displ, what, writable)
+    problem = ""
+    if writable and blocks > 1 and datatype.Get_size() and datatype.Get_extent()[1] == 0:
+        problem = (f"{what}: the {blocks} blocks of datatype {_type_name(datatype)} all start "
+                   "at one address (extent 0); MPI forbids receiving into one location twice")
+    mem = np.asarray(user.array) if bottom is not None else _memory_of(user, raw)
+    scratch, unit, spill = _packed([(TypedView.of(user.array, user.datatype), count, 0)],
+                                   count, datatype, writable, mem, problem)
+    if user.spill is not None:
+        spill = user.spill.then(spill)
+    return Buf(scratch, unit, spill=spill, twin_of=datatype)
+
+
+def _memory_of(buf: Buf, raw: np.ndarray) -> np.ndarray:
+    return raw if buf.spill is None else buf.spill.user
+
+
 def int_list(x: Any, what: str, name: str, size: int) -> list[int]:
     """``size`` ints from a sequence (a numpy array too), as mpi4py reads counts.
 
@@ -788,6 +885,13 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
     if bottom:  # the buffer has no length: counts default to 0, as in mpi4py
         datatype, null = _datatype(dt, what), False
         flat = np.empty(0, np.uint8)
+    elif derived and dt.Get_extent()[1] <= 0:  # the blocks go packed (_parse_v_packed)
+        datatype, null = dt, False
+        raw = _raw(_as_array(obj, what, writable))
+        if counts_spec is None:  # check (M): mpi4py's own
+            raise ValueError(f"{what}: message: cannot infer count, datatype extent "
+                             f"{dt.Get_extent()[1]}")
+        flat = raw
     elif derived:
         datatype, null = dt, False
         extent = _derived_extent(datatype, what)
@@ -830,6 +934,9 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
             raise ValueError(f"{what}: displacements: expecting {size} items, got {len(vals)} "
                              "(expected one per rank)")
         displs = [_index(v, what, "displacements") for v in vals]
+    if (derived or bottom) and is_derived(datatype) and datatype.Get_extent()[1] <= 0:
+        return _parse_v_packed(None if bottom else raw, datatype, counts, displs, what,
+                               writable)
     given = None
     spill: Spill | None = None
     live = [(i, c, d) for i, (c, d) in enumerate(zip(counts, displs, strict=True)) if c]
@@ -880,6 +987,55 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
         flat, displs, over = _repack(flat, datatype, counts, displs, derived, problem)
         spill = over if spill is None else spill.then(over)
     return VBuf(flat, datatype, counts, displs, bottom=given, spill=spill)
+
+
+def _parse_v_packed(raw: np.ndarray | None, datatype: MPI.Datatype, counts: list[int],
+                    displs: list[int], what: str, writable: bool) -> VBuf:
+    """:func:`parse_v` of blocks of a datatype of extent <= 0 (block ``i``: ``counts[i]``
+    elements from byte ``displs[i] * extent`` of ``raw``, or of ``MPI.BOTTOM`` where ``raw``
+    is None; one element of a twin each, :func:`_twin_block`, :func:`_bottom`): a
+    :class:`VBuf` of a scratch with the blocks back to back in the type's unit twin (see
+    :func:`_packed`).  Blocks reaching outside the buffer go as any other spec
+    (:func:`_spill`); a receive whose blocks share bytes goes too (the higher block's stay;
+    checked mode refuses it, as :func:`_overlap`)."""
+    ext = int(datatype.Get_extent()[1])
+    packed = [int(x) for x in np.cumsum([0, *counts[:-1]], dtype=np.int64)]
+    live = [(i, c, d * ext) for i, (c, d) in enumerate(zip(counts, displs, strict=True)) if c]
+    if raw is None:  # absolute addresses
+        views = [TypedView.of(*_bottom(datatype, c, d, f"{what}: block {i}"))
+                 for i, c, d in ((i, c, displs[i]) for i, c, _ in live)]
+        origins = [int(v.__array_interface__["data"][0]) - extents(v.datatype).true_lb
+                   for v in views]
+        user = np.empty(0, np.uint8)
+    else:
+        views = [_twin_block(raw, o, c, datatype) for _, c, o in live]
+        origins = [o for _, _, o in live]
+        user = raw
+    spans = [(o + a, o + b, i) for (i, _, _), o, v in zip(live, origins, views, strict=True)
+             for a, b in [extents(v.datatype).span(1)] if b > a]  # the blocks that touch bytes
+    spill: Spill | None = None
+    bad = [] if raw is None else [(a, b) for a, b, _ in spans if a < 0 or b > raw.size]
+    if raw is not None and bad:  # (B), on one rank's values: the call goes (see _spill)
+        problem = (f"{what}: blocks of datatype {_type_name(datatype)} touch bytes "
+                   f"[{min(a for a, _ in bad)}, {max(b for _, b in bad)}) of the buffer, "
+                   f"which has {raw.size} bytes (MPI would go out of bounds)")
+        mem, shift, spill = _spill(raw, min(a for a, _, _ in spans),
+                                   max(b for _, b, _ in spans), writable, problem)
+        views = [_twin_block(mem, o + shift, c, datatype) for _, c, o in live]
+    problem = ""
+    if writable:
+        order = sorted(spans)
+        for (_, end, i), (start, _, j) in pairwise(order):
+            if start < end:
+                problem = (f"{what}: blocks {i} and {j} of datatype {_type_name(datatype)} "
+                           "share bytes; MPI forbids receiving into one location twice")
+                break
+    scratch, unit, packs = _packed(
+        [(v, c, packed[i]) for v, (i, c, _) in zip(views, live, strict=True)], sum(counts),
+        datatype, writable, user if spill is None else spill.user, problem)
+    if spill is not None:
+        packs = spill.then(packs)
+    return VBuf(scratch, unit, counts, packed, spill=packs)
 
 
 def _overlap(counts: list[int], displs: list[int], what: str) -> str:

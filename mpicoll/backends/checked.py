@@ -16,6 +16,11 @@ schedule in flight (a peer may be waiting on this rank's outstanding schedule be
 
 :class:`CheckedMode` is a base of :class:`mpicoll.backends.base.Collectives`; a call takes the
 checked path only when the backend's ``check`` is on.
+
+Check kind (the legend is in :mod:`mpicoll.backends.args`; ``docs/errors.md`` lists them):
+everything here is **(b)**, an agreement by one extra small collective, so every rank reaches
+the same answer and all raise together, before any message of the call: checked mode per
+call, and the construction agreement always (a backend's construction is collective).
 """
 
 from __future__ import annotations

@@ -684,8 +684,8 @@ def test_remaining_checks_raise_on_every_rank_before_any_message() -> None:
     are mpi4py's own: tests/mpi/test_errors.py, at every P): given the refused value on every
     rank, every rank raises, no buffer changes, no message is left waiting, and the next
     call is right.  (A): a root outside the communicator, an op MPI does not define for the
-    datatype, a reduction on a datatype of extent <= 0; (L): a datatype of extent <= 0 on the
-    block side of a collective (p blocks at one address)."""
+    datatype, a reduction on a datatype of extent <= 0.  (A datatype of extent <= 0 on the
+    block side of a collective goes now: tests/mpi/test_extent_blocks.py.)"""
     backend = p2p()
     zero, _neg = _twins()
     op = MPI.Op.Create(_user_sum, commute=True)
@@ -696,9 +696,6 @@ def test_remaining_checks_raise_on_every_rank_before_any_message() -> None:
             ("extent in a reduction", TypeError,
              lambda a: backend.Allreduce([a[:1], 2, zero], [a[2:3], 2, zero], op=op)),
         ]
-        if P > 1:  # (one block at P = 1: it goes, as a one-block spec)
-            cases.append(("extent on a block side", TypeError,
-                          lambda a: backend.Allgather(a[:1], [a[2:], 1, zero])))
         for what, exc, call in cases:
             a = np.arange(4.0 + P)
             before = a.copy()

@@ -509,7 +509,7 @@ def test_zero_size_datatype(p2p: Any, coll: str) -> None:
     """3 elements of a datatype of size 0 and extent 8 (a user op for the reductions): MPI
     moves nothing; every p2p algorithm completes on every rank (no ZeroDivisionError in the
     segment arithmetic, no rank left in Rabenseifner's fold at P = 3, 5) and leaves every byte
-    as plain mpi4py does (the per-test timeout catches a hang)."""
+    as plain mpi4py does (the per-test timeout catches a hang); native too."""
     n = 3
 
     def bufs() -> tuple[np.ndarray, np.ndarray]:
@@ -518,6 +518,10 @@ def test_zero_size_datatype(p2p: Any, coll: str) -> None:
     x, y = bufs()
     ZERO_CALLS[coll](WORLD, x, y, n, {})
     want = y.tobytes()
+    with mpicoll.native(WORLD) as native:
+        x, y = bufs()
+        ZERO_CALLS[coll](native, x, y, n, {})
+        assert y.tobytes() == want, "native"
     for alg in _algorithms(coll):
         x, y = bufs()
         try:

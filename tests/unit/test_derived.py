@@ -87,8 +87,36 @@ def test_parse_checks_the_typemap_bytes() -> None:
     assert one.datatype.Get_size() == 24
     with pytest.raises(ValueError, match="cannot infer count"):  # mpi4py's own
         parse([np.zeros(4), flat], "buf")
-    with pytest.raises(TypeError, match="extent"):  # p blocks at one address: (L)
-        parse([np.zeros(4), 1, flat], "buf", blocks=2)
+    # p blocks at one address: a scratch of p elements of a positive-extent twin, packed
+    # from the buffer before the call (and unpacked after it, for a receive)
+    sent = parse([np.arange(4.0), 1, flat], "buf", blocks=2)
+    assert sent.count == 2
+    assert sent.twin_of == flat
+    assert sent.datatype.Get_size() == 8
+    assert sent.datatype.Get_extent() == (0, 8)
+    assert sent.spill is not None
+    assert sent.spill.copy_out == ()
+    assert not sent.spill.problem
+    got = parse([np.zeros(4), 1, flat], "buf", blocks=2, writable=True)
+    assert got.spill is not None
+    assert len(got.spill.copy_out) == 1
+    assert "one location twice" in got.spill.problem  # what checked mode refuses
+    empty = parse([np.zeros(4), 0, flat], "buf", blocks=2)
+    assert empty.count == 0
+    assert empty.spill is None
+    one = MPI.DOUBLE.Create_hindexed([1], [24])
+    rev = one.Create_resized(0, -8).Commit()  # element k: the double at byte 24 - 8 k
+    one.Free()
+    down = parse_v([np.arange(4.0), ([1, 2], [0, 1]), rev], "buf", 2)  # blocks walking down
+    assert down.counts == [1, 2]
+    assert down.displs == [0, 1]  # back to back in the scratch
+    assert down.spill is not None
+    assert down.spill.error_class is None  # inside the buffer: no (B) spill
+    assert len(down.spill.copy_in) == 2
+    past = parse_v([np.arange(4.0), ([1, 2], [0, 3]), rev], "buf", 2, writable=True)
+    assert past.spill is not None
+    assert past.spill.error_class == MPI.ERR_TRUNCATE  # block 1 below byte 0: (B), it goes
+    rev.Free()
 
 
 def test_a_send_past_a_slice_reads_the_array_it_slices() -> None:
