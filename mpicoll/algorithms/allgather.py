@@ -648,7 +648,8 @@ def bine(ctx: Context, buf: np.ndarray, counts: Sequence[int],
     their blocks are packed into one message (and unpacked) unless they lie back to back.
     Recursive doubling's bytes and steps, but its largest messages travel 1 away, not p/2: on
     p = 64 the bytes times ring distance summed over all messages is 0.10 of recursive
-    doubling's (tests/unit/test_bine.py).
+    doubling's, and on a dragonfly of groups of 8 its global-link bytes 0.21
+    (tests/unit/test_bine.py).
 
     Any p: with p = 2^L + rem, even ranks 2i < 2 rem first send their block to 2i+1, the
     2^L standing ranks (:func:`~mpicoll.algorithms.fold.group`) run the butterfly on their

@@ -477,8 +477,12 @@ def bine(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
                  round 3:  0 -> 1, 7 -> 6, 3 -> 2, 4 -> 5           (distance 1 each)
 
     against the binomial tree's 0 -> 4; 0 -> 2, 4 -> 6; 0 -> 1, ... (distances 4, 2, 1).
-    Summed over the messages of p = 64, the ring distance is 0.70 of the binomial tree's
-    (tests/unit/test_bine.py).  Short messages (each rank forwards the whole message).
+    Summed over the messages of p = 64, the ring distance is 0.70 of the binomial tree's; on
+    a dragonfly of groups of 8 consecutive ranks, summed over every root, the global-link
+    bytes 0.76 (tests/unit/test_bine.py).  Where the groups are powers of two aligned with
+    the root (root 0 there; a 4x4x4 torus, block placement) the binomial tree's distances
+    already match them and it crosses fewer.  Short messages (each rank forwards the whole
+    message).
     """
     c = ctx.relative(root)
     parents, kids = bine_tree(c.size)
