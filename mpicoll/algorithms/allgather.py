@@ -576,8 +576,8 @@ def bine_peer(r: int, s: int, p: int) -> int:
     """Rank r's peer in step s of the Bine (= Swing) butterfly on p = 2^L ranks: ``r + rho(s)``
     for an even r, ``r - rho(s)`` for an odd one (mod p), rho(s) = sum of (-2)^i for i = 0..s
     = 1, -1, 3, -5, 11, -21, ... (distances 1, 1, 3, 5, 11, ...: about 2^s / 1.5 where
-    recursive doubling goes 2^s).  De Sensi et al. (SC 2025) Sec. 3: flipping the s+1 low
-    digits of r's negabinary representation; their libbine's ``pi``."""
+    recursive doubling goes 2^s).  De Sensi et al. (SC 2025): flipping the s+1 low digits
+    of r's negabinary representation; their libbine's ``pi``."""
     rho = (1 - (-2) ** (s + 1)) // 3
     return (r + rho) % p if r % 2 == 0 else (r - rho) % p
 
@@ -585,7 +585,8 @@ def bine_peer(r: int, s: int, p: int) -> int:
 def bine_group(v: int, s: int, q: int) -> list[int]:
     """The ranks v reaches through steps s, s+1, ..., L-1 of the Bine butterfly on q = 2^L
     ranks (itself included), sorted: 2^(L-s) ranks, the union of ``bine_group(v, s+1)`` and
-    ``bine_group(bine_peer(v, s), s+1)`` (the butterfly property, Swing Sec. 3.1)."""
+    ``bine_group(bine_peer(v, s), s+1)`` (the butterfly property of Swing's peers for a
+    power of two; tests/unit/test_bine.py checks it)."""
     out = [v]
     for t in range(s, q.bit_length() - 1):
         out += [bine_peer(x, t, q) for x in out]
@@ -629,8 +630,9 @@ def _recv_blocks(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: S
               where="p' = 2^floor(lg p), fold = [p != p']", exact=("even", "pof2"), bound=0.5),
     source="De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
            "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 "
-           "(arXiv 2508.17311), Sec. 3 (Bine butterflies) and Sec. 4 (allgather); libbine "
-           "(github.com/HLC-Lab/pico) allgather_bine_*; fold of the extra ranks: MPICH",
+           "(arXiv 2508.17311): Bine butterflies, distance halving; the authors' libbine "
+           "(github.com/HLC-Lab/pico) allgather_bine_* (powers of two only); fold of the extra "
+           "ranks: MPICH",
 )
 def bine(ctx: Context, buf: np.ndarray, counts: Sequence[int],
          displs: Sequence[int]) -> Schedule:

@@ -630,8 +630,7 @@ def swing_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
 _BINE = ("De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
          "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 (arXiv "
-         "2508.17311), Sec. 3.2 (Bine butterflies) and Sec. 4 (allreduce); libbine "
-         "(github.com/HLC-Lab/pico) ")
+         "2508.17311): Bine butterflies; the authors' libbine (github.com/HLC-Lab/pico) ")
 
 
 @algorithm(
@@ -647,9 +646,9 @@ def bine_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
         p = 8:  step 0: 0-1 2-3 4-5 6-7   step 1: 0-7 1-2 3-4 5-6   step 2: 0-3 1-6 2-5 4-7
 
-    The Bine butterfly is Swing's (the paper's Sec. 3.2 derives it from negabinary ranks,
-    libbine's ``pi`` is Swing's peer), so this runs :func:`swing_latency`: the two names are
-    one schedule.  Extra ranks beyond 2^k are folded in first.  Needs a commutative op.
+    The Bine butterfly is Swing's (libbine's peer function ``pi``, with its table ``rhos``
+    = 1, -1, 3, -5, ..., is Swing's peer), so this runs :func:`swing_latency`: the two names
+    are one schedule.  Extra ranks beyond 2^k are folded in first.  Needs a commutative op.
     """
     yield from swing_latency(ctx, buf, op)
 

@@ -427,7 +427,7 @@ def circ_graph(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Sch
 @lru_cache(maxsize=64)
 def bine_tree(p: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """(parent of each relative rank (-1 for the root), its children in the order it sends
-    to them) in the Bine broadcast tree on p ranks (De Sensi et al., SC 2025, Sec. 3.1).
+    to them) in the Bine broadcast tree on p ranks (De Sensi et al., SC 2025).
 
     On q = 2^L >= p positions (L = ceil(lg p)) it is the distance-halving binomial tree whose
     step-t edges are the Bine butterfly's step s = L-1-t (:func:`~mpicoll.algorithms.
@@ -464,8 +464,9 @@ def bine_tree(p: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     cost=Cost("clg(p)*(alpha + n*beta)"),
     source="De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
            "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 "
-           "(arXiv 2508.17311), Sec. 3.1 (Bine trees) and Sec. 4 (broadcast); libbine "
-           "(github.com/HLC-Lab/pico) bcast_bine_lat; any p: the leaves of its last step",
+           "(arXiv 2508.17311): Bine trees; the authors' libbine (github.com/HLC-Lab/pico) "
+           "bcast_bine_lat_reversed, bine-trees src/bcast.c bine_bcast_small (powers of two "
+           "only); any p: mpicoll drops leaves of the last step",
 )
 def bine(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
     """Bine-tree broadcast: a binomial tree (ceil(lg p) rounds, each holder sends once per

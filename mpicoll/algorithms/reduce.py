@@ -492,9 +492,8 @@ def circ_graph(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op
     restrictions=("commutative",),
     source="De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
            "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 "
-           "(arXiv 2508.17311), Sec. 3.1 (Bine trees) and Sec. 4 (reduce: the broadcast tree "
-           "reversed); any p: the leaves of its last step (:func:`~mpicoll.algorithms.bcast."
-           "bine_tree`)",
+           "(arXiv 2508.17311): Bine trees, the broadcast tree reversed; any p: mpicoll drops "
+           "leaves of the last step (:func:`~mpicoll.algorithms.bcast.bine_tree`)",
 )
 def bine(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
          root: int) -> Schedule:

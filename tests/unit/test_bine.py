@@ -124,7 +124,7 @@ def test_fewer_bytes_cross_the_links_of_a_ring(p: int, coll: str, bine: str,
 
 @pytest.mark.parametrize(("p", "topo"), [(16, "dragonfly:4:2:2"), (64, "dragonfly:8:4:2")])
 def test_trees_cross_fewer_global_links_whatever_the_root(p: int, topo: str) -> None:
-    """The paper's claim (Sec. 1, 5): less traffic on a dragonfly's global links, with no
+    """The paper's claim (abstract, Sec. 1): less traffic on a dragonfly's global links, with no
     assumption on how ranks fall into groups.  Summed over every root (every alignment of
     the tree to the groups of 4 or 8 consecutive ranks), the Bine tree sends 0.79 (p = 16)
     and 0.76 (p = 64) of the binomial tree's global-link bytes (root 0, where the binomial
