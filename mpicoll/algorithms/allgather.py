@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import fold as _pof2
 from .registry import Cost, Param, algorithm, default_rule
 from .schedule import (
     Context,
@@ -23,6 +24,7 @@ from .schedule import (
     blocks,
     contiguous_span,
     displacements,
+    pof2_floor,
     span,
 )
 
@@ -568,6 +570,123 @@ def circulant(ctx: Context, buf: np.ndarray, counts: Sequence[int],
                            work[offs[lo] : offs[hi] if hi < p else work.size], (r + lo) % p)
     for j in range(1, p):
         ctx.copy(block(work, rot, offs, j), block(buf, counts, displs, (r + j) % p))
+
+
+def bine_peer(r: int, s: int, p: int) -> int:
+    """Rank r's peer in step s of the Bine (= Swing) butterfly on p = 2^L ranks: ``r + rho(s)``
+    for an even r, ``r - rho(s)`` for an odd one (mod p), rho(s) = sum of (-2)^i for i = 0..s
+    = 1, -1, 3, -5, 11, -21, ... (distances 1, 1, 3, 5, 11, ...: about 2^s / 1.5 where
+    recursive doubling goes 2^s).  De Sensi et al. (SC 2025): flipping the s+1 low digits
+    of r's negabinary representation; their libbine's ``pi``."""
+    rho = (1 - (-2) ** (s + 1)) // 3
+    return (r + rho) % p if r % 2 == 0 else (r - rho) % p
+
+
+def bine_group(v: int, s: int, q: int) -> list[int]:
+    """The ranks v reaches through steps s, s+1, ..., L-1 of the Bine butterfly on q = 2^L
+    ranks (itself included), sorted: 2^(L-s) ranks, the union of ``bine_group(v, s+1)`` and
+    ``bine_group(bine_peer(v, s), s+1)`` (the butterfly property of Swing's peers for a
+    power of two; tests/unit/test_bine.py checks it)."""
+    out = [v]
+    for t in range(s, q.bit_length() - 1):
+        out += [bine_peer(x, t, q) for x in out]
+    return sorted(out)
+
+
+def _runs(ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted block indices as maximal ranges [lo, hi)."""
+    out: list[tuple[int, int]] = []
+    for i in ranks:
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def _send_blocks(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
+                 ranks: Sequence[int]) -> np.ndarray:
+    """Blocks ``ranks`` (sorted) as one send buffer: a view if they lie back to back, else a
+    packed copy (:func:`_outgoing` for one range)."""
+    runs = _runs(ranks)
+    if len(runs) == 1:
+        return _outgoing(ctx, buf, counts, displs, *runs[0], False)
+    return ctx.pack(blocks(buf, counts, displs, ranks))
+
+
+def _recv_blocks(ctx: Context, buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
+                 ranks: Sequence[int]) -> tuple[np.ndarray, list[np.ndarray] | None]:
+    """Where blocks ``ranks`` (sorted) are received (:func:`_incoming` for one range)."""
+    runs = _runs(ranks)
+    if len(runs) == 1:
+        return _incoming(ctx, buf, counts, displs, *runs[0], False)
+    parts = blocks(buf, counts, displs, ranks)
+    return ctx.scratch(sum(int(v.size) for v in parts)), parts
+
+
+@algorithm(
+    ("allgather", "allgatherv"), "bine",
+    cost=Cost("lg(P)*alpha + (p-1)/p*n*beta + fold*(2*alpha + n*beta)",
+              where="p' = 2^floor(lg p), fold = [p != p']", exact=("even", "pof2"), bound=0.5),
+    source="De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
+           "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 "
+           "(arXiv 2508.17311): Bine butterflies, distance halving; the authors' libbine "
+           "(github.com/HLC-Lab/pico) allgather_bine_* (powers of two only); fold of the extra "
+           "ranks: MPICH",
+)
+def bine(ctx: Context, buf: np.ndarray, counts: Sequence[int],
+         displs: Sequence[int]) -> Schedule:
+    """Bine allgather: a butterfly whose step-s peer is :func:`bine_peer` (distances 1, 1, 3,
+    5, 11, ...), run distance-halving: far peers first while the messages are small, the
+    nearest last, when a rank sends half of everything::
+
+        p = 8, holdings after each step (rank 0):
+          s=2: 0 <-> 3   {0} + {3}                    (distance 3, one block each)
+          s=1: 0 <-> 7   {0,3} + {4,7}                (distance 1, two blocks each)
+          s=0: 0 <-> 1   {0,3,4,7} + {1,2,5,6}        (distance 1, four blocks each)
+
+    Before step s a rank holds the blocks of the 2^(L-s-1) ranks it reaches through steps
+    s+1..L-1 (:func:`bine_group`); it swaps them with its peer's.  Those ranks are not a range:
+    their blocks are packed into one message (and unpacked) unless they lie back to back.
+    Recursive doubling's bytes and steps, but its largest messages travel 1 away, not p/2: on
+    p = 64 the bytes times ring distance summed over all messages is 0.10 of recursive
+    doubling's, and on a dragonfly of groups of 8 its global-link bytes 0.21
+    (tests/unit/test_bine.py).
+
+    Any p: with p = 2^L + rem, even ranks 2i < 2 rem first send their block to 2i+1, the
+    2^L standing ranks (:func:`~mpicoll.algorithms.fold.group`) run the butterfly on their
+    blocks (one or two each), and 2i+1 hands 2i all the rest (MPICH's fold, as Swing's).
+    """
+    p, r = ctx.size, ctx.rank
+    q = pof2_floor(p)
+    rem = p - q
+    if r < 2 * rem and r % 2 == 0:  # folded out: give the block, get the rest
+        yield (ctx.send(block(buf, counts, displs, r), r + 1),)
+        ins = [_incoming(ctx, buf, counts, displs, lo, hi, False)
+               for lo, hi in ((0, r), (r + 1, p))]
+        yield tuple(ctx.recv(v, r + 1) for v, _ in ins)
+        for v, parts in ins:
+            if parts is not None:
+                ctx.unpack(v, parts)
+        return
+    if r < 2 * rem:
+        yield (ctx.recv(block(buf, counts, displs, r - 1), r - 1),)
+    g = _pof2.group(ctx) if rem else ctx
+
+    def real(members: list[int]) -> list[int]:  # the blocks the group ranks stand for
+        return [b for i in members for b in ((2 * i, 2 * i + 1) if i < rem else (i + rem,))]
+
+    for s in range(q.bit_length() - 2, -1, -1):
+        peer = bine_peer(g.rank, s, q)
+        into, parts = _recv_blocks(ctx, buf, counts, displs, real(bine_group(peer, s + 1, q)))
+        out = _send_blocks(ctx, buf, counts, displs, real(bine_group(g.rank, s + 1, q)))
+        yield g.sendrecv(out, peer, into, peer)
+        if parts is not None:
+            ctx.unpack(into, parts)
+    if r < 2 * rem:  # hand the folded-out rank everything but its own block
+        outs = [_outgoing(ctx, buf, counts, displs, lo, hi, False)
+                for lo, hi in ((0, r - 1), (r, p))]
+        yield tuple(ctx.send(v, r - 1) for v in outs)
 
 
 @default_rule("allgather", "allgatherv")

@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import fold as _pof2
+from .allgather import bine_peer as _swing_peer  # Swing's peers are Bine's butterfly
 from .allgather import bruck as _allgather_bruck
 from .allgather import halving_skips
 from .allgather import recursive_doubling as _allgather_rd
@@ -515,13 +516,6 @@ def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 0) -
     yield from _allgather_ring(ctx, buf, counts, displs)
 
 
-def _swing_peer(r: int, s: int, p: int) -> int:
-    """Rank r's peer in Swing's step s on p ranks: r + rho(s) for an even r, r - rho(s) for an
-    odd one (mod p), rho(s) = sum of (-2)^i for i = 0..s = 1, -1, 3, -5, 11, -21, ..."""
-    rho = (1 - (-2) ** (s + 1)) // 3
-    return (r + rho) % p if r % 2 == 0 else (r - rho) % p
-
-
 @lru_cache(maxsize=16)
 def _swing_layout(p: int) -> tuple[int, ...]:
     """For p = 2^L ranks: the block each rank owns after Swing's reduce-scatter.
@@ -584,10 +578,15 @@ def swing_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     yield from _pof2.fold_out(ctx, buf)
 
 
+#: Swing's (and Bine's) bandwidth-optimal butterfly, plus the fold
+_SWING_BANDWIDTH = Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + _pof2.FOLD,
+                        where="p' = 2^floor(lg p), fold = [p != p']", exact=("even",),
+                        bound=0.1)
+
+
 @algorithm(
     "allreduce", "swing_bandwidth",
-    cost=Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + _pof2.FOLD,
-              where="p' = 2^floor(lg p), fold = [p != p']", exact=("even",), bound=0.1),
+    cost=_SWING_BANDWIDTH,
     restrictions=("commutative",),
     source="De Sensi, Bonato, Saam & Hoefler, Swing: Short-cutting Rings for Higher Bandwidth "
            "Allreduce, NSDI 2024 (bandwidth-optimal variant); fold of the extra ranks: MPICH",
@@ -627,6 +626,51 @@ def swing_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
             peer = _swing_peer(v, s, q)
             yield g.sendrecv(held(v, s + 1), peer, held(peer, s + 1), peer)
     yield from _pof2.fold_out(ctx, buf)
+
+
+_BINE = ("De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
+         "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 (arXiv "
+         "2508.17311): Bine butterflies; the authors' libbine (github.com/HLC-Lab/pico) ")
+
+
+@algorithm(
+    "allreduce", "bine_latency",
+    cost=_pof2.DOUBLING,
+    restrictions=("commutative",),
+    source=_BINE + "allreduce_bine_lat; fold of the extra ranks: MPICH (as libbine)",
+)
+def bine_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Bine allreduce, latency variant: recursive doubling on the Bine butterfly, whose step-s
+    peer is r +- rho(s), rho = 1, -1, 3, -5, 11, ... (:func:`~mpicoll.algorithms.allgather.
+    bine_peer`), whole vectors exchanged and reduced each step::
+
+        p = 8:  step 0: 0-1 2-3 4-5 6-7   step 1: 0-7 1-2 3-4 5-6   step 2: 0-3 1-6 2-5 4-7
+
+    The Bine butterfly is Swing's (libbine's peer function ``pi``, with its table ``rhos``
+    = 1, -1, 3, -5, ..., is Swing's peer), so this runs :func:`swing_latency`: the two names
+    are one schedule.  Extra ranks beyond 2^k are folded in first.  Needs a commutative op.
+    """
+    yield from swing_latency(ctx, buf, op)
+
+
+@algorithm(
+    "allreduce", "bine_bandwidth",
+    cost=_SWING_BANDWIDTH,
+    restrictions=("commutative",),
+    source=_BINE + "allreduce_bine_bdw_static; fold of the extra ranks: MPICH",
+)
+def bine_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
+    """Bine allreduce, bandwidth variant: a Bine reduce-scatter (distance doubling: the big
+    halves go to the nearest peers), then a Bine allgather (the same steps reversed)::
+
+        p = 4:   reduce-scatter:  step 0  0-1, 2-3 trade halves;  step 1  0-3, 1-2 quarters
+                 allgather:       step 1  0-3, 1-2;  step 0  0-1, 2-3
+
+    Blocks are numbered so that every message is one span (libbine's static bitmaps do the
+    same).  The Bine butterfly is Swing's, so this runs :func:`swing_bandwidth`: the two
+    names are one schedule.  Extra ranks beyond 2^k are folded in.  Needs a commutative op.
+    """
+    yield from swing_bandwidth(ctx, buf, op)
 
 
 def _btree(p: int, r: int) -> tuple[int, list[int]]:

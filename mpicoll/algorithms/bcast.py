@@ -8,9 +8,10 @@ from functools import lru_cache, partial
 import numpy as np
 
 from . import tree
+from .allgather import bine_peer
 from .allgather import recursive_doubling as _allgather_rd
 from .allgather import ring as _allgather_ring
-from .registry import Cost, Param, algorithm, default_rule
+from .registry import Cost, Param, algorithm, clg, default_rule
 from .schedule import (
     DEFAULT_SEGMENT_BYTES,
     Context,
@@ -421,6 +422,75 @@ def circ_graph(ctx: Context, buf: np.ndarray, root: int, *, seg: int = 0) -> Sch
     for rnd in tree.circulant_rounds(vr, p, nb):
         yield tuple(c.send(parts[b], peer) if out else c.recv(parts[b], peer)
                     for out, b, peer in rnd)
+
+
+@lru_cache(maxsize=64)
+def bine_tree(p: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """(parent of each relative rank (-1 for the root), its children in the order it sends
+    to them) in the Bine broadcast tree on p ranks (De Sensi et al., SC 2025).
+
+    On q = 2^L >= p positions (L = ceil(lg p)) it is the distance-halving binomial tree whose
+    step-t edges are the Bine butterfly's step s = L-1-t (:func:`~mpicoll.algorithms.
+    allgather.bine_peer`: distances ..., 11, 5, 3, 1, 1 where a binomial tree goes ..., 4, 2, 1;
+    in negabinary, step t flips a position's L-t low digits).  For p < q the q - p extra
+    positions are leaves of the last step (one in each of the pairs {0,1}, {2,3}, ... of
+    positions it joins, the first q - p pairs), so no edge to a kept position is lost; the
+    p kept positions, in ring order, are the ranks, so no distance grows.  The paper's code
+    (libbine, bine-trees ``bcast.c``) takes powers of two only."""
+    L = clg(p)
+    q = 1 << L
+    parent = [-1] * q
+    kids: list[list[int]] = [[] for _ in range(q)]
+    last = [False] * q  # reached in the last step (a leaf)
+    have = [0]
+    for t in range(L):
+        for x in list(have):
+            y = bine_peer(x, L - 1 - t, q)
+            if y == 0 or parent[y] >= 0:
+                raise AssertionError(f"Bine tree on {q} positions: {y} reached twice")
+            parent[y] = x
+            kids[x].append(y)
+            have.append(y)
+            last[y] = t == L - 1
+    dropped = {2 * i if last[2 * i] else 2 * i + 1 for i in range(q - p)}
+    kept = [x for x in range(q) if x not in dropped]
+    index = {x: i for i, x in enumerate(kept)}
+    return (tuple(index[parent[x]] if parent[x] >= 0 else -1 for x in kept),
+            tuple(tuple(index[y] for y in kids[x] if y in index) for x in kept))
+
+
+@algorithm(
+    "bcast", "bine",
+    cost=Cost("clg(p)*(alpha + n*beta)"),
+    source="De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
+           "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 "
+           "(arXiv 2508.17311): Bine trees; the authors' libbine (github.com/HLC-Lab/pico) "
+           "bcast_bine_lat_reversed, bine-trees src/bcast.c bine_bcast_small (powers of two "
+           "only); any p: mpicoll drops leaves of the last step",
+)
+def bine(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
+    """Bine-tree broadcast: a binomial tree (ceil(lg p) rounds, each holder sends once per
+    round) whose edges are short, so less traffic crosses the far links of a torus or the
+    global links of a dragonfly (:func:`bine_tree`; ranks relative to the root)::
+
+        p = 8:   round 1:  0 -> 3                                   (distance 3)
+                 round 2:  0 -> 7, 3 -> 4                           (distance 1, 1)
+                 round 3:  0 -> 1, 7 -> 6, 3 -> 2, 4 -> 5           (distance 1 each)
+
+    against the binomial tree's 0 -> 4; 0 -> 2, 4 -> 6; 0 -> 1, ... (distances 4, 2, 1).
+    Summed over the messages of p = 64, the ring distance is 0.70 of the binomial tree's; on
+    a dragonfly of groups of 8 consecutive ranks, summed over every root, the global-link
+    bytes 0.76 (tests/unit/test_bine.py).  Where the groups are powers of two aligned with
+    the root (root 0 there; a 4x4x4 torus, block placement) the binomial tree's distances
+    already match them and it crosses fewer.  Short messages (each rank forwards the whole
+    message).
+    """
+    c = ctx.relative(root)
+    parents, kids = bine_tree(c.size)
+    if parents[c.rank] >= 0:
+        yield (c.recv(buf, parents[c.rank]),)
+    for ch in kids[c.rank]:
+        yield (c.send(buf, ch),)
 
 
 @default_rule("bcast")

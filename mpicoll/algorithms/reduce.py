@@ -16,6 +16,7 @@ from mpi4py import MPI
 
 from . import fold as _pof2
 from . import tree
+from .bcast import bine_tree as _bine_tree
 from .registry import Cost, Param, algorithm, clg, default_rule, overlapped
 from .schedule import (
     Context,
@@ -483,6 +484,33 @@ def circ_graph(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op
         yield tuple(ops)
         if fold is not None:
             c.reduce(*fold, op)  # block = theirs op block
+
+
+@algorithm(
+    "reduce", "bine",
+    cost=Cost("clg(p)*(alpha + n*beta + n*gamma)"),
+    restrictions=("commutative",),
+    source="De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
+           "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 "
+           "(arXiv 2508.17311): Bine trees, the broadcast tree reversed; any p: mpicoll drops "
+           "leaves of the last step (:func:`~mpicoll.algorithms.bcast.bine_tree`)",
+)
+def bine(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray | None, op: MPI.Op,
+         root: int) -> Schedule:
+    """Bine-tree reduce: the Bine broadcast tree (:func:`~mpicoll.algorithms.bcast.bine`)
+    run backwards; a rank folds in its children's partial results, the last-joined (nearest
+    subtree) first, then sends its own to its parent (ranks relative to the root)::
+
+        p = 8:   round 1:  1 -> 0, 6 -> 7, 2 -> 3, 5 -> 4               (distance 1 each)
+                 round 2:  7 -> 0, 4 -> 3                               (distance 1, 1)
+                 round 3:  3 -> 0                                       (distance 3)
+
+    The binomial reduce's rounds and bytes with shorter distances.  A subtree is not a range
+    of ranks above its node: needs a commutative op.
+    """
+    parents, kids = _bine_tree(ctx.size)
+    yield from _up(ctx, sendbuf, recvbuf, op, root,
+                   lambda vr, p: (parents[vr], list(reversed(kids[vr]))))
 
 
 @default_rule("reduce")
