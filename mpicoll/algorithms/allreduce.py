@@ -554,7 +554,9 @@ def _swing_layout(p: int) -> tuple[int, ...]:
     cost=_pof2.DOUBLING,
     restrictions=("commutative",),
     source="De Sensi, Bonato, Saam & Hoefler, Swing: Short-cutting Rings for Higher Bandwidth "
-           "Allreduce, NSDI 2024 (latency-optimal variant); fold of the extra ranks: MPICH",
+           "Allreduce, NSDI 2024 (latency-optimal variant); also Bine's allreduce (De Sensi et "
+           "al., Bine Trees, SC 2025; libbine allreduce_bine_lat, github.com/HLC-Lab/pico: the "
+           "same butterfly); fold of the extra ranks: MPICH",
 )
 def swing_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     """Swing, latency-optimal: recursive doubling whose step-s peer is ``r + rho(s)`` for an
@@ -565,7 +567,9 @@ def swing_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
     Whole vectors are exchanged and reduced each step (lg p steps).  A valid butterfly only
     for a power of two: extra ranks are folded in first (:mod:`~mpicoll.algorithms.fold`).
-    The groups combined are not ranges of ranks: needs a commutative op.
+    The groups combined are not ranges of ranks: needs a commutative op.  Bine's allreduce
+    (SC 2025) runs this butterfly: libbine's peer function is this rho, so Bine's latency and
+    bandwidth allreduce are :func:`swing_latency` and :func:`swing_bandwidth`.
     """
     newrank = yield from _pof2.fold_in(ctx, buf, op)
     if newrank >= 0:
@@ -589,7 +593,9 @@ _SWING_BANDWIDTH = Cost("2*lg(P)*alpha + (P-1)/P*n*(2*beta + gamma) + " + _pof2.
     cost=_SWING_BANDWIDTH,
     restrictions=("commutative",),
     source="De Sensi, Bonato, Saam & Hoefler, Swing: Short-cutting Rings for Higher Bandwidth "
-           "Allreduce, NSDI 2024 (bandwidth-optimal variant); fold of the extra ranks: MPICH",
+           "Allreduce, NSDI 2024 (bandwidth-optimal variant); also Bine's allreduce (De Sensi "
+           "et al., Bine Trees, SC 2025; libbine allreduce_bine_bdw_static: the same "
+           "butterfly); fold of the extra ranks: MPICH",
 )
 def swing_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     """Swing, bandwidth-optimal: a reduce-scatter then an allgather on Swing's peers (see
@@ -626,51 +632,6 @@ def swing_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
             peer = _swing_peer(v, s, q)
             yield g.sendrecv(held(v, s + 1), peer, held(peer, s + 1), peer)
     yield from _pof2.fold_out(ctx, buf)
-
-
-_BINE = ("De Sensi, Pasqualoni, Piarulli, Bonato, Ba, Turisini, Domke & Hoefler, Bine Trees: "
-         "Enhancing Collective Operations by Optimizing Communication Locality, SC 2025 (arXiv "
-         "2508.17311): Bine butterflies; the authors' libbine (github.com/HLC-Lab/pico) ")
-
-
-@algorithm(
-    "allreduce", "bine_latency",
-    cost=_pof2.DOUBLING,
-    restrictions=("commutative",),
-    source=_BINE + "allreduce_bine_lat; fold of the extra ranks: MPICH (as libbine)",
-)
-def bine_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
-    """Bine allreduce, latency variant: recursive doubling on the Bine butterfly, whose step-s
-    peer is r +- rho(s), rho = 1, -1, 3, -5, 11, ... (:func:`~mpicoll.algorithms.allgather.
-    bine_peer`), whole vectors exchanged and reduced each step::
-
-        p = 8:  step 0: 0-1 2-3 4-5 6-7   step 1: 0-7 1-2 3-4 5-6   step 2: 0-3 1-6 2-5 4-7
-
-    The Bine butterfly is Swing's (libbine's peer function ``pi``, with its table ``rhos``
-    = 1, -1, 3, -5, ..., is Swing's peer), so this runs :func:`swing_latency`: the two names
-    are one schedule.  Extra ranks beyond 2^k are folded in first.  Needs a commutative op.
-    """
-    yield from swing_latency(ctx, buf, op)
-
-
-@algorithm(
-    "allreduce", "bine_bandwidth",
-    cost=_SWING_BANDWIDTH,
-    restrictions=("commutative",),
-    source=_BINE + "allreduce_bine_bdw_static; fold of the extra ranks: MPICH",
-)
-def bine_bandwidth(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
-    """Bine allreduce, bandwidth variant: a Bine reduce-scatter (distance doubling: the big
-    halves go to the nearest peers), then a Bine allgather (the same steps reversed)::
-
-        p = 4:   reduce-scatter:  step 0  0-1, 2-3 trade halves;  step 1  0-3, 1-2 quarters
-                 allgather:       step 1  0-3, 1-2;  step 0  0-1, 2-3
-
-    Blocks are numbered so that every message is one span (libbine's static bitmaps do the
-    same).  The Bine butterfly is Swing's, so this runs :func:`swing_bandwidth`: the two
-    names are one schedule.  Extra ranks beyond 2^k are folded in.  Needs a commutative op.
-    """
-    yield from swing_bandwidth(ctx, buf, op)
 
 
 def _btree(p: int, r: int) -> tuple[int, list[int]]:

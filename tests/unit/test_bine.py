@@ -109,8 +109,8 @@ def test_bine_butterfly_is_shorter_than_recursive_doubling(p: int) -> None:
     ("bcast", "bine", "binomial"),
     ("reduce", "bine", "binomial"),
     ("allgather", "bine", "recursive_doubling"),
-    ("allreduce", "bine_latency", "recursive_doubling"),
-    ("allreduce", "bine_bandwidth", "rabenseifner"),
+    ("allreduce", "swing_latency", "recursive_doubling"),
+    ("allreduce", "swing_bandwidth", "rabenseifner"),
 ])
 def test_fewer_bytes_cross_the_links_of_a_ring(p: int, coll: str, bine: str,
                                                classic: str) -> None:
@@ -144,7 +144,7 @@ def test_trees_cross_fewer_global_links_whatever_the_root(p: int, topo: str) -> 
 
 @pytest.mark.parametrize(("coll", "bine", "classic"), [
     ("allgather", "bine", "recursive_doubling"),
-    ("allreduce", "bine_bandwidth", "rabenseifner"),
+    ("allreduce", "swing_bandwidth", "rabenseifner"),
 ])
 def test_butterflies_cross_fewer_global_links(coll: str, bine: str, classic: str) -> None:
     """p = 64 on dragonfly:8:4:2: the Bine allgather sends 0.21 of recursive doubling's
