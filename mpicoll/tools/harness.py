@@ -440,6 +440,8 @@ class Plan:
     # ---- bench
     #: ``--persistent``: also time every implementation's ``*_init`` form (Start + Wait)
     persistent: bool = False
+    #: ``--phases``: also time each round of the p2p schedules (:func:`.measure.measure_phases`)
+    phases: bool = False
     #: ``--pattern``: how each call passes its buffers (:data:`mpicoll.tools.patterns.PATTERNS`)
     patterns: list[str] = field(default_factory=lambda: ["numpy"])
     sizes: list[int] = field(default_factory=list)

@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -450,7 +451,9 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
     for r in doc["results"]:
         if r["collective"] not in colls:
             colls.append(r["collective"])
-    n = max(1, len(colls))
+    phased = [c for c in colls if any(r.get("phases") for r in doc["results"]
+                                      if r["collective"] == c)]
+    n = max(1, len(colls) + len(phased))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False)
@@ -481,6 +484,8 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
         ax.set_ylabel("median latency (us)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
+    for k, coll in enumerate(phased, start=len(colls)):
+        _phase_bars(axes[k // ncols][k % ncols], coll, doc["results"])
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
     fig.suptitle(
@@ -490,6 +495,51 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def phase_groups(times: Sequence[float], labels: Sequence[str]) -> list[tuple[str, float]]:
+    """``bench --phases``: consecutive rounds of one label summed, ``(label, us)`` in order."""
+    out: list[tuple[str, float]] = []
+    for t, lab in zip(times, labels, strict=True):
+        if out and out[-1][0] == lab:
+            out[-1] = (lab, out[-1][1] + t)
+        else:
+            out.append((lab, t))
+    return out
+
+
+def _phase_bars(ax: Any, coll: str, records: Sequence[dict[str, Any]]) -> None:
+    """``bench --phases``: at the largest size with per-round times, a horizontal stacked bar
+    per p2p implementation and rank (0, and the slowest), a segment per phase (consecutive
+    rounds of one label; unnamed rounds each their own)."""
+    recs = [r for r in records if r["collective"] == coll and r.get("phases")]
+    size = max(r["size_bytes"] for r in recs)
+    recs = [r for r in recs if r["size_bytes"] == size]
+    colours: dict[str, Any] = {}
+    bars: list[str] = []
+    for r in recs:
+        ph = r["phases"]
+        rows = [("rank 0", ph["rank0_us"], ph["labels_rank0"])]
+        if ph["slowest_rank"] != 0:
+            rows.append((f"rank {ph['slowest_rank']} (slowest)", ph["slowest_us"],
+                         ph["labels_slowest"]))
+        for who, times, labels in rows:
+            y = len(bars)
+            bars.append(f"{r['implementation']}\n{who}")
+            left = 0.0
+            for lab, t in phase_groups(times, labels):
+                colours.setdefault(lab, f"C{len(colours) % 10}")
+                ax.barh(y, t, left=left, color=colours[lab], edgecolor="white")
+                left += t
+    ax.set_yticks(range(len(bars)), bars, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time per round, summed by phase (median us)")
+    ax.set_title(f"{coll} {human_size(size)}B: time per phase", fontsize=10)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=lab) for lab, c in list(colours.items())[:10]],
+              fontsize="x-small", loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]],
