@@ -92,6 +92,7 @@ from .harness import (
     provenance,
     run_checked,
 )
+from .launcher import add_launch_options
 from .measure import (
     DEFAULT_TIME_BUDGET,
     DEFAULT_WARMUP,
@@ -633,8 +634,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     n.add_argument("-n", "--np", type=int, default=None, metavar="P",
                    help="--native-algorithms: ranks of each launch (default 4)")
-    n.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="--native-algorithms: seconds one launch may take (default 600)")
+    add_launch_options(n, what="--native-algorithms: ")
     n.add_argument("--native-label", default=None, help=argparse.SUPPRESS)
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write every statistic and provenance as JSON")

@@ -26,7 +26,6 @@ import argparse
 import csv
 import datetime as _dt
 import json
-import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -70,18 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the command that starts P ranks with -n P, e.g. 'srun' or "
                         "'mpiexec -f hosts' (default: $MPIEXEC, else the mpiexec beside this "
                         "python)")
-    parser.add_argument("--budget", type=float, default=0.0, metavar="SECONDS",
-                        help="seconds this invocation may launch for (0: no limit); what is "
-                        "not started stays pending for the next run")
-    parser.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="seconds one launch may take (default 600)")
+    launcher.add_launch_options(parser, budget=True, fresh=True)
     parser.add_argument("--json", metavar="FILE", required=True,
                         help="the sweep's file: written after each launch, read to resume")
     parser.add_argument("--csv", metavar="FILE", help="every record of every P as CSV")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="heatmap of the fastest implementation per (P, size)")
-    parser.add_argument("--fresh", action="store_true",
-                        help="ignore an existing --json file and start over")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("bench_args", nargs="*", metavar="-- BENCH_ARGS",
                         help="bench's options for every launch (after --), e.g. -- -c "
@@ -160,22 +153,7 @@ def environment_problem(args: argparse.Namespace) -> str | None:
             why = output_file_problem(f"--{opt}", path)
             if why:
                 return why
-    path = Path(args.json)
-    if path.exists() and not args.fresh and path.stat().st_size:
-        try:
-            old = json.loads(path.read_text())
-        except ValueError as exc:
-            return f"argument --json: {path} is not a sweep file ({exc}); use --fresh"
-        if not isinstance(old, dict) or old.get("schema") != SCHEMA_ID:
-            return f"argument --json: {path} is not a sweep file; use --fresh to overwrite it"
-        mine = _settings(args)
-        theirs = {k: old.get("settings", {}).get(k) for k in mine}
-        if theirs != mine:
-            diff = ", ".join(f"{k}: {theirs[k]} in the file, {mine[k]} now"
-                             for k in mine if theirs[k] != mine[k])
-            return (f"argument --json: {path} holds a sweep of other settings ({diff}); "
-                    "rerun with the same ones to resume, or --fresh to start over")
-    return None
+    return launcher.resume_problem(args.json, args.fresh, SCHEMA_ID, _settings(args), "sweep")
 
 
 def validate(doc: Any) -> list[str]:
@@ -209,8 +187,7 @@ def done_launches(run: dict[str, Any], nonblocking: bool) -> dict[str, launcher.
     for e in doc["provenance"].get("launches", []):
         if e["error"] is not None:
             continue
-        cfg = launcher.Config(e["name"], dict(e["env"]), list(e["flags"]), e["native"],
-                              list(e["collectives"]), nonblocking)
+        cfg = launcher.config_of(e, nonblocking)
         recs = [r for r in doc["results"] if r.get("native_algorithm") == e["native"]]
         part = {**doc, "results": recs,
                 "skipped": doc["skipped"] if e["native"] is None else []}
@@ -282,13 +259,6 @@ def _document(args: argparse.Namespace, kind: str, version: str, runs: list[dict
     }
 
 
-def _save(path: str, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` whole or not at all (a kill mid-write leaves the old file)."""
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     """Run (or resume) the sweep; 0 if every launch ran and no result was WRONG, 1 otherwise
     (a launch failed or was left pending, or a result was WRONG), 130 on Ctrl-C (the file
@@ -302,9 +272,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     prefix = shlex.split(args.launcher) if args.launcher else launcher.mpiexec()
     args.launcher_cmd = shlex.join(prefix)
     plan = args.plan
-    old: dict[str, Any] = {}
-    if Path(args.json).exists() and not args.fresh and Path(args.json).stat().st_size:
-        old = json.loads(Path(args.json).read_text())
+    old = launcher.resumed(args.json, args.fresh)
     started = old.get("provenance", {}).get("date") or _dt.datetime.now(_dt.UTC).isoformat(
         timespec="seconds")
     old_runs = {r["P"]: r for r in old.get("runs", [])}
@@ -349,7 +317,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                     continue
                 if any(ln.doc is not None for ln in launches):
                     runs[p] = {"P": p, "doc": launcher.merge(launches, kind, version)}
-                    _save(args.json, snapshot())
+                    launcher.save_json(args.json, snapshot())
             if not any(ln.doc is not None for ln in launches):
                 runs.pop(p, None)
                 for ln in launches[:1]:
@@ -360,7 +328,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     finally:
         progress.clear()
     doc = snapshot()
-    _save(args.json, doc)
+    launcher.save_json(args.json, doc)
     if args.csv:
         write_csv(args.csv, doc)
     if args.plot and doc["best"]:

@@ -57,6 +57,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, TextIO
 
+from .launcher import add_launch_options
+
 __all__ = [
     "MPICH_RESTRICTED",
     "MPICH_SAFE",
@@ -450,8 +452,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "sweep with the file loaded, one without) and print, per collective "
                         "and size, the default's and the tuned time and whether the tuned one "
                         "is faster, slower or within the noise")
-    parser.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="--check: seconds one launch may take (default 600)")
+    add_launch_options(parser, what="--check: ")
     parser.add_argument("--commutative-only", action="store_true",
                         help="--emit ompi: the program reduces with commutative ops only "
                         "(allows algorithms Open MPI runs for commutative ops alone)")
