@@ -71,7 +71,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 
@@ -667,6 +667,13 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         why = _dtypes.dtype_op_problem(args.dtype, args.op, p)
         if why:
             error(f"argument --op: {why}")
+    # options that apply to none of the collectives asked for: refused, not ignored
+    if args.op != "sum" and not any(c in _cases.REDUCTIONS for c in colls):
+        error(f"argument --op: none of {', '.join(colls)} reduces (an op applies to "
+              f"{', '.join(sorted(_cases.REDUCTIONS))})")
+    if args.root != 0 and not any(c in _cases.ROOTED for c in colls):
+        error(f"argument --root: none of {', '.join(colls)} has a root (a root applies to "
+              f"{', '.join(sorted(_cases.ROOTED))})")
     if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < p:
         error(f"argument --root: root {args.root} is not a rank (P = {p})")
     try:
@@ -834,6 +841,7 @@ def run(
     # launch has its native:NAME column only)
     plain = comm.Dup() if label is None else None
     skipped: list[dict[str, Any]] = []
+    partial: list[dict[str, Any]] = []  # the sizes done of the collective in progress
     try:
         for coll in plan.collectives if getattr(args, "objects", False) else ():
             if coll not in OBJECT_CALLS:
@@ -855,7 +863,8 @@ def run(
                     continue
                 recs = bench_collective(comm, plan, coll, guard.native or native, p2p,
                                         progress, guard=guard, plain=plain, pattern=pattern,
-                                        native_label=label)
+                                        native_label=label, on_row=partial.extend)
+                partial.clear()
                 all_records += recs
                 progress.clear()
                 if rank == 0:
@@ -863,6 +872,9 @@ def run(
                     if getattr(args, "stats", False):
                         out.write(format_stats(recs) + "\n")
                     out.flush()
+    except KeyboardInterrupt:
+        progress.clear()
+        _interrupted(args, comm, document(plan, prov, all_records + partial, skipped), out)
     finally:
         progress.clear()
     guard.Free()
@@ -989,6 +1001,35 @@ def _child_args(argv: Sequence[str]) -> list[str]:
     from .launcher import child_args
     return child_args(argv, {"--native-algorithms", "-n", "--np", "--launch-timeout",
                              "--json", "--csv", "--plot"}, {"-q", "--quiet"})
+
+
+def _interrupted(args: argparse.Namespace, comm: Any, doc: dict[str, Any], out: TextIO
+                 ) -> NoReturn:
+    """Ctrl-C: rank 0 writes what was measured so far (``doc``) where ``--json``, ``--csv``
+    and ``--plot`` ask, says so in one line, and ends the job with status 130 (``MPI_Abort``
+    under mpiexec: no traceback per rank); the other ranks wait for that abort (then abort
+    themselves, should rank 0 not have been interrupted)."""
+    import time
+
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if comm.Get_rank() == 0:
+        files = [f for f in (args.json, args.csv, args.plot) if f]
+        try:
+            _write_outputs(args, doc)
+            said = (f"wrote the {len(doc['results'])} result(s) measured so far to "
+                    f"{', '.join(files)}" if files else "nothing written (no --json/--csv/--plot)")
+        except Exception as exc:  # the interrupted run's files: best effort
+            said = f"could not write the results so far: {exc}"
+        out.write(f"\n# interrupted (Ctrl-C): {said}\n")
+        out.flush()
+        if world.Get_size() > 1:
+            world.Abort(130)
+        raise SystemExit(130)
+    time.sleep(10)
+    world.Abort(130)
+    raise SystemExit(130)  # not reached
 
 
 def _write_outputs(args: argparse.Namespace, doc: dict[str, Any]) -> None:

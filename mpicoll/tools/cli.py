@@ -292,7 +292,12 @@ def _info_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: Tex
             out.write(json.dumps(info, indent=1) + "\n")
         else:
             full = info.pop("mpi_library_full")
-            hosts = ", ".join(f"{h['name']} ({h['ranks']} ranks)" for h in info.pop("hosts"))
+            hosts = ", ".join(
+                f"{h['name']} ({h['ranks']} ranks, {h['cores']} cores"
+                + (", oversubscribed" if h["ranks"] > h["cores"] else "")
+                + (f", bound to {h['cpus_per_rank']} per rank"
+                   if h["cpus_per_rank"] < h["cores"] else "") + ")"
+                for h in info.pop("hosts"))
             rows = [
                 ("MPI library", info["mpi_library"]),
                 ("MPI vendor", info["mpi_vendor"]),

@@ -335,7 +335,9 @@ def size_meaning(coll: str) -> str:
 
 def header(plan: Plan, prov: dict[str, Any]) -> str:
     """The ``#`` lines above the tables: provenance and settings."""
-    hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
+    hosts = ", ".join(f"{h['name']} ({h['ranks']} ranks"
+                      + (f", {h['cores']} cores" if "cores" in h else "") + ")"
+                      for h in prov["hosts"])
     st = plan.settings
     mode = "non-blocking (overlap)" if plan.nonblocking else "blocking"
     if plan.persistent:
@@ -359,9 +361,26 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
             "# speedup = native / best p2p (> 1: hand-rolled faster); algbw = S/t, "
             "busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md), GB/s = 1e9 B/s",
             *_model_lines(plan),
+            *placement_warnings(prov),
             "",
         ]
     )
+
+
+def placement_warnings(prov: dict[str, Any]) -> list[str]:
+    """``# warning:`` lines for a run whose times say little: P = 1 (every collective a local
+    copy), or a host with more ranks than cores (``provenance``'s ``cores``: oversubscribed,
+    the ranks take turns on the cores and the times measure the scheduler's turns)."""
+    out = []
+    if prov["P"] == 1:
+        out.append("# warning: P = 1: every collective is a local copy here; run under "
+                   "mpiexec -n P (P >= 2) to compare algorithms")
+    for h in prov["hosts"]:
+        if "cores" in h and h["ranks"] > h["cores"]:
+            out.append(f"# warning: {h['name']} runs {h['ranks']} ranks on {h['cores']} "
+                       "cores: oversubscribed, ranks wait for a core, so times include "
+                       "the scheduler's turns (compare implementations within this run only)")
+    return out
 
 
 def _model_lines(plan: Plan) -> list[str]:

@@ -201,13 +201,20 @@ def _time(r: dict[str, Any]) -> float | None:
     return float(t["median"]) if r["status"] == "ok" and t else None
 
 
+def _range(r: dict[str, Any]) -> tuple[float, float]:
+    """A timed record's p10..p90 (us; min..max in a record without percentiles)."""
+    t = r["pure_us"] if r.get("nonblocking") else r["time_us"]
+    return float(t.get("p10", t["min"])), float(t.get("p90", t["max"]))
+
+
 def best_rows(runs: Sequence[dict[str, Any]], backends: Sequence[str] = ("native", "p2p")
               ) -> list[dict[str, Any]]:
     """Per (collective, pattern, P, size) of the runs: the fastest of the blocking (not
     ``:init``) implementations whose backend is in ``backends`` (default: native, forced
     native:NAME columns and p2p; the mpi4py column is the default's twin), its median time
-    (us), the library default's (``native``) and the speed-up default / fastest (None where
-    the default was not timed)."""
+    (us), the library default's (``native``), the speed-up default / fastest (None where
+    the default was not timed) and whether the two are ``within_noise`` (their p10..p90
+    ranges overlap: no winner beyond the noise)."""
     groups: dict[tuple[str, str, int, int], list[dict[str, Any]]] = {}
     for run in runs:
         for r in run["doc"]["results"]:
@@ -221,6 +228,10 @@ def best_rows(runs: Sequence[dict[str, Any]], backends: Sequence[str] = ("native
         default = next((r for r in recs if r["backend"] == "native"
                         and not r.get("native_algorithm")), None)
         t_fast, t_def = _time(fastest), _time(default) if default else None
+        noise = None
+        if default is not None:
+            (lo_f, hi_f), (lo_d, hi_d) = _range(fastest), _range(default)
+            noise = fastest is not default and lo_d <= hi_f and lo_f <= hi_d
         out.append({
             "collective": coll, "pattern": pattern, "P": p, "size_bytes": size,
             "count": fastest["count"],
@@ -229,6 +240,7 @@ def best_rows(runs: Sequence[dict[str, Any]], backends: Sequence[str] = ("native
             "fastest_us": t_fast,
             "default_us": t_def,
             "speedup_over_default": (t_def / t_fast if t_def and t_fast else None),
+            "within_noise": noise,
         })
     return out
 
@@ -265,10 +277,18 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     then holds what ran: rerun to resume)."""
     import time
 
-    from .harness import Progress
+    from .harness import Progress, usable_cpus
 
     kind, version = launcher.library()
     args.argv = list(argv)
+    cores = len(usable_cpus())
+    over = [p for p in args.np if p > cores]
+    if over:
+        out.write(f"# warning: P = {' '.join(map(str, over))} > the {cores} cores here: "
+                  "oversubscribed (with mpiexec on this host), ranks wait for a core; compare "
+                  "implementations within one P only\n")
+    if 1 in args.np:
+        out.write("# warning: P = 1: every collective is a local copy there\n")
     prefix = shlex.split(args.launcher) if args.launcher else launcher.mpiexec()
     args.launcher_cmd = shlex.join(prefix)
     plan = args.plan
@@ -367,15 +387,18 @@ def format_summary(doc: dict[str, Any]) -> str:
         cells = {(b["P"], b["size_bytes"]): b for b in rows}
         tag = "" if pattern == "numpy" else f" [pattern {pattern}]"
         lines.append(f"# {coll}{tag}: fastest per (P, size), x its speed-up over the "
-                     "library's default (native)")
+                     "library's default (native); ~: within the noise (p10..p90 ranges "
+                     "overlap), no winner")
         table = [["size", *(f"P={p}" for p in ps)]]
         for s in sizes:
             row = [human_size(s) + "B"]
             for p in ps:
                 b = cells.get((p, s))
                 sp = b["speedup_over_default"] if b else None
+                mark = "~" if b is not None and b.get("within_noise") else ""
                 row.append("-" if b is None else
-                           f"{b['fastest']} x{sp:.2f}" if sp is not None else b["fastest"])
+                           f"{mark}{b['fastest']} x{sp:.2f}" if sp is not None
+                           else b["fastest"])
             table.append(row)
         widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
         for k, r in enumerate(table):
@@ -455,8 +478,9 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
             sp = b["speedup_over_default"]
             grid[i][j] = sp if sp is not None else math.nan
             dark = sp is not None and norm(sp) > 0.6
+            mark = "~" if b.get("within_noise") else ""
             ax.text(j, i, f"{_wrap(b['fastest'].replace('native:', 'n:'))}\n"
-                    f"{'x' + format(sp, '.2f') if sp else '-'}", ha="center", va="center",
+                    f"{mark + 'x' + format(sp, '.2f') if sp else '-'}", ha="center", va="center",
                     fontsize=6.5, color="white" if dark else "black")
         image = ax.imshow(grid, cmap="YlGn", norm=norm, aspect="auto", origin="lower")
         ax.set_xticks(range(len(sizes)), [human_size(s) + "B" for s in sizes], rotation=45,
@@ -472,6 +496,7 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
     lib = " ".join(doc["provenance"]["library"]["version"].split())
     fig.suptitle(f"mpicoll sweep, {lib[:50]}: the fastest implementation per (P, size) and its "
                  "speed-up over the library's default\n(n:NAME: the library's algorithm NAME "
-                 "forced; others: mpicoll's p2p algorithms)", fontsize=9)
+                 "forced; others: mpicoll's p2p algorithms; ~: within the noise, no winner)",
+                 fontsize=9)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -104,7 +104,7 @@ def test_bench_phases_refused_where_it_does_not_apply(
         capsys: pytest.CaptureFixture[str]) -> None:
     for extra, msg in ((["--nonblocking"], "argument --phases: not with --nonblocking"),
                        (["-a", "none"], "argument --phases: no p2p algorithm to time")):
-        status, out, err = run_all(capsys, "bench", "-c", "allreduce", "-m", "8", "-i", "1",
+        status, _out, err = run_all(capsys, "bench", "-c", "allreduce", "-m", "8", "-i", "1",
                                    "-q", "--phases", *extra)
         assert status == 2
         if RANK == 0:

@@ -212,7 +212,8 @@ def test_verify_native_file_written_per_launch_and_resumed(
     assert calls == [(3, f"native:{n}") for n in names]
     assert "4 launches (2 taken from" in text
     doc = json.loads(out.read_text())
-    assert doc["complete"] and doc["pending"] == []
+    assert doc["complete"]
+    assert doc["pending"] == []
     rows = {x["algorithm"]: x["cells"] for x in doc["rows"]}
     assert rows == {n: {"2": "ok", "3": "ok"} for n in names}
     # nothing left: a third run launches nothing
