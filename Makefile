@@ -159,9 +159,11 @@ bench: $(call installed,plot)
 
 ## sweep: bench at P = SWEEP_NP, the library's default and SWEEP_NATIVE forced, one
 ## mpiexec each -> results/sweep.{json,csv,png}; rerun after an interruption to resume
+## (timeout --foreground: Ctrl-C, or a kill of make's process group, reaches the sweep itself)
 sweep: $(call installed,plot)
 	@mkdir -p results
-	MPLBACKEND=Agg MPIEXEC="$(MPIEXEC)" timeout -k 20 $(BENCH_TIMEOUT) $(PY) -m mpicoll sweep \
+	MPLBACKEND=Agg MPIEXEC="$(MPIEXEC)" timeout --foreground -k 20 $(BENCH_TIMEOUT) \
+	    $(PY) -m mpicoll sweep \
 	    -n $(SWEEP_NP) --native $(SWEEP_NATIVE) --json results/sweep.json --csv results/sweep.csv \
 	    --plot results/sweep.png $(SWEEP_ARGS) -- $(SWEEP_BENCH_ARGS)
 

@@ -607,5 +607,11 @@ def check(args: argparse.Namespace, out: TextIO,
             picked = choices(doc, args.emit, args.commutative_only, drop)
             out.write(f"# --check: {len(drop)} rule(s) slower than the default beyond the "
                       f"noise: pruned, {args.output} rewritten\n")
+            if args.emit == "mpich":
+                out.write("# (MPICH: the file loads only with MPIR_CVAR_DEVICE_COLLECTIVES="
+                          "none, which also turns off the device (shared-memory) collectives "
+                          "the default runs; a pruned size runs the generic tree's algorithm, "
+                          "which may be the one that lost: there the default cannot be had "
+                          "with a tuning file)\n")
         out.write(format_pruned(picked))
     return 1 if slower else 0
