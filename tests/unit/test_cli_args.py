@@ -316,3 +316,14 @@ def test_one_resolver_of_the_algorithm_option() -> None:
     assert algorithms_of("allreduce", ["all"], node_aware=False) == flat
     assert "smp" in names
     assert "smp" not in flat
+
+
+def test_phase_groups_sum_consecutive_rounds_of_one_label() -> None:
+    from mpicoll.tools.report import phase_groups
+
+    labels = ["reduce-scatter"] * 3 + ["allgather"] * 3
+    assert phase_groups([1, 2, 3, 4, 5, 6], labels) == [("reduce-scatter", 6),
+                                                          ("allgather", 15)]
+    assert phase_groups([1.5, 2.5], ["round 0", "round 1"]) == [("round 0", 1.5),
+                                                               ("round 1", 2.5)]
+    assert phase_groups([], []) == []
