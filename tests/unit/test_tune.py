@@ -303,6 +303,21 @@ def test_ompi_rules_load_and_their_algorithm_runs(tmp_path: Path) -> None:
         assert tuned == forced, alg
         results[alg] = tuned
     assert results["ring"] != results["recursive_doubling"]
+    # a pruned rule (algorithm 0) leaves the call to tuned's fixed decision: the default's
+    doc = tree_for("ring", "recursive_doubling", "openmpi")
+    for r in doc["runs"][0]["doc"]["results"]:
+        r["time_us"] = {"median": 50.0 if r["implementation"] == "native:ring" else 90.0,
+                        "p10": 49.0 if r["implementation"] == "native:ring" else 89.0,
+                        "p90": 51.0 if r["implementation"] == "native:ring" else 91.0}
+    doc["runs"][0]["doc"]["results"].append(
+        {**doc["runs"][0]["doc"]["results"][0], "implementation": "native",
+         "native_algorithm": None, "native_ran": None,
+         "time_us": {"median": 2.0, "p10": 1.0, "p90": 3.0}})
+    path = tmp_path / "pruned.rules"
+    path.write_text(tune.emit_ompi(doc, commutative_only=True))
+    assert parse_classic(path.read_text()) == [(tune.OMPI_IDS["allreduce"], [(3, [(0, 0)])])]
+    pruned = probe({}, [*base, "--mca", "coll_tuned_dynamic_rules_filename", str(path)])
+    assert pruned == probe({}, base[:3]) != results["ring"]
 
 
 def test_tune_check_compares_default_and_tuned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
