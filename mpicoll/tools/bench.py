@@ -715,7 +715,9 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
                              ("--objects", getattr(args, "objects", False))):
             if given:
                 error(f"argument --phases: not with {other} (it times blocking p2p calls)")
-        if not any(algorithms_of(c, algs) for c in colls):
+        # (a forced launch of --native-algorithms or sweep runs -a none: nothing to phase)
+        if not any(algorithms_of(c, algs) for c in colls) and \
+                getattr(args, "native_label", None) is None:
             error("argument --phases: no p2p algorithm to time (-a none)")
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")

@@ -4,6 +4,7 @@ mpiexec that is killed after its first launch and resumed.  No timing is asserte
 
 from __future__ import annotations
 
+import argparse
 import copy
 import csv
 import json
@@ -253,3 +254,27 @@ def test_best_rows_say_within_noise_where_the_ranges_overlap() -> None:
     assert "~ring x1.20" in text
     assert " ring x3.00" in text
     assert "native x1.00" in text
+
+
+def test_sweep_passes_phases_to_every_launch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-- --phases``: accepted by the sweep, and by a forced launch's bench (its ``-a none``
+    leaves nothing to phase, which is not an error there)."""
+    from mpicoll.tools import bench
+
+    fake = Fake(tmp_path)
+    monkeypatch.setattr(launcher, "run", fake)
+    out = tmp_path / "s.json"
+    assert cli.main([*ARGS, "--json", str(out), *BENCH, "--phases"]) == 0
+    assert len(fake.calls) == 6
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    forced = parser.parse_args(["-c", "allreduce", "--phases", "-a", "none",
+                                "--native-label", launcher.native_names(
+                                    launcher.library()[0], "allreduce")[0]])
+
+    def error(msg: str) -> None:
+        raise AssertionError(msg)
+
+    assert bench.make_plan(forced, 2, error).phases
