@@ -37,9 +37,12 @@ VERIFY_NP     ?= 4
 EXAMPLES_NP   ?= 4
 PIP_FLAGS     ?= --progress-bar off
 # `make sweep`: its rank counts, its own options (e.g. --budget 120, --fresh) and bench's
+# (a few minutes on 2 cores: 2 collectives, 6 sizes 8 B..256 KiB a factor 8 apart, the
+# library's default against 5 of its algorithms forced and 3 + 2 of mpicoll's + auto)
 SWEEP_NP         ?= 2 3 4
 SWEEP_ARGS       ?=
-SWEEP_BENCH_ARGS ?= -c allreduce -a all -m 8:64K --time-budget 0.02
+SWEEP_BENCH_ARGS ?= -c allreduce bcast -a auto ring recursive_doubling rabenseifner binomial \
+                    scatter_ring_allgather -m 8:256K:8 --time-budget 0.01
 
 # ---- the MPI library and its launcher ---------------------------------------------------------
 ifeq ($(MPI),mpich)
@@ -58,6 +61,11 @@ else ifeq ($(MPI),system)
 else
   $(error MPI must be mpich, openmpi or system, not '$(MPI)')
 endif
+
+# `make sweep`'s forced native algorithms: allreduce's and bcast's usual ones, by library
+SWEEP_NATIVE ?= $(if $(filter openmpi,$(MPI))$(IS_OMPI),\
+    recursive_doubling ring rabenseifner binomial scatter_allgather_ring,\
+    recursive_doubling ring reduce_scatter_allgather binomial scatter_ring_allgather)
 
 # Open MPI will not start as root without these (containers, CI); MPICH ignores them.
 ifeq ($(shell id -u),0)
@@ -149,12 +157,14 @@ bench: $(call installed,plot)
 	    $(PY) -m mpicoll bench --persistent --json results/bench.json --csv results/bench.csv \
 	    --plot results/bench.png $(BENCH_ARGS)
 
-## sweep: bench at P = SWEEP_NP, the library's default and each of its forced algorithms, one
+## sweep: bench at P = SWEEP_NP, the library's default and SWEEP_NATIVE forced, one
 ## mpiexec each -> results/sweep.{json,csv,png}; rerun after an interruption to resume
+## (timeout --foreground: Ctrl-C, or a kill of make's process group, reaches the sweep itself)
 sweep: $(call installed,plot)
 	@mkdir -p results
-	MPLBACKEND=Agg MPIEXEC="$(MPIEXEC)" timeout -k 20 $(BENCH_TIMEOUT) $(PY) -m mpicoll sweep \
-	    -n $(SWEEP_NP) --native all --json results/sweep.json --csv results/sweep.csv \
+	MPLBACKEND=Agg MPIEXEC="$(MPIEXEC)" timeout --foreground -k 20 $(BENCH_TIMEOUT) \
+	    $(PY) -m mpicoll sweep \
+	    -n $(SWEEP_NP) --native $(SWEEP_NATIVE) --json results/sweep.json --csv results/sweep.csv \
 	    --plot results/sweep.png $(SWEEP_ARGS) -- $(SWEEP_BENCH_ARGS)
 
 ## readme: regenerate the algorithm and twin tables in docs/algorithms.md (a unit test checks them)

@@ -74,6 +74,12 @@ __all__ = ["CompletedRequest", "Engine", "MessageError", "Replayed", "ScheduleRe
            "Testall", "Testany", "Testsome", "ThreadLevelError", "Traffic", "Waitall", "Waitany",
            "Waitsome", "check_thread", "explain", "progress_all"]
 
+#: ``bench --phases`` only: while a list, :meth:`Engine.run`'s blocking path appends
+#: ``MPI.Wtime()`` once its schedule is made and after each round's ``Waitall`` (round k's
+#: time: marks k+1 - k, the local work before its post included).  None (always, otherwise):
+#: nothing is recorded.
+round_marks: list[float] | None = None
+
 
 class Traffic:
     """Messages and bytes this rank sent and received (cumulative; :meth:`reset` to zero),
@@ -399,6 +405,9 @@ class Engine:
                 return
             ctx, gen = self._context(call, algorithm, tag)  # the common case: Waitall each round
             err = None
+            marks = round_marks
+            if marks is not None:
+                marks.append(MPI.Wtime())
             for rnd in gen:
                 reqs = ctx.post(rnd)
                 if reqs:
@@ -408,6 +417,8 @@ class Engine:
                     except MPI.Exception as exc:  # kept; the rounds go on (see settle)
                         err = err or explain(exc, _name(ctx), statuses)
                         settle(reqs)
+                if marks is not None:
+                    marks.append(MPI.Wtime())
             if err is None and call.truncated is not None:
                 err = truncated(_name(ctx), call.truncated)
             if err is not None:

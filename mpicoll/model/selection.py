@@ -10,7 +10,8 @@ File format (JSON)::
 
 A call of ``collective`` on P ranks with a message of ``nbytes`` (the type signature's bytes,
 as :func:`mpicoll.algorithms.registry.choose` reads it) runs the algorithm of the first rule
-with ``p_min <= P <= p_max`` whose entry has the largest ``min_bytes <= nbytes``.  The table
+with ``p_min <= P <= p_max`` whose entry has the largest ``min_bytes <= nbytes`` (an entry
+``"algorithm": null``, a rule ``mpicoll tune`` pruned: as without the table).  The table
 is read from the file named by ``$MPICOLL_SELECTION`` (or set with :func:`use`) and is
 preferred over the model; a call it does not cover, or whose chosen algorithm's restrictions
 the call breaks, is chosen as without it.
@@ -35,11 +36,12 @@ class Table:
     """A loaded selection table: collective -> ``[(p_min, p_max, [(min_bytes, name), ...])]``
     (sizes ascending)."""
 
-    rules: dict[str, list[tuple[int, int, list[tuple[int, str]]]]]
+    rules: dict[str, list[tuple[int, int, list[tuple[int, str | None]]]]]
     source: str = ""
 
     def pick(self, collective: str, p: int, nbytes: int) -> str | None:
-        """The algorithm the table names for this call, or None where it has no rule."""
+        """The algorithm the table names for this call, or None where it has no rule (or a
+        pruned one)."""
         for lo, hi, sizes in self.rules.get(collective, ()):
             if lo <= p <= hi:
                 name = None
@@ -59,11 +61,13 @@ def from_dict(doc: Any, where: str = "table") -> Table:
     """
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
         raise ValueError(f"{where}: not a selection table (schema {SCHEMA_ID!r})")
-    rules: dict[str, list[tuple[int, int, list[tuple[int, str]]]]] = {}
+    rules: dict[str, list[tuple[int, int, list[tuple[int, str | None]]]]] = {}
     try:
         for coll, blocks in doc["rules"].items():
             for b in blocks:
-                sizes = [(int(e["min_bytes"]), str(e["algorithm"])) for e in b["sizes"]]
+                sizes = [(int(e["min_bytes"]),
+                          None if e["algorithm"] is None else str(e["algorithm"]))
+                         for e in b["sizes"]]
                 floors = [s for s, _ in sizes]
                 if not sizes or floors[0] != 0 or floors != sorted(set(floors)):
                     raise ValueError(f"{where}: {coll} P {b['p_min']}..{b['p_max']}: sizes "

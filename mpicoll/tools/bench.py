@@ -71,7 +71,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 
@@ -92,6 +92,7 @@ from .harness import (
     provenance,
     run_checked,
 )
+from .launcher import add_launch_options
 from .measure import (
     DEFAULT_TIME_BUDGET,
     DEFAULT_WARMUP,
@@ -100,6 +101,7 @@ from .measure import (
     Settings,
     measure_blocking,
     measure_nonblocking,
+    measure_phases,
     overlap_imb,
     overlap_osu,
 )
@@ -339,12 +341,20 @@ def bench_collective(
     own_guard = guard is None
     if guard is None:
         guard = CallGuard(comm, plan.timeout)
+    # --phases: the per-round pass on a checked-mode twin of the p2p backend, whose calls
+    # all go through the engine's blocking loop (the timed calls' compiled replays do not)
+    phased = None
+    if plan.phases and p2p is not None:
+        from ..backends.p2p import p2p as checked_p2p
+        phased = checked_p2p(comm, check=True)
     try:
         return _bench_collective(comm, plan, coll, native, p2p, progress, on_row, guard, plain,
-                                 pattern, native_label)
+                                 pattern, native_label, phased)
     finally:
         if own_guard:
             guard.Free()
+        if phased is not None:
+            phased.Free()
 
 
 def _forced_ran(comm: Any, case: Case, name: str, text: str, nonblocking: bool = False
@@ -396,7 +406,7 @@ def _forced_ran(comm: Any, case: Case, name: str, text: str, nonblocking: bool =
 def _bench_collective(
     comm: Any, plan: Plan, coll: str, native: Any, p2p: Any, progress: Progress,
     on_row: Callable[[list[dict[str, Any]]], None] | None, guard: CallGuard, plain: Any,
-    pattern: str, native_label: str | None = None,
+    pattern: str, native_label: str | None = None, phased: Any = None,
 ) -> list[dict[str, Any]]:
     from ..algorithms import registry
 
@@ -489,6 +499,17 @@ def _bench_collective(
                     native_ok = True
                 # ---- timing ------------------------------------------------------------------
                 rec.update(measure(comm, fn, plan.settings))
+                if phased is not None and impl.kind == "p2p" and not impl.persistent:
+                    twin = Impl(impl.label, phased, impl.algorithm)
+                    ph = measure_phases(comm, _call(case, twin, False, pattern, make, kw),
+                                        min(int(rec["iterations"]), PHASE_ITERATIONS))
+                    if ph is not None:
+                        ran = (impl.algorithm if impl.algorithm not in (None, "auto")
+                               else rec.get("auto_choice"))
+                        ph["labels_rank0"] = phase_labels(coll, ran, p, len(ph["rank0_us"]))
+                        ph["labels_slowest"] = phase_labels(coll, ran, p,
+                                                            len(ph["slowest_us"]))
+                        rec["phases"] = ph
                 _bandwidths(rec)
                 _predicted(plan, case, rec, predictions, getattr(p2p, "nodes", None))
             finally:
@@ -499,6 +520,28 @@ def _bench_collective(
         if on_row is not None:
             on_row(row)
     return records
+
+
+#: ``--phases``: at most this many iterations of per-round timing (after the timed ones)
+PHASE_ITERATIONS = 20
+
+#: ``--phases``: the algorithms whose rounds split into two named phases of equal round
+#: counts on every rank (the first half, the second half), and when they do (P -> bool).
+PHASE_SPLITS: dict[tuple[str, str], tuple[str, str, Callable[[int], bool]]] = {
+    ("allreduce", "ring"): ("reduce-scatter", "allgather", lambda p: True),
+    ("allreduce", "rabenseifner"): ("reduce-scatter", "allgather",
+                                    lambda p: p & (p - 1) == 0),
+}
+
+
+def phase_labels(coll: str, algorithm: str | None, p: int, rounds: int) -> list[str]:
+    """A label per round of ``algorithm``'s schedule on one rank (``rounds`` of them) at P =
+    ``p``: for :data:`PHASE_SPLITS` (ring allreduce: a reduce-scatter then an allgather of the
+    same number of rounds, segments included), the two phases' names; else ``round k``."""
+    split_ = PHASE_SPLITS.get((coll, algorithm or ""))
+    if split_ is not None and split_[2](p) and rounds and rounds % 2 == 0:
+        return [split_[0]] * (rounds // 2) + [split_[1]] * (rounds // 2)
+    return [f"round {k}" for k in range(rounds)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -517,8 +560,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one), 'none' (native only) or registry names (comma-separated or several)",
     )
     g.add_argument(
-        "-m", "--message-size", default=DEFAULT_SIZES, metavar="MIN:MAX",
-        help=f"message sizes S in bytes: MIN, 2 MIN, 4 MIN, ... up to MAX, K/M/G suffixes "
+        "-m", "--message-size", default=DEFAULT_SIZES, metavar="MIN:MAX[:F]",
+        help=f"message sizes S in bytes: MIN, 2 MIN, 4 MIN, ... up to MAX (MIN:MAX:F: MIN, F MIN, "
+        "F^2 MIN, ...), K/M/G suffixes "
         f"(default {DEFAULT_SIZES}); each is rounded down to whole elements (whole blocks of "
         "P for the block collectives), and sizes that round to the same count run once",
     )
@@ -571,6 +615,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cost model for the predicted time of each p2p result (a file written "
                    "by mpicoll calibrate; default: the calibrated model if there is one, else "
                    "the built-in defaults)")
+    t.add_argument("--phases", action="store_true",
+                   help="also time each round of the p2p algorithms (rank 0 and the slowest "
+                   f"rank; up to {PHASE_ITERATIONS} extra iterations after the timed ones): "
+                   "per-round times in the JSON, a stacked bar per algorithm in the plot "
+                   "(ring allreduce: its reduce-scatter and allgather rounds)")
     t.add_argument("--split", metavar="MOD:k|DIV:k", default=None,
                    help="run on several sub-communicators at once (nccl-tests' split, IMB "
                    "-multi): MOD:k, rank r in group r mod k; DIV:k, in group r div k; every "
@@ -585,8 +634,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     n.add_argument("-n", "--np", type=int, default=None, metavar="P",
                    help="--native-algorithms: ranks of each launch (default 4)")
-    n.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="--native-algorithms: seconds one launch may take (default 600)")
+    add_launch_options(n, what="--native-algorithms: ")
     n.add_argument("--native-label", default=None, help=argparse.SUPPRESS)
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write every statistic and provenance as JSON")
@@ -619,6 +667,13 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
         why = _dtypes.dtype_op_problem(args.dtype, args.op, p)
         if why:
             error(f"argument --op: {why}")
+    # options that apply to none of the collectives asked for: refused, not ignored
+    if args.op != "sum" and not any(c in _cases.REDUCTIONS for c in colls):
+        error(f"argument --op: none of {', '.join(colls)} reduces (an op applies to "
+              f"{', '.join(sorted(_cases.REDUCTIONS))})")
+    if args.root != 0 and not any(c in _cases.ROOTED for c in colls):
+        error(f"argument --root: none of {', '.join(colls)} has a root (a root applies to "
+              f"{', '.join(sorted(_cases.ROOTED))})")
     if any(c in _cases.ROOTED for c in colls) and not 0 <= args.root < p:
         error(f"argument --root: root {args.root} is not a rank (P = {p})")
     try:
@@ -654,6 +709,16 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
             if given:
                 error(f"argument --split: not with {other}")
     persistent = bool(getattr(args, "persistent", False))
+    phases = bool(getattr(args, "phases", False))
+    if phases:
+        for other, given in (("--nonblocking", args.nonblocking),
+                             ("--objects", getattr(args, "objects", False))):
+            if given:
+                error(f"argument --phases: not with {other} (it times blocking p2p calls)")
+        # (a forced launch of --native-algorithms or sweep runs -a none: nothing to phase)
+        if not any(algorithms_of(c, algs) for c in colls) and \
+                getattr(args, "native_label", None) is None:
+            error("argument --phases: no p2p algorithm to time (-a none)")
     if persistent and args.nonblocking:
         error("argument --persistent: not with --nonblocking")
     if getattr(args, "objects", False):
@@ -673,7 +738,7 @@ def make_plan(args: argparse.Namespace, p: int, error: Callable[[str], Any]) -> 
     return Plan(colls, algs, args.nonblocking, args.timeout, sizes=sizes, dtype=args.dtype,
                 op=args.op, root=args.root, in_place=args.in_place, settings=settings,
                 model_path=getattr(args, "model", None), persistent=persistent,
-                patterns=patterns)
+                patterns=patterns, phases=phases)
 
 
 def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
@@ -778,6 +843,7 @@ def run(
     # launch has its native:NAME column only)
     plain = comm.Dup() if label is None else None
     skipped: list[dict[str, Any]] = []
+    partial: list[dict[str, Any]] = []  # the sizes done of the collective in progress
     try:
         for coll in plan.collectives if getattr(args, "objects", False) else ():
             if coll not in OBJECT_CALLS:
@@ -799,7 +865,8 @@ def run(
                     continue
                 recs = bench_collective(comm, plan, coll, guard.native or native, p2p,
                                         progress, guard=guard, plain=plain, pattern=pattern,
-                                        native_label=label)
+                                        native_label=label, on_row=partial.extend)
+                partial.clear()
                 all_records += recs
                 progress.clear()
                 if rank == 0:
@@ -807,6 +874,9 @@ def run(
                     if getattr(args, "stats", False):
                         out.write(format_stats(recs) + "\n")
                     out.flush()
+    except KeyboardInterrupt:
+        progress.clear()
+        _interrupted(args, comm, document(plan, prov, all_records + partial, skipped), out)
     finally:
         progress.clear()
     guard.Free()
@@ -933,6 +1003,35 @@ def _child_args(argv: Sequence[str]) -> list[str]:
     from .launcher import child_args
     return child_args(argv, {"--native-algorithms", "-n", "--np", "--launch-timeout",
                              "--json", "--csv", "--plot"}, {"-q", "--quiet"})
+
+
+def _interrupted(args: argparse.Namespace, comm: Any, doc: dict[str, Any], out: TextIO
+                 ) -> NoReturn:
+    """Ctrl-C: rank 0 writes what was measured so far (``doc``) where ``--json``, ``--csv``
+    and ``--plot`` ask, says so in one line, and ends the job with status 130 (``MPI_Abort``
+    under mpiexec: no traceback per rank); the other ranks wait for that abort (then abort
+    themselves, should rank 0 not have been interrupted)."""
+    import time
+
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if comm.Get_rank() == 0:
+        files = [f for f in (args.json, args.csv, args.plot) if f]
+        try:
+            _write_outputs(args, doc)
+            said = (f"wrote the {len(doc['results'])} result(s) measured so far to "
+                    f"{', '.join(files)}" if files else "nothing written (no --json/--csv/--plot)")
+        except Exception as exc:  # the interrupted run's files: best effort
+            said = f"could not write the results so far: {exc}"
+        out.write(f"\n# interrupted (Ctrl-C): {said}\n")
+        out.flush()
+        if world.Get_size() > 1:
+            world.Abort(130)
+        raise SystemExit(130)
+    time.sleep(10)
+    world.Abort(130)
+    raise SystemExit(130)  # not reached
 
 
 def _write_outputs(args: argparse.Namespace, doc: dict[str, Any]) -> None:

@@ -294,7 +294,12 @@ def _info_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: Tex
             out.write(json.dumps(info, indent=1) + "\n")
         else:
             full = info.pop("mpi_library_full")
-            hosts = ", ".join(f"{h['name']} ({h['ranks']} ranks)" for h in info.pop("hosts"))
+            hosts = ", ".join(
+                f"{h['name']} ({h['ranks']} ranks, {h['cores']} cores"
+                + (", oversubscribed" if h["ranks"] > h["cores"] else "")
+                + (f", bound to {h['cpus_per_rank']} per rank"
+                   if h["cpus_per_rank"] < h["cores"] else "") + ")"
+                for h in info.pop("hosts"))
             rows = [
                 ("MPI library", info["mpi_library"]),
                 ("MPI vendor", info["mpi_vendor"]),
@@ -447,6 +452,50 @@ register(Subcommand(
     "results to --json after every launch and resumes from it when rerun; --csv, and --plot "
     "a heatmap of the fastest implementation per (P, size) and its speed-up over the "
     "library's default. Bench's options follow --.",
+))
+
+
+def _report_configure(p: argparse.ArgumentParser) -> None:
+    from . import report
+
+    report.add_arguments(p)
+
+
+def _report_validate(args: argparse.Namespace, size: int,
+                     error: Callable[[str], NoReturn]) -> None:
+    from . import report
+
+    try:
+        args.docs = report.load_runs(args.files)
+    except ValueError as exc:
+        error(f"argument BENCH.json: {exc}")
+    if args.stats and len(args.files) > 1:
+        error("argument --stats: with one file only")
+
+
+def _report_check(args: argparse.Namespace) -> str | None:
+    from .options import output_file_problem
+    from .report import plot_problem
+
+    if args.plot:
+        return plot_problem(args.plot) or output_file_problem("--plot", args.plot)
+    return None
+
+
+def _report_run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
+    from . import report
+
+    return report.run_report(args, out) if comm.Get_rank() == 0 else 0
+
+
+register(Subcommand(
+    "report", "bench's tables and plot again from a saved --json, or two runs compared",
+    _report_configure, _report_run, _report_validate, _report_check,
+    description="One file: the tables (--stats: the statistics) and --plot of a saved bench "
+    "--json. Two files: per implementation and size, both medians with their p10..p90, B/A "
+    "and whether B is faster, slower or within the noise, a closing line per collective, and "
+    "--plot the B/A ratio against size (MPICH vs Open MPI, before vs after tuning, two "
+    "commits).",
 ))
 
 

@@ -91,23 +91,39 @@ def _library_text() -> str:
     return MPI.Get_library_version().replace("\x00", "").strip()
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity; all of ``os.cpu_count()`` where the
+    platform does not say)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
 def provenance(comm: Any, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Where and how a run was made (collective over ``comm``; the same dict on every rank).
 
     Returns:
         MPI library and version, mpi4py / numpy / python / mpicoll versions, MPI thread level,
-        P, host names (with ranks per host), UTC date (ISO 8601) and the command line.
+        P, host names (with ranks per host, the CPUs their affinities cover, ``cores``, and the
+        fewest one rank may use, ``cpus_per_rank``: below ``cores``, the launcher bound the
+        ranks), UTC date (ISO 8601) and the command line.
     """
-    names = comm.allgather(MPI.Get_processor_name())
+    names = comm.allgather((MPI.Get_processor_name(), usable_cpus()))
     hosts: dict[str, int] = {}
-    for h in names:
+    cpus: dict[str, set[int]] = {}
+    narrowest: dict[str, int] = {}
+    for h, mine in names:
         hosts[h] = hosts.get(h, 0) + 1
+        cpus.setdefault(h, set()).update(mine)
+        narrowest[h] = min(narrowest.get(h, len(mine)), len(mine))
     info = _versions()
     info.update(
         {
             "thread_level": _THREAD_LEVELS.get(MPI.Query_thread(), str(MPI.Query_thread())),
             "P": comm.Get_size(),
-            "hosts": [{"name": h, "ranks": n} for h, n in hosts.items()],
+            "hosts": [{"name": h, "ranks": n, "cores": len(cpus[h]),
+                       "cpus_per_rank": narrowest[h]} for h, n in hosts.items()],
             "hostname": socket.gethostname(),
             "date": comm.bcast(
                 _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), root=0
@@ -440,6 +456,8 @@ class Plan:
     # ---- bench
     #: ``--persistent``: also time every implementation's ``*_init`` form (Start + Wait)
     persistent: bool = False
+    #: ``--phases``: also time each round of the p2p schedules (:func:`.measure.measure_phases`)
+    phases: bool = False
     #: ``--pattern``: how each call passes its buffers (:data:`mpicoll.tools.patterns.PATTERNS`)
     patterns: list[str] = field(default_factory=lambda: ["numpy"])
     sizes: list[int] = field(default_factory=list)

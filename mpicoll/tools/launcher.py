@@ -55,6 +55,9 @@ from typing import Any
 __all__ = [
     "Config",
     "Launch",
+    "add_launch_options",
+    "config_dict",
+    "config_of",
     "fallback_message",
     "library",
     "merge",
@@ -63,7 +66,10 @@ __all__ = [
     "native_names",
     "ompi_id",
     "ompi_selection",
+    "resume_problem",
+    "resumed",
     "run",
+    "save_json",
 ]
 
 #: Variables a launcher or an initialised MPI leaves in a process's environment, which would
@@ -373,3 +379,78 @@ def child_args(argv: Sequence[str], drop_value: set[str], drop_flag: set[str]) -
             continue
         out.append(a)
     return out
+
+
+# ---- resuming a driver's file (sweep, verify --native-algorithms) ----------------------------
+
+
+def add_launch_options(group: Any, *, budget: bool = False, fresh: bool = False,
+                       what: str = "") -> None:
+    """The options of a command that launches (``sweep``, ``bench`` and ``verify``
+    ``--native-algorithms``, ``tune --check``): ``--launch-timeout``; with ``budget``,
+    ``--budget``; with ``fresh``, ``--fresh`` (its ``--json`` file is read to resume unless
+    given).  ``what``: the help's prefix naming when they apply (``"--native-algorithms: "``)."""
+    group.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
+                       help=f"{what}seconds one launch may take (default 600)")
+    if budget:
+        group.add_argument("--budget", type=float, default=0.0, metavar="SECONDS",
+                           help=f"{what}seconds this invocation may launch for (0: no limit); "
+                           "what is not started stays pending for the next run")
+    if fresh:
+        group.add_argument("--fresh", action="store_true",
+                           help=f"{what}ignore an existing --json file and start over (else "
+                           "it is read, and the launches it holds are not run again)")
+
+
+def save_json(path: str | os.PathLike[str], doc: Any) -> None:
+    """Write ``doc`` to ``path`` whole or not at all (a kill mid-write leaves the old file):
+    a driver rewrites its file after every launch, so a run killed by a timeout or Ctrl-C
+    keeps what finished."""
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def resumed(path: str | os.PathLike[str] | None, fresh: bool) -> dict[str, Any]:
+    """The driver file at ``path`` to resume from, parsed (empty: none, empty, or ``fresh``);
+    :func:`resume_problem` has checked it."""
+    if not path or fresh or not Path(path).exists() or not Path(path).stat().st_size:
+        return {}
+    doc = json.loads(Path(path).read_text())
+    return doc if isinstance(doc, dict) else {}
+
+
+def resume_problem(path: str | os.PathLike[str] | None, fresh: bool, schema: str,
+                   settings: dict[str, Any], what: str) -> str | None:
+    """Why the existing ``--json`` file at ``path`` cannot be resumed with ``settings`` (not
+    a ``schema`` document of ``what``, or one of other settings: each differing key named);
+    None if it can, or there is none, or ``fresh``."""
+    if not path or fresh or not Path(path).exists() or not Path(path).stat().st_size:
+        return None
+    try:
+        old = json.loads(Path(path).read_text())
+    except ValueError as exc:
+        return f"argument --json: {path} is not a {what} file ({exc}); use --fresh"
+    if not isinstance(old, dict) or old.get("schema") != schema:
+        return f"argument --json: {path} is not a {what} file; use --fresh to overwrite it"
+    theirs = {k: old.get("settings", {}).get(k) for k in settings}
+    if theirs != settings:
+        diff = ", ".join(f"{k}: {theirs[k]} in the file, {settings[k]} now"
+                         for k in settings if theirs[k] != settings[k])
+        return (f"argument --json: {path} holds a {what} of other settings ({diff}); "
+                "rerun with the same ones to resume, or --fresh to start over")
+    return None
+
+
+def config_dict(cfg: Config) -> dict[str, Any]:
+    """``cfg`` as the JSON a driver's file keeps (:func:`config_of` reads it back)."""
+    return {"name": cfg.name, "native": cfg.native, "collectives": list(cfg.collectives),
+            "env": dict(cfg.env), "flags": list(cfg.flags), "nonblocking": cfg.nonblocking}
+
+
+def config_of(d: dict[str, Any], nonblocking: bool | None = None) -> Config:
+    """The :class:`Config` of :func:`config_dict`'s ``d`` (``nonblocking`` where ``d`` has
+    none: a sweep's launches record)."""
+    nb = d.get("nonblocking", nonblocking)
+    return Config(d["name"], dict(d["env"]), list(d["flags"]), d["native"],
+                  list(d["collectives"]), bool(nb))

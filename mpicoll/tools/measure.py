@@ -9,11 +9,13 @@ skew of each iteration (latest minus earliest start over ranks, clocks compared 
 :func:`clock_offsets` says): :func:`iteration_stats`.  The
 number of iterations is fixed (``-i``) or set from a time budget (IMB-style).  Non-blocking
 calls are also timed with a busy compute overlapping them (OSU's ``osu_i*``; overlap as OSU
-and IMB-NBC define it).
+and IMB-NBC define it).  ``bench --phases`` times each round of a p2p schedule apart, in
+iterations of their own after the timed ones (:func:`measure_phases`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +36,7 @@ __all__ = [
     "iteration_stats",
     "measure_blocking",
     "measure_nonblocking",
+    "measure_phases",
     "overlap_imb",
     "overlap_osu",
 ]
@@ -288,6 +291,40 @@ def measure_blocking(comm: Any, fn: Callable[[], Any], settings: Settings) -> di
     w, n = _iterations(comm, fn, settings, nonblocking=False)
     t, its = _timed(comm, fn, n, nonblocking=False)
     return {"iterations": n, "warmup": w, "time_us": _stats_us(t), "iteration_stats": its}
+
+
+def measure_phases(comm: Any, fn: Callable[[], Any], iterations: int) -> dict[str, Any] | None:
+    """Per-round times of a blocking p2p call ``fn`` (``bench --phases``): ``iterations``
+    barrier-separated calls with :data:`mpicoll.engines.mpi.round_marks` on (the engine's
+    hook, off again before returning), each round's time (us) the median over iterations on
+    each rank.  Returns ``{"iterations", "rounds", "rank0_us", "slowest_rank",
+    "slowest_us"}`` (``rounds``: rank 0's; the slowest rank: the largest sum of its rounds'
+    medians, the lowest on a tie; a rank's rounds are those of its own schedule, so a rooted
+    algorithm's ranks may have different counts), the same on every rank; None where rank 0
+    ran no round through the engine's blocking path (P = 1, a call with nothing to send)."""
+    from ..engines import mpi as engine
+
+    runs: list[list[float]] = []
+    try:
+        for _ in range(max(1, iterations)):
+            comm.Barrier()
+            marks: list[float] = []
+            engine.round_marks = marks
+            try:
+                fn()
+            finally:
+                engine.round_marks = None
+            runs.append([(b - a) * 1e6 for a, b in itertools.pairwise(marks)])
+    finally:
+        engine.round_marks = None
+    n = min(len(r) for r in runs)
+    local = [float(np.median([r[k] for r in runs])) for k in range(n)] if n else []
+    every = comm.allgather(local)
+    if not every[0]:
+        return None
+    slowest = max(range(len(every)), key=lambda r: (sum(every[r]), -r))
+    return {"iterations": len(runs), "rounds": len(every[0]), "rank0_us": every[0],
+            "slowest_rank": slowest, "slowest_us": every[slowest]}
 
 
 def _spin(seconds: float, req: Any, test_calls: int) -> float:

@@ -56,11 +56,18 @@ def parse_size(text: str) -> int:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """Sizes of ``"MIN:MAX"`` (MIN, 2 MIN, 4 MIN, ... <= MAX) or of a single ``"SIZE"``.
+    """Sizes of ``"MIN:MAX"`` (MIN, 2 MIN, 4 MIN, ... <= MAX), of ``"MIN:MAX:F"`` (MIN, F MIN,
+    F^2 MIN, ... <= MAX: nccl-tests' step factor, for a coarse sweep) or of a single ``"SIZE"``.
 
     Raises:
-        ValueError: bad size, MIN > MAX, or MIN = 0 with MAX > 0.
+        ValueError: bad size, MIN > MAX, MIN = 0 with MAX > 0, or F not an integer >= 2.
     """
+    factor = 2
+    if text.count(":") == 2:
+        text, _, f_s = text.rpartition(":")
+        if not f_s.isdigit() or int(f_s) < 2:
+            raise ValueError(f"invalid step factor {f_s!r}: expected an integer >= 2")
+        factor = int(f_s)
     if ":" in text:
         lo_s, _, hi_s = text.partition(":")
         lo, hi = parse_size(lo_s), parse_size(hi_s)
@@ -76,7 +83,7 @@ def parse_sizes(text: str) -> list[int]:
     s = lo
     while s <= hi:
         sizes.append(s)
-        s *= 2
+        s *= factor
     return sizes
 
 

@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -334,7 +335,9 @@ def size_meaning(coll: str) -> str:
 
 def header(plan: Plan, prov: dict[str, Any]) -> str:
     """The ``#`` lines above the tables: provenance and settings."""
-    hosts = ", ".join(f"{h['name']} ({h['ranks']})" for h in prov["hosts"])
+    hosts = ", ".join(f"{h['name']} ({h['ranks']} ranks"
+                      + (f", {h['cores']} cores" if "cores" in h else "") + ")"
+                      for h in prov["hosts"])
     st = plan.settings
     mode = "non-blocking (overlap)" if plan.nonblocking else "blocking"
     if plan.persistent:
@@ -358,9 +361,26 @@ def header(plan: Plan, prov: dict[str, Any]) -> str:
             "# speedup = native / best p2p (> 1: hand-rolled faster); algbw = S/t, "
             "busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md), GB/s = 1e9 B/s",
             *_model_lines(plan),
+            *placement_warnings(prov),
             "",
         ]
     )
+
+
+def placement_warnings(prov: dict[str, Any]) -> list[str]:
+    """``# warning:`` lines for a run whose times say little: P = 1 (every collective a local
+    copy), or a host with more ranks than cores (``provenance``'s ``cores``: oversubscribed,
+    the ranks take turns on the cores and the times measure the scheduler's turns)."""
+    out = []
+    if prov["P"] == 1:
+        out.append("# warning: P = 1: every collective is a local copy here; run under "
+                   "mpiexec -n P (P >= 2) to compare algorithms")
+    for h in prov["hosts"]:
+        if "cores" in h and h["ranks"] > h["cores"]:
+            out.append(f"# warning: {h['name']} runs {h['ranks']} ranks on {h['cores']} "
+                       "cores: oversubscribed, ranks wait for a core, so times include "
+                       "the scheduler's turns (compare implementations within this run only)")
+    return out
 
 
 def _model_lines(plan: Plan) -> list[str]:
@@ -450,7 +470,9 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
     for r in doc["results"]:
         if r["collective"] not in colls:
             colls.append(r["collective"])
-    n = max(1, len(colls))
+    phased = [c for c in colls if any(r.get("phases") for r in doc["results"]
+                                      if r["collective"] == c)]
+    n = max(1, len(colls) + len(phased))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False)
@@ -481,6 +503,8 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
         ax.set_ylabel("median latency (us)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
+    for k, coll in enumerate(phased, start=len(colls)):
+        _phase_bars(axes[k // ncols][k % ncols], coll, doc["results"])
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
     fig.suptitle(
@@ -490,6 +514,51 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def phase_groups(times: Sequence[float], labels: Sequence[str]) -> list[tuple[str, float]]:
+    """``bench --phases``: consecutive rounds of one label summed, ``(label, us)`` in order."""
+    out: list[tuple[str, float]] = []
+    for t, lab in zip(times, labels, strict=True):
+        if out and out[-1][0] == lab:
+            out[-1] = (lab, out[-1][1] + t)
+        else:
+            out.append((lab, t))
+    return out
+
+
+def _phase_bars(ax: Any, coll: str, records: Sequence[dict[str, Any]]) -> None:
+    """``bench --phases``: at the largest size with per-round times, a horizontal stacked bar
+    per p2p implementation and rank (0, and the slowest), a segment per phase (consecutive
+    rounds of one label; unnamed rounds each their own)."""
+    recs = [r for r in records if r["collective"] == coll and r.get("phases")]
+    size = max(r["size_bytes"] for r in recs)
+    recs = [r for r in recs if r["size_bytes"] == size]
+    colours: dict[str, Any] = {}
+    bars: list[str] = []
+    for r in recs:
+        ph = r["phases"]
+        rows = [("rank 0", ph["rank0_us"], ph["labels_rank0"])]
+        if ph["slowest_rank"] != 0:
+            rows.append((f"rank {ph['slowest_rank']} (slowest)", ph["slowest_us"],
+                         ph["labels_slowest"]))
+        for who, times, labels in rows:
+            y = len(bars)
+            bars.append(f"{r['implementation']}\n{who}")
+            left = 0.0
+            for lab, t in phase_groups(times, labels):
+                colours.setdefault(lab, f"C{len(colours) % 10}")
+                ax.barh(y, t, left=left, color=colours[lab], edgecolor="white")
+                left += t
+    ax.set_yticks(range(len(bars)), bars, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time per round, summed by phase (median us)")
+    ax.set_title(f"{coll} {human_size(size)}B: time per phase", fontsize=10)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=lab) for lab, c in list(colours.items())[:10]],
+              fontsize="x-small", loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]],
@@ -532,3 +601,192 @@ def document(plan: Plan, prov: dict[str, Any], records: list[dict[str, Any]],
     }
 
 
+
+
+# ---- ``mpicoll report``: saved results again, and two runs compared --------------------------
+
+
+def add_arguments(parser: Any) -> None:
+    """The ``report`` options."""
+    parser.add_argument("files", nargs="+", metavar="BENCH.json",
+                        help="one bench --json file (its tables again), or two (compared: "
+                        "the second against the first)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="one file: bench's plot; two: the second's median over the "
+                        "first's per implementation against size")
+    parser.add_argument("--stats", action="store_true",
+                        help="one file: bench's statistics under each table")
+
+
+def load_runs(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The bench documents at ``paths``, each checked against the schema.
+
+    Raises:
+        ValueError: a file unreadable, not JSON, or not a valid bench document (its first
+            errors named), or more than two files."""
+    if len(paths) > 2:
+        raise ValueError("one file, or two to compare")
+    docs = []
+    for path in paths:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        errors = validate(doc)
+        if errors:
+            raise ValueError(f"{path}: not a bench --json file: {'; '.join(errors[:3])}")
+        docs.append(doc)
+    return docs
+
+
+def _plan_of(doc: dict[str, Any]) -> Plan:
+    from .harness import Plan
+
+    st = doc["settings"]
+    return Plan(list(st["collectives"]), list(st["algorithms"]), bool(st["nonblocking"]),
+                patterns=list(st.get("patterns", ["numpy"])))
+
+
+def _spread(r: dict[str, Any]) -> tuple[float, float, float] | None:
+    t = r.get("pure_us") if r.get("nonblocking") else r.get("time_us")
+    if r["status"] != "ok" or not t:
+        return None
+    return float(t.get("p10", t["min"])), float(t["median"]), float(t.get("p90", t["max"]))
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (collective, pattern, implementation, size) timed in both runs: both ``(p10,
+    median, p90)`` (us), ``ratio`` = b's median / a's, and ``verdict``: ``faster`` (b's p90
+    below a's p10), ``SLOWER`` (b's p10 above a's p90) or ``within noise``."""
+    def key(r: dict[str, Any]) -> tuple[str, str, str, int]:
+        return (r["collective"], r.get("pattern", "numpy"), r["implementation"],
+                r["size_bytes"])
+
+    first = {key(r): r for r in a["results"]}
+    out = []
+    for r in b["results"]:
+        old = first.get(key(r))
+        sa, sb = (_spread(old) if old else None), _spread(r)
+        if sa is None or sb is None:
+            continue
+        verdict = ("faster" if sb[2] < sa[0] else "SLOWER" if sb[0] > sa[2]
+                   else "within noise")
+        coll, pattern, impl, size = key(r)
+        out.append({"collective": coll, "pattern": pattern, "implementation": impl,
+                    "size_bytes": size, "a": sa, "b": sb, "ratio": sb[1] / sa[1],
+                    "verdict": verdict})
+    return out
+
+
+def _label(doc: dict[str, Any]) -> str:
+    prov = doc["provenance"]
+    return f"{prov['mpi_vendor']}, P={prov['P']}, {prov['date']}"
+
+
+def format_comparison(a: dict[str, Any], b: dict[str, Any], rows: Sequence[dict[str, Any]]
+                      ) -> str:
+    """The comparison table of :func:`compare_runs` and a closing line per collective: how
+    many (implementation, size) cells got faster, slower or stayed within the noise."""
+    lines = [f"# A: {_label(a)}", f"# B: {_label(b)}",
+             "# per implementation and size: median [p10..p90] us of A and of B, B/A, and the "
+             "verdict (faster / SLOWER where the p10..p90 ranges do not overlap)"]
+    colls: list[str] = []
+    for r in rows:
+        if r["collective"] not in colls:
+            colls.append(r["collective"])
+    for coll in colls:
+        mine = [r for r in rows if r["collective"] == coll]
+        lines.append(f"# {coll}")
+        for r in mine:
+            tag = "" if r["pattern"] == "numpy" else f" [{r['pattern']}]"
+            (a0, a1, a2), (b0, b1, b2) = r["a"], r["b"]
+            lines.append(f"  {r['implementation'] + tag:<28} {human_size(r['size_bytes']) + 'B':>7}"
+                         f"  A {fmt_us(a1):>8} [{fmt_us(a0)}..{fmt_us(a2)}]"
+                         f"  B {fmt_us(b1):>8} [{fmt_us(b0)}..{fmt_us(b2)}]"
+                         f"  B/A {r['ratio']:.3g}  {r['verdict']}")
+        n = {v: sum(r["verdict"] == v for r in mine) for v in ("faster", "SLOWER",
+                                                                "within noise")}
+        lines.append(f"# {coll}: B faster at {n['faster']}, slower at {n['SLOWER']}, within "
+                     f"the noise at {n['within noise']} of {len(mine)} (implementation, size)")
+    if not rows:
+        lines.append("# nothing timed in both runs")
+    return "\n".join(lines) + "\n"
+
+
+def write_ratio_plot(path: str, a: dict[str, Any], b: dict[str, Any],
+                     rows: Sequence[dict[str, Any]]) -> None:
+    """One panel per collective: B's median over A's against size, a line per
+    implementation (log-x; 1 = no change)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colls: list[str] = []
+    for r in rows:
+        if r["collective"] not in colls and r["size_bytes"] > 0:
+            colls.append(r["collective"])
+    n = max(1, len(colls))
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False,
+                             layout="constrained")
+    for k, coll in enumerate(colls):
+        ax = axes[k // ncols][k % ncols]
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for r in rows:
+            if r["collective"] == coll and r["size_bytes"] > 0:
+                lines.setdefault(r["implementation"], []).append((r["size_bytes"], r["ratio"]))
+        for label, pts in lines.items():
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "-o" if label == "native"
+                    else "--.", label=label, markersize=4)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        sizes = sorted({x for pts in lines.values() for x, _ in pts})
+        ax.set_xticks(sizes, [human_size(s) + "B" for s in sizes], rotation=45, fontsize=7)
+        ax.set_title(coll, fontsize=10)
+        ax.set_xlabel("message size S")
+        ax.set_ylabel("B / A median (< 1: B faster)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="x-small")
+    for k in range(n, nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    fig.suptitle(f"mpicoll report: B / A\nA: {_label(a)}\nB: {_label(b)}", fontsize=9)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_report(args: Any, out: Any) -> int:
+    """``mpicoll report``: one file's tables (and ``--stats``, ``--plot``) again, or two
+    files compared (:func:`format_comparison`, ``--plot``: :func:`write_ratio_plot`); the
+    last line names the files written."""
+    docs = args.docs
+    written = []
+    if len(docs) == 1:
+        doc = docs[0]
+        plan = _plan_of(doc)
+        p = doc["provenance"]["P"]
+        out.write(f"# {args.files[0]}: {_label(doc)}\n")
+        for line in placement_warnings(doc["provenance"]):
+            out.write(line + "\n")
+        for coll in plan.collectives:
+            for pattern in plan.patterns:
+                recs = [r for r in doc["results"] if r["collective"] == coll
+                        and r.get("pattern", "numpy") == pattern]
+                if recs:
+                    out.write(format_block(plan, coll, recs, p, pattern) + "\n")
+                    if args.stats:
+                        out.write(format_stats(recs) + "\n")
+        if args.plot:
+            write_plot(args.plot, doc)
+            written.append(args.plot)
+    else:
+        rows = compare_runs(docs[0], docs[1])
+        out.write(format_comparison(docs[0], docs[1], rows))
+        if args.plot:
+            write_ratio_plot(args.plot, docs[0], docs[1], rows)
+            written.append(args.plot)
+    if written:
+        out.write(f"# wrote {', '.join(written)}\n")
+    return 0

@@ -26,7 +26,6 @@ import argparse
 import csv
 import datetime as _dt
 import json
-import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -70,18 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the command that starts P ranks with -n P, e.g. 'srun' or "
                         "'mpiexec -f hosts' (default: $MPIEXEC, else the mpiexec beside this "
                         "python)")
-    parser.add_argument("--budget", type=float, default=0.0, metavar="SECONDS",
-                        help="seconds this invocation may launch for (0: no limit); what is "
-                        "not started stays pending for the next run")
-    parser.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="seconds one launch may take (default 600)")
+    launcher.add_launch_options(parser, budget=True, fresh=True)
     parser.add_argument("--json", metavar="FILE", required=True,
                         help="the sweep's file: written after each launch, read to resume")
     parser.add_argument("--csv", metavar="FILE", help="every record of every P as CSV")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="heatmap of the fastest implementation per (P, size)")
-    parser.add_argument("--fresh", action="store_true",
-                        help="ignore an existing --json file and start over")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("bench_args", nargs="*", metavar="-- BENCH_ARGS",
                         help="bench's options for every launch (after --), e.g. -- -c "
@@ -160,22 +153,7 @@ def environment_problem(args: argparse.Namespace) -> str | None:
             why = output_file_problem(f"--{opt}", path)
             if why:
                 return why
-    path = Path(args.json)
-    if path.exists() and not args.fresh and path.stat().st_size:
-        try:
-            old = json.loads(path.read_text())
-        except ValueError as exc:
-            return f"argument --json: {path} is not a sweep file ({exc}); use --fresh"
-        if not isinstance(old, dict) or old.get("schema") != SCHEMA_ID:
-            return f"argument --json: {path} is not a sweep file; use --fresh to overwrite it"
-        mine = _settings(args)
-        theirs = {k: old.get("settings", {}).get(k) for k in mine}
-        if theirs != mine:
-            diff = ", ".join(f"{k}: {theirs[k]} in the file, {mine[k]} now"
-                             for k in mine if theirs[k] != mine[k])
-            return (f"argument --json: {path} holds a sweep of other settings ({diff}); "
-                    "rerun with the same ones to resume, or --fresh to start over")
-    return None
+    return launcher.resume_problem(args.json, args.fresh, SCHEMA_ID, _settings(args), "sweep")
 
 
 def validate(doc: Any) -> list[str]:
@@ -209,8 +187,7 @@ def done_launches(run: dict[str, Any], nonblocking: bool) -> dict[str, launcher.
     for e in doc["provenance"].get("launches", []):
         if e["error"] is not None:
             continue
-        cfg = launcher.Config(e["name"], dict(e["env"]), list(e["flags"]), e["native"],
-                              list(e["collectives"]), nonblocking)
+        cfg = launcher.config_of(e, nonblocking)
         recs = [r for r in doc["results"] if r.get("native_algorithm") == e["native"]]
         part = {**doc, "results": recs,
                 "skipped": doc["skipped"] if e["native"] is None else []}
@@ -224,13 +201,20 @@ def _time(r: dict[str, Any]) -> float | None:
     return float(t["median"]) if r["status"] == "ok" and t else None
 
 
+def _range(r: dict[str, Any]) -> tuple[float, float]:
+    """A timed record's p10..p90 (us; min..max in a record without percentiles)."""
+    t = r["pure_us"] if r.get("nonblocking") else r["time_us"]
+    return float(t.get("p10", t["min"])), float(t.get("p90", t["max"]))
+
+
 def best_rows(runs: Sequence[dict[str, Any]], backends: Sequence[str] = ("native", "p2p")
               ) -> list[dict[str, Any]]:
     """Per (collective, pattern, P, size) of the runs: the fastest of the blocking (not
     ``:init``) implementations whose backend is in ``backends`` (default: native, forced
     native:NAME columns and p2p; the mpi4py column is the default's twin), its median time
-    (us), the library default's (``native``) and the speed-up default / fastest (None where
-    the default was not timed)."""
+    (us), the library default's (``native``), the speed-up default / fastest (None where
+    the default was not timed) and whether the two are ``within_noise`` (their p10..p90
+    ranges overlap: no winner beyond the noise)."""
     groups: dict[tuple[str, str, int, int], list[dict[str, Any]]] = {}
     for run in runs:
         for r in run["doc"]["results"]:
@@ -244,6 +228,10 @@ def best_rows(runs: Sequence[dict[str, Any]], backends: Sequence[str] = ("native
         default = next((r for r in recs if r["backend"] == "native"
                         and not r.get("native_algorithm")), None)
         t_fast, t_def = _time(fastest), _time(default) if default else None
+        noise = None
+        if default is not None:
+            (lo_f, hi_f), (lo_d, hi_d) = _range(fastest), _range(default)
+            noise = fastest is not default and lo_d <= hi_f and lo_f <= hi_d
         out.append({
             "collective": coll, "pattern": pattern, "P": p, "size_bytes": size,
             "count": fastest["count"],
@@ -252,6 +240,7 @@ def best_rows(runs: Sequence[dict[str, Any]], backends: Sequence[str] = ("native
             "fastest_us": t_fast,
             "default_us": t_def,
             "speedup_over_default": (t_def / t_fast if t_def and t_fast else None),
+            "within_noise": noise,
         })
     return out
 
@@ -282,29 +271,28 @@ def _document(args: argparse.Namespace, kind: str, version: str, runs: list[dict
     }
 
 
-def _save(path: str, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` whole or not at all (a kill mid-write leaves the old file)."""
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
     """Run (or resume) the sweep; 0 if every launch ran and no result was WRONG, 1 otherwise
     (a launch failed or was left pending, or a result was WRONG), 130 on Ctrl-C (the file
     then holds what ran: rerun to resume)."""
     import time
 
-    from .harness import Progress
+    from .harness import Progress, usable_cpus
 
     kind, version = launcher.library()
     args.argv = list(argv)
+    cores = len(usable_cpus())
+    over = [p for p in args.np if p > cores]
+    if over:
+        out.write(f"# warning: P = {' '.join(map(str, over))} > the {cores} cores here: "
+                  "oversubscribed (with mpiexec on this host), ranks wait for a core; compare "
+                  "implementations within one P only\n")
+    if 1 in args.np:
+        out.write("# warning: P = 1: every collective is a local copy there\n")
     prefix = shlex.split(args.launcher) if args.launcher else launcher.mpiexec()
     args.launcher_cmd = shlex.join(prefix)
     plan = args.plan
-    old: dict[str, Any] = {}
-    if Path(args.json).exists() and not args.fresh and Path(args.json).stat().st_size:
-        old = json.loads(Path(args.json).read_text())
+    old = launcher.resumed(args.json, args.fresh)
     started = old.get("provenance", {}).get("date") or _dt.datetime.now(_dt.UTC).isoformat(
         timespec="seconds")
     old_runs = {r["P"]: r for r in old.get("runs", [])}
@@ -349,7 +337,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                     continue
                 if any(ln.doc is not None for ln in launches):
                     runs[p] = {"P": p, "doc": launcher.merge(launches, kind, version)}
-                    _save(args.json, snapshot())
+                    launcher.save_json(args.json, snapshot())
             if not any(ln.doc is not None for ln in launches):
                 runs.pop(p, None)
                 for ln in launches[:1]:
@@ -360,7 +348,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
     finally:
         progress.clear()
     doc = snapshot()
-    _save(args.json, doc)
+    launcher.save_json(args.json, doc)
     if args.csv:
         write_csv(args.csv, doc)
     if args.plot and doc["best"]:
@@ -399,15 +387,18 @@ def format_summary(doc: dict[str, Any]) -> str:
         cells = {(b["P"], b["size_bytes"]): b for b in rows}
         tag = "" if pattern == "numpy" else f" [pattern {pattern}]"
         lines.append(f"# {coll}{tag}: fastest per (P, size), x its speed-up over the "
-                     "library's default (native)")
+                     "library's default (native); ~: within the noise (p10..p90 ranges "
+                     "overlap), no winner")
         table = [["size", *(f"P={p}" for p in ps)]]
         for s in sizes:
             row = [human_size(s) + "B"]
             for p in ps:
                 b = cells.get((p, s))
                 sp = b["speedup_over_default"] if b else None
+                mark = "~" if b is not None and b.get("within_noise") else ""
                 row.append("-" if b is None else
-                           f"{b['fastest']} x{sp:.2f}" if sp is not None else b["fastest"])
+                           f"{mark}{b['fastest']} x{sp:.2f}" if sp is not None
+                           else b["fastest"])
             table.append(row)
         widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
         for k, r in enumerate(table):
@@ -487,8 +478,9 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
             sp = b["speedup_over_default"]
             grid[i][j] = sp if sp is not None else math.nan
             dark = sp is not None and norm(sp) > 0.6
+            mark = "~" if b.get("within_noise") else ""
             ax.text(j, i, f"{_wrap(b['fastest'].replace('native:', 'n:'))}\n"
-                    f"{'x' + format(sp, '.2f') if sp else '-'}", ha="center", va="center",
+                    f"{mark + 'x' + format(sp, '.2f') if sp else '-'}", ha="center", va="center",
                     fontsize=6.5, color="white" if dark else "black")
         image = ax.imshow(grid, cmap="YlGn", norm=norm, aspect="auto", origin="lower")
         ax.set_xticks(range(len(sizes)), [human_size(s) + "B" for s in sizes], rotation=45,
@@ -504,6 +496,7 @@ def write_heatmap(path: str, doc: dict[str, Any]) -> None:
     lib = " ".join(doc["provenance"]["library"]["version"].split())
     fig.suptitle(f"mpicoll sweep, {lib[:50]}: the fastest implementation per (P, size) and its "
                  "speed-up over the library's default\n(n:NAME: the library's algorithm NAME "
-                 "forced; others: mpicoll's p2p algorithms)", fontsize=9)
+                 "forced; others: mpicoll's p2p algorithms; ~: within the noise, no winner)",
+                 fontsize=9)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -37,19 +37,27 @@ S, the fastest algorithm among those measured, written as:
   ``$MPICOLL_SELECTION``: per collective and measured P the fastest p2p algorithm from each
   size up (candidates: the sweep's p2p columns other than ``auto``).
 
-Every choice is printed with its measured time and the library default's; where the default
-was the fastest the file still names an algorithm (the fastest forced one).  ``--check``
-reruns bench with the file loaded and without and prints the verdict per size
-(:func:`check`); it does not yet drop the rules that lost.
+Every choice is printed with its measured time and the default's (the library's own choice;
+for ``mpicoll``, ``auto``'s).  A rule is kept only where its algorithm is not slower than the
+default beyond the measured noise (:func:`slower_beyond_noise`: its p10 above the default's
+p90): the others are pruned, the file leaving those sizes to the default (Open MPI: algorithm
+0, tuned's fixed decision; mpicoll: ``"algorithm": null``, the model's choice; MPICH, whose
+user file replaces the whole tree: the collective's unrestricted algorithm of
+:data:`MPICH_SAFE`), and adjacent sizes with the same rule are merged (:func:`ranges`).  The
+pruned rules are listed.  ``--check`` reruns bench with the file loaded and without, prints
+the verdict per size (:func:`check`), prunes the rules it finds slower too and rewrites the
+file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NamedTuple, NoReturn, TextIO
+
+from .launcher import add_launch_options
 
 __all__ = [
     "MPICH_RESTRICTED",
@@ -220,32 +228,71 @@ def _time(r: dict[str, Any]) -> float | None:
     return float(t["median"]) if r["status"] == "ok" and t else None
 
 
-def choices(doc: dict[str, Any], target: str, commutative_only: bool = False
-            ) -> dict[str, dict[int, list[tuple[int, str, float, float | None]]]]:
-    """Per collective and P of sweep document ``doc``: ``(S, name, time us, default's time
-    us)`` per measured size, ``name`` the fastest candidate of ``target`` (``mpich``/``ompi``:
-    the forced ``native:NAME`` columns that ran as forced; ``mpicoll``: the p2p columns but
-    ``auto``), ascending in S; blocking, not persistent, pattern numpy only."""
+def _spread(r: dict[str, Any]) -> tuple[float, float, float]:
+    """``(p10, median, p90)`` of a timed record in us (min and max where a record has no
+    percentiles; the median where it has neither)."""
+    t: dict[str, Any] = r["pure_us"] if r.get("nonblocking") else r["time_us"]
+    mid = float(t["median"])
+    return float(t.get("p10", t.get("min", mid))), mid, float(t.get("p90", t.get("max", mid)))
+
+
+class Choice(NamedTuple):
+    """One measured size of one (collective, P): the fastest candidate ``name`` and its
+    ``(p10, median, p90)`` in us, the default's (None: not measured), and why the rule is
+    pruned (None: kept)."""
+
+    size: int
+    name: str
+    spread: tuple[float, float, float]
+    default: tuple[float, float, float] | None
+    pruned: str | None = None
+
+    @property
+    def rule(self) -> str | None:
+        """The algorithm the file names from this size: ``name``, or None (the library's own
+        choice; mpicoll: the model's) where the rule is pruned."""
+        return None if self.pruned else self.name
+
+
+def slower_beyond_noise(tuned: tuple[float, float, float],
+                        default: tuple[float, float, float]) -> bool:
+    """Whether ``tuned`` is slower than ``default`` beyond the measured noise: its p10 above
+    the default's p90 (both ``(p10, median, p90)``; the ranges do not overlap)."""
+    return tuned[0] > default[2]
+
+
+def choices(doc: dict[str, Any], target: str, commutative_only: bool = False,
+            drop: Mapping[tuple[str, int, int], str] | None = None
+            ) -> dict[str, dict[int, list[Choice]]]:
+    """Per collective and P of sweep document ``doc``: a :class:`Choice` per measured size,
+    ascending, ``name`` the fastest candidate (by median) of ``target`` (``mpich``/``ompi``:
+    the forced ``native:NAME`` columns that ran as forced, the default being the library's
+    ``native``; ``mpicoll``: the p2p columns but ``auto``, the default being ``auto``, the
+    model's choice); blocking, not persistent, pattern numpy only.  A choice slower than the
+    default beyond the noise (:func:`slower_beyond_noise`) is pruned, and so is every
+    ``(collective, P, size)`` of ``drop`` (with its reason: ``tune --check``'s verdicts)."""
     from ..algorithms.twins import ompi_ran
 
-    out: dict[str, dict[int, list[tuple[int, str, float, float | None]]]] = {}
+    out: dict[str, dict[int, list[Choice]]] = {}
     for run in doc["runs"]:
         p = run["P"]
-        cells: dict[tuple[str, int], list[tuple[float, str]]] = {}
-        default: dict[tuple[str, int], float] = {}
+        cells: dict[tuple[str, int], list[tuple[float, str, tuple[float, float, float]]]] = {}
+        default: dict[tuple[str, int], tuple[float, float, float]] = {}
         for r in run["doc"]["results"]:
             t = _time(r)
             if (t is None or r.get("persistent") or r.get("nonblocking")
                     or r.get("pattern", "numpy") != "numpy"):
                 continue
             key = (r["collective"], r["size_bytes"])
-            if r["backend"] == "native" and not r.get("native_algorithm"):
-                default[key] = t
             if target == "mpicoll":
+                if r["backend"] == "p2p" and r["algorithm"] == "auto":
+                    default[key] = _spread(r)
                 if r["backend"] != "p2p" or r["algorithm"] in (None, "auto"):
                     continue
                 name = str(r["algorithm"])
             else:
+                if r["backend"] == "native" and not r.get("native_algorithm"):
+                    default[key] = _spread(r)
                 name = r.get("native_algorithm") or ""
                 if not name or r.get("native_ran") != name:
                     continue
@@ -256,30 +303,47 @@ def choices(doc: dict[str, Any], target: str, commutative_only: bool = False
                         and ompi_ran(r["collective"], name, p, max(1, r["count"]),
                                      False)[1] is not None):
                     continue  # coll/base runs something else for a non-commutative op
-            cells.setdefault(key, []).append((t, name))
+            cells.setdefault(key, []).append((t, name, _spread(r)))
         for (coll, size), cands in sorted(cells.items()):
-            t, name = min(cands)
-            out.setdefault(coll, {}).setdefault(p, []).append(
-                (size, name, t, default.get((coll, size))))
+            _, name, spread = min(cands)
+            d = default.get((coll, size))
+            why = (drop or {}).get((coll, p, size))
+            if why is None and d is not None and slower_beyond_noise(spread, d):
+                why = (f"{name} {spread[1]:.1f} [{spread[0]:.1f}..{spread[2]:.1f}] us is "
+                       f"slower than the default's {d[1]:.1f} [{d[0]:.1f}..{d[2]:.1f}] in "
+                       "the sweep")
+            out.setdefault(coll, {}).setdefault(p, []).append(Choice(size, name, spread, d,
+                                                                     why))
     return out
 
 
-def ranges(rows: Sequence[tuple[int, str, float, float | None]]) -> list[tuple[int, str]]:
-    """``(from S, name)`` runs of one P: the first from 0, a new one at each measured size
-    whose choice differs from the previous size's."""
-    out: list[tuple[int, str]] = []
-    for size, name, _, _ in rows:
+def ranges(rows: Sequence[Choice]) -> list[tuple[int, str | None]]:
+    """``(from S, rule)`` runs of one P (rule None: pruned, the library's own choice): the
+    first from 0, a new one at each measured size whose rule differs from the previous
+    size's, so adjacent sizes with the same rule (or pruned alike) are merged."""
+    out: list[tuple[int, str | None]] = []
+    for c in rows:
         if not out:
-            out.append((0, name))
-        elif out[-1][1] != name:
-            out.append((size, name))
+            out.append((0, c.rule))
+        elif out[-1][1] != c.rule:
+            out.append((c.size, c.rule))
     return out
 
 
-def _mpich_leaf(coll: str, name: str) -> dict[str, Any]:
+def _per_p(rows: Sequence[Choice]) -> str | None:
+    """The one rule of a P for a collective without a size condition: the one kept at most
+    sizes (None, pruned, where most sizes were pruned)."""
+    names = [c.rule for c in rows]
+    return max(names, key=lambda n: (names.count(n), n is not None))
+
+
+def _mpich_leaf(coll: str, name: str | None) -> dict[str, Any]:
     """The subtree running MPICH algorithm ``name`` of ``coll`` behind the guards its
-    restrictions need (the other branch of each: :data:`MPICH_SAFE`)."""
+    restrictions need (the other branch of each: :data:`MPICH_SAFE`); ``name`` None (a pruned
+    rule): the safe subtree itself."""
     safe = MPICH_SAFE[coll][0]
+    if name is None:
+        return safe
     # nb (and gatherv's, scatterv's linear) serve both communicator kinds: MPIR_<Coll>_allcomm_*
     allcomm = name == "nb" or (coll in ("gatherv", "scatterv") and name == "linear")
     node: dict[str, Any] = (_alg(coll, "allcomm", name) if allcomm
@@ -300,9 +364,11 @@ def _mpich_leaf(coll: str, name: str) -> dict[str, Any]:
     return node
 
 
-def emit_mpich(doc: dict[str, Any]) -> dict[str, Any]:
-    """MPICH's selection tree from sweep ``doc`` (see the module docstring)."""
-    picked = choices(doc, "mpich")
+def emit_mpich(doc: dict[str, Any], drop: Mapping[tuple[str, int, int], str] | None = None
+               ) -> dict[str, Any]:
+    """MPICH's selection tree from sweep ``doc`` (see the module docstring; ``drop``: as
+    :func:`choices`)."""
+    picked = choices(doc, "mpich", drop=drop)
     tree: dict[str, Any] = {}
     for coll, (intra, inter) in MPICH_SAFE.items():
         per_p = picked.get(coll)
@@ -312,9 +378,8 @@ def emit_mpich(doc: dict[str, Any]) -> dict[str, Any]:
             for k, p in enumerate(ps):
                 runs = ranges(per_p[p])
                 key = MPICH_SIZE_KEY.get(coll)
-                if key is None:  # one algorithm per P: the one fastest at most sizes
-                    names = [n for _, n, _, _ in per_p[p]]
-                    sub = _mpich_leaf(coll, max(names, key=names.count))
+                if key is None:  # one algorithm per P: the one kept at most sizes
+                    sub = _mpich_leaf(coll, _per_p(per_p[p]))
                 else:
                     sub = {}
                     for j, (_, name) in enumerate(runs):
@@ -329,11 +394,14 @@ def emit_mpich(doc: dict[str, Any]) -> dict[str, Any]:
     return tree
 
 
-def emit_ompi(doc: dict[str, Any], commutative_only: bool = False) -> str:
-    """Open MPI's classic dynamic rules file from sweep ``doc`` (see the module docstring)."""
+def emit_ompi(doc: dict[str, Any], commutative_only: bool = False,
+              drop: Mapping[tuple[str, int, int], str] | None = None) -> str:
+    """Open MPI's classic dynamic rules file from sweep ``doc`` (see the module docstring;
+    ``drop``: as :func:`choices`).  A pruned rule is written as algorithm 0, which tuned
+    reads as "no rule": its fixed decision, the library's default."""
     from ..algorithms.twins import OMPI
 
-    picked = choices(doc, "ompi", commutative_only)
+    picked = choices(doc, "ompi", commutative_only, drop)
     colls = [c for c in OMPI_IDS if c in picked and c in OMPI]
     lines = [f"{len(colls)}  # collectives (mpicoll tune --emit ompi; sizes: bytes)"]
     for coll in colls:
@@ -342,23 +410,24 @@ def emit_ompi(doc: dict[str, Any], commutative_only: bool = False) -> str:
         lines.append(f"{OMPI_IDS[coll]}  # {coll}")
         lines.append(f"{len(per_p)}  # communicator sizes")
         for p in sorted(per_p):
-            if coll in OMPI_SIZED:
-                runs = ranges(per_p[p])
-            else:
-                names = [n for _, n, _, _ in per_p[p]]
-                runs = [(0, max(names, key=names.count))]
+            runs = (ranges(per_p[p]) if coll in OMPI_SIZED
+                    else [(0, _per_p(per_p[p]))])
             lines.append(f"{p}  # P >= {p}")
             lines.append(f"{len(runs)}  # message sizes")
             for size, name in runs:
-                lines.append(f"{size} {ids[name]} 0 0  # {name}")
+                lines.append(f"{size} {ids[name]} 0 0  # {name}" if name is not None else
+                             f"{size} 0 0 0  # pruned: the library's own decision")
     return "\n".join(lines) + "\n"
 
 
-def emit_mpicoll(doc: dict[str, Any]) -> dict[str, Any]:
-    """mpicoll's selection table (:mod:`mpicoll.model.selection`) from sweep ``doc``."""
+def emit_mpicoll(doc: dict[str, Any], drop: Mapping[tuple[str, int, int], str] | None = None
+                 ) -> dict[str, Any]:
+    """mpicoll's selection table (:mod:`mpicoll.model.selection`) from sweep ``doc``
+    (``drop``: as :func:`choices`; a pruned rule is ``"algorithm": null``, the model's
+    choice)."""
     from ..model.selection import SCHEMA_ID
 
-    picked = choices(doc, "mpicoll")
+    picked = choices(doc, "mpicoll", drop=drop)
     rules: dict[str, list[dict[str, Any]]] = {}
     for coll, per_p in picked.items():
         rules[coll] = [{"p_min": p, "p_max": p,
@@ -383,8 +452,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "sweep with the file loaded, one without) and print, per collective "
                         "and size, the default's and the tuned time and whether the tuned one "
                         "is faster, slower or within the noise")
-    parser.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="--check: seconds one launch may take (default 600)")
+    add_launch_options(parser, what="--check: ")
     parser.add_argument("--commutative-only", action="store_true",
                         help="--emit ompi: the program reduces with commutative ops only "
                         "(allows algorithms Open MPI runs for commutative ops alone)")
@@ -412,54 +480,75 @@ def check_arguments(args: argparse.Namespace, size: int, error: Callable[[str], 
     args.doc = doc
 
 
+def _write(args: argparse.Namespace, drop: Mapping[tuple[str, int, int], str] | None = None
+           ) -> str:
+    """Write ``args.output`` from ``args.doc`` (``drop``: as :func:`choices`); how to load it."""
+    doc = args.doc
+    if args.emit == "mpich":
+        Path(args.output).write_text(json.dumps(emit_mpich(doc, drop), indent=2) + "\n")
+        return (f"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={args.output} "
+                "MPIR_CVAR_DEVICE_COLLECTIVES=none mpiexec ...")
+    if args.emit == "ompi":
+        Path(args.output).write_text(emit_ompi(doc, args.commutative_only, drop))
+        return (f"mpiexec --mca coll_tuned_use_dynamic_rules 1 --mca "
+                f"coll_tuned_dynamic_rules_filename {args.output} ...")
+    Path(args.output).write_text(json.dumps(emit_mpicoll(doc, drop), indent=1) + "\n")
+    return f"MPICOLL_SELECTION={args.output} (algorithm='auto' then reads it)"
+
+
+def format_pruned(picked: Mapping[str, Mapping[int, Sequence[Choice]]]) -> str:
+    """A line per pruned rule (collective, P, size, why), under a count; empty if none."""
+    rows = [(coll, p, c) for coll, per_p in picked.items() for p in sorted(per_p)
+            for c in per_p[p] if c.pruned]
+    if not rows:
+        return "# pruned: none (every rule is not slower than the default beyond the noise)\n"
+    lines = [f"# pruned {len(rows)} rule(s) (the file leaves those sizes to the library's own "
+             "choice; mpicoll: to the model's):"]
+    lines += [f"#   {coll} P={p} {c.size}B: {c.pruned}" for coll, p, c in rows]
+    return "\n".join(lines) + "\n"
+
+
 def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -> int:
-    """Write the file; print every choice beside the default's time and how to load it."""
+    """Write the file (rules slower than the default beyond the noise pruned); print every
+    choice beside the default's time, what was pruned and how to load the file."""
     if comm.Get_rank() != 0:
         return 0
     doc = args.doc
-    target = "ompi" if args.emit == "ompi" else args.emit
+    target = args.emit
     picked = choices(doc, target, args.commutative_only)
     if not picked:
         out.write(f"# {args.sweep}: no {'p2p' if target == 'mpicoll' else 'forced native'} "
                   "measurement to choose from (sweep with -a all / --native all)\n")
         return 1
-    if args.emit == "mpich":
-        Path(args.output).write_text(json.dumps(emit_mpich(doc), indent=2) + "\n")
-        how = (f"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={args.output} "
-               "MPIR_CVAR_DEVICE_COLLECTIVES=none mpiexec ...")
-    elif args.emit == "ompi":
-        Path(args.output).write_text(emit_ompi(doc, args.commutative_only))
-        how = (f"mpiexec --mca coll_tuned_use_dynamic_rules 1 --mca "
-               f"coll_tuned_dynamic_rules_filename {args.output} ...")
-    else:
-        Path(args.output).write_text(json.dumps(emit_mpicoll(doc), indent=1) + "\n")
-        how = f"MPICOLL_SELECTION={args.output} (algorithm='auto' then reads it)"
+    how = _write(args)
+    default = "auto, the model's choice" if target == "mpicoll" else "the library's own choice"
     for coll, per_p in picked.items():
         out.write(f"# {coll}: the fastest {'p2p' if target == 'mpicoll' else 'forced'} "
-                  "algorithm per P and size (us; default: the library's own choice)\n")
+                  f"algorithm per P and size, median us and the default's / its (default: "
+                  f"{default})\n")
         for p in sorted(per_p):
             cells = []
-            for size, name, t, d in per_p[p]:
-                ratio = f" {d / t:.2f}x" if d else ""
-                cells.append(f"{size}B {name} {t:.1f}{ratio}")
+            for c in per_p[p]:
+                ratio = f" {c.default[1] / c.spread[1]:.2f}x" if c.default else ""
+                cells.append(f"{c.size}B {c.name} {c.spread[1]:.1f}{ratio}"
+                             + (" (pruned)" if c.pruned else ""))
             out.write(f"#   P={p}: " + "; ".join(cells) + "\n")
+    out.write(format_pruned(picked))
     out.write(f"# wrote {args.output}: use it as {how}\n")
     if args.check:
-        return check(args, out)
+        return check(args, out, picked)
     return 0
 
 
-def _spread(r: dict[str, Any]) -> tuple[float, float, float]:
-    t = r["time_us"]
-    return t.get("p10", t["min"]), t["median"], t.get("p90", t["max"])
-
-
-def check(args: argparse.Namespace, out: TextIO) -> int:
+def check(args: argparse.Namespace, out: TextIO,
+          picked: Mapping[str, Mapping[int, Sequence[Choice]]] | None = None) -> int:
     """``--check``: per P of the sweep, bench launched with the file loaded and without
     (:func:`.launcher.run`; the sweep's bench arguments, native only, or p2p ``auto`` only for
     ``--emit mpicoll``), and per collective and size: the default's and the tuned median
-    [p10..p90] and the verdict, ``faster``/``SLOWER`` where the p10..p90 ranges do not
-    overlap, else ``within noise``.  Returns 1 if a size was SLOWER."""
+    [p10..p90], the file's rule there (``picked``: :func:`choices`) and the verdict,
+    ``faster``/``SLOWER`` where the p10..p90 ranges do not overlap, else ``within noise``.
+    The rules found SLOWER are then pruned too and the file rewritten; the rules pruned (from
+    the sweep and from the check) are listed.  Returns 1 if a size was SLOWER."""
     from . import launcher
     from .launcher import OMPI_EXCLUDE, Config
 
@@ -476,6 +565,9 @@ def check(args: argparse.Namespace, out: TextIO) -> int:
         tuned = Config("tuned", env={"MPICOLL_SELECTION": path})
     column = "auto" if args.emit == "mpicoll" else "native"
     bench_args = [*doc["settings"]["bench_args"], "-a", "auto" if column == "auto" else "none"]
+    rules = {(coll, p, c.size): c for coll, per_p in (picked or {}).items()
+             for p, cs in per_p.items() for c in cs}
+    drop: dict[tuple[str, int, int], str] = {}
     slower = 0
     for run in doc["runs"]:
         p = run["P"]
@@ -497,9 +589,29 @@ def check(args: argparse.Namespace, out: TextIO) -> int:
             if key not in got["tuned"]:
                 continue
             d, t = _spread(got["default"][key]), _spread(got["tuned"][key])
-            verdict = ("faster" if t[2] < d[0] else "SLOWER" if t[0] > d[2]
+            verdict = ("faster" if t[2] < d[0] else "SLOWER" if slower_beyond_noise(t, d)
                        else "within noise")
+            rule = rules.get((key[0], p, key[1]))
+            note = ("" if rule is None else " (rule: pruned in the sweep)" if rule.pruned
+                    else f" (rule: {rule.name})")
             slower += verdict == "SLOWER"
+            if verdict == "SLOWER" and rule is not None and not rule.pruned:
+                drop[(key[0], p, key[1])] = (
+                    f"{rule.name} {t[1]:.1f} [{t[0]:.1f}..{t[2]:.1f}] us is slower than the "
+                    f"default's {d[1]:.1f} [{d[0]:.1f}..{d[2]:.1f}] in --check")
             out.write(f"#   {key[0]} {key[1]}B: default {d[1]:.1f} [{d[0]:.1f}..{d[2]:.1f}], "
-                      f"tuned {t[1]:.1f} [{t[0]:.1f}..{t[2]:.1f}]: {verdict}\n")
+                      f"tuned {t[1]:.1f} [{t[0]:.1f}..{t[2]:.1f}]: {verdict}{note}\n")
+    if picked is not None:
+        if drop:
+            _write(args, drop)
+            picked = choices(doc, args.emit, args.commutative_only, drop)
+            out.write(f"# --check: {len(drop)} rule(s) slower than the default beyond the "
+                      f"noise: pruned, {args.output} rewritten\n")
+            if args.emit == "mpich":
+                out.write("# (MPICH: the file loads only with MPIR_CVAR_DEVICE_COLLECTIVES="
+                          "none, which also turns off the device (shared-memory) collectives "
+                          "the default runs; a pruned size runs the generic tree's algorithm, "
+                          "which may be the one that lost: there the default cannot be had "
+                          "with a tuning file)\n")
+        out.write(format_pruned(picked))
     return 1 if slower else 0

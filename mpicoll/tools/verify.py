@@ -52,6 +52,7 @@ from .harness import (
     provenance,
     run_checked,
 )
+from .launcher import add_launch_options
 from .options import algorithms_of, seconds_problem, selection, split
 
 __all__ = ["DEFAULT_DATA_DTYPES", "DEFAULT_REDUCTION_DTYPES", "add_arguments", "make_plan", "run"]
@@ -139,12 +140,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "(docs/bench.md#verify-native-algorithms)")
     n.add_argument("-n", "--np", type=int, nargs="+", default=None, metavar="P",
                    help="--native-algorithms: the launches' rank counts (default 2 3 4 5)")
-    n.add_argument("--launch-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="--native-algorithms: seconds one launch may take (default 600)")
+    add_launch_options(n, fresh=True, what="--native-algorithms: ")
     n.add_argument("--repro-dir", default="mpicoll-repro", metavar="DIR",
                    help="--native-algorithms: where the reproducers are written "
                    "(default ./mpicoll-repro)")
-    n.add_argument("--json", metavar="FILE", help="--native-algorithms: write the outcomes")
+    n.add_argument("--json", metavar="FILE",
+                   help="--native-algorithms: write the outcomes (rewritten after every "
+                   "launch, so a run killed by a timeout keeps what finished; rerunning the "
+                   "same command resumes from it)")
     n.add_argument("--native-label", default=None, help=argparse.SUPPRESS)
     n.add_argument("--native-form", choices=["blocking", "nonblocking"], default="blocking",
                    help=argparse.SUPPRESS)
@@ -161,8 +164,10 @@ def _native_options(args: argparse.Namespace, colls: Sequence[str], p: int,
     if getattr(args, "np", None) is not None and not names:
         error("argument -n/--np: only with --native-algorithms (else run under mpiexec -n P)")
     if not names and label is None:
-        if getattr(args, "json", None):
-            error("argument --json: only with --native-algorithms")
+        for opt, given in (("--json", getattr(args, "json", None)),
+                           ("--fresh", getattr(args, "fresh", False))):
+            if given:
+                error(f"argument {opt}: only with --native-algorithms")
         return
     kind, version = library()
     if kind == "other":
@@ -587,7 +592,7 @@ def _child_args(argv: Sequence[str]) -> list[str]:
     from .launcher import child_args
     out = child_args(argv, {"--native-algorithms", "-n", "--np", "--launch-timeout",
                             "--json", "--repro-dir", "-c", "--collective"},
-                     {"-q", "--quiet", "--nonblocking"})
+                     {"-q", "--quiet", "--nonblocking", "--fresh"})
     if not any(a.split("=", 1)[0] in ("-a", "--algorithm") for a in out):
         out += ["-a", "auto"]  # p2p auto: the cross-check on the same inputs
     return out
@@ -633,6 +638,16 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
     kind, version = launcher.library()
     child = _child_args(argv)
     progress = Progress(not args.quiet)
+    settings = {"np": list(args.np), "native": list(args.native_algorithms),
+                "collectives": list(plan.collectives), "nonblocking": plan.nonblocking,
+                "verify_args": child}
+    why = launcher.resume_problem(args.json, args.fresh, NATIVE_SCHEMA_ID, settings,
+                                  "verify --native-algorithms run")
+    if why:
+        sys.stderr.write(f"mpicoll verify: error: {why}\n")
+        return 2
+    old = {_launch_key(r["P"], launcher.config_of(r["config"])): r
+           for r in launcher.resumed(args.json, args.fresh).get("launches", [])}
 
     def extra(cfg: launcher.Config) -> list[str]:
         assert cfg.native is not None
@@ -642,21 +657,46 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
 
     forms = [False, True] if plan.nonblocking else [False]
     results: list[dict[str, Any]] = []  # per launch
+    planned = [(p, c) for p in args.np for nb in forms for c in launcher.native_configs(
+        kind, plan.collectives, args.native_algorithms, p=p, nonblocking=nb)]
+
+    def save(complete: bool) -> None:
+        """The file after each launch: what ran, what is still to run (a run killed by a
+        timeout keeps what finished; rerunning resumes)."""
+        if not args.json:
+            return
+        done = {_launch_key(r["P"], r["config"]) for r in results}
+        launcher.save_json(args.json, {
+            "schema": NATIVE_SCHEMA_ID, "library": kind, "version": version, "P": args.np,
+            "settings": settings,
+            "launches": [{**r, "config": launcher.config_dict(r["config"])} for r in results],
+            "pending": [{"P": p, "config": c.name, "collectives": c.collectives}
+                        for p, c in planned if _launch_key(p, c) not in done],
+            "complete": complete, "rows": [], "failures": []})
+
+    reused = 0
     for p in args.np:
-        configs = [c for nb in forms for c in launcher.native_configs(
-            kind, plan.collectives, args.native_algorithms, p=p, nonblocking=nb)]
+        configs = [c for q, c in planned if q == p]
         while configs:  # a launch the library killed: again for its other collectives
             again = []
-            for ln in launcher.run(configs, p, child, timeout=args.launch_timeout,
-                                   progress=progress.show, command="verify", extra=extra):
-                res = {"P": p, "config": ln.config, "status": ln.status, "doc": ln.doc,
-                       "output": ln.output, "left": ln.leftovers}
+            for cfg in configs:
+                res = old.get(_launch_key(p, cfg))
+                if res is not None:
+                    res = {**res, "config": cfg}
+                    reused += 1
+                else:
+                    (ln,) = launcher.run([cfg], p, child, timeout=args.launch_timeout,
+                                         progress=progress.show, command="verify",
+                                         extra=extra)
+                    res = {"P": p, "config": ln.config, "status": ln.status, "doc": ln.doc,
+                           "output": ln.output, "left": ln.leftovers}
                 results.append(res)
-                died = _died(res, ln.config) if ln.doc is None else None
-                colls = ln.config.collectives
+                save(False)
+                died = _died(res, cfg) if res["doc"] is None else None
+                colls = cfg.collectives
                 if died is not None and len(colls) > 1:  # the others' results died with it
                     rest = [c for c in colls if c != died.collective]
-                    again.append(dataclasses.replace(ln.config, collectives=rest))
+                    again.append(dataclasses.replace(cfg, collectives=rest))
             configs = again
     progress.clear()
     out.write(f"# mpicoll verify --native-algorithms: {version} ({kind}); P = "
@@ -747,14 +787,28 @@ def run_native(args: argparse.Namespace, argv: Sequence[str], out: TextIO) -> in
         out.write(f"LAUNCH FAILED P={res['P']} {res['config'].name} ({res['config'].setting()})"
                   f": exit {res['status']}: {res['output'].strip()[-600:]}\n")
     n_fail = sum(len(v) for v in fails.values())
-    out.write(f"\nverify --native-algorithms: {len(results)} launches, {len(rows)} (collective, "
-              f"form, algorithm) rows, {len(fails)} failing ({n_fail} cases), "
-              f"{len(bad_launches)} launch(es) failed\n")
-    out.flush()
+    out.write(f"\nverify --native-algorithms: {len(results)} launches"
+              + (f" ({reused} taken from {args.json})" if reused else "")
+              + f", {len(rows)} (collective, form, algorithm) rows, {len(fails)} failing "
+              f"({n_fail} cases), {len(bad_launches)} launch(es) failed\n")
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"library": kind, "version": version, "P": args.np,
-             "rows": [{"collective": c, "form": f, "algorithm": a, "cells": cells}
-                      for (c, f, a), cells in rows.items()],
-             "failures": summary}, indent=1) + "\n")
+        save(True)
+        final = json.loads(Path(args.json).read_text())
+        final["rows"] = [{"collective": c, "form": f, "algorithm": a, "cells": cells}
+                         for (c, f, a), cells in rows.items()]
+        final["failures"] = summary
+        launcher.save_json(args.json, final)
+        out.write(f"# wrote {args.json}\n")
+    out.flush()
     return 1 if fails or bad_launches else 0
+
+
+#: The ``schema`` of ``verify --native-algorithms --json`` (read back to resume).
+NATIVE_SCHEMA_ID = "mpicoll-verify-native/1"
+
+
+def _launch_key(p: int, cfg: Any) -> tuple[Any, ...]:
+    """What identifies one launch of ``verify --native-algorithms`` in its file: P, the
+    configuration's name and form and the collectives it ran (a relaunch after a library
+    abort runs fewer)."""
+    return (p, cfg.name, bool(cfg.nonblocking), tuple(cfg.collectives))

@@ -98,6 +98,10 @@ def test_overlap_formulas() -> None:
          "op max is not defined on complex128"),
         (["bench", "-c", "reduce", "--dtype", "float64", "--op", "maxloc"], "needs a pair type"),
         (["bench", "-c", "bcast", "--root", "1"], "argument --root: root 1 is not a rank"),
+        (["bench", "-c", "bcast", "--op", "max"], "argument --op: none of bcast reduces"),
+        (["bench", "-c", "allreduce", "allgather", "--root", "1"],
+         "argument --root: none of allreduce, allgather has a root"),
+        (["bench", "-m", "8:1K:1"], "invalid step factor '1'"),
         (["bench", "-i", "0"], "argument -i/--iterations: must be >= 1"),
         (["bench", "-x", "-1"], "argument -x/--warmup: must be >= 0"),
         (["bench", "--time-budget", "0"], "argument --time-budget: must be > 0"),
@@ -232,6 +236,36 @@ def test_info(capsys: pytest.CaptureFixture[str]) -> None:
     info = json.loads(out)
     assert info["P"] == 1
     assert info["hosts"][0]["ranks"] == 1
+    assert 1 <= info["hosts"][0]["cpus_per_rank"] <= info["hosts"][0]["cores"]
+    assert f"{info['hosts'][0]['cores']} cores" in run_cli(capsys, "info")[1]
+
+
+def test_placement_warnings() -> None:
+    from mpicoll.tools.report import placement_warnings
+
+    def prov(p: int, *hosts: tuple[int, int]) -> dict[str, object]:
+        return {"P": p, "hosts": [{"name": f"h{k}", "ranks": r, "cores": c}
+                                  for k, (r, c) in enumerate(hosts)]}
+
+    assert placement_warnings(prov(2, (2, 2))) == []
+    assert placement_warnings(prov(4, (2, 2), (2, 8))) == []
+    (one,) = placement_warnings(prov(1, (1, 2)))
+    assert one.startswith("# warning: P = 1:")
+    (over,) = placement_warnings(prov(6, (2, 8), (4, 2)))
+    assert over.startswith("# warning: h1 runs 4 ranks on 2 cores: oversubscribed")
+    # a file written before cores were recorded: no warning either way
+    assert placement_warnings({"P": 4, "hosts": [{"name": "h", "ranks": 4}]}) == []
+
+
+def test_size_step_factor() -> None:
+    from mpicoll.tools.options import parse_sizes
+
+    assert parse_sizes("8:256K:8") == [8, 64, 512, 4096, 32768, 262144]
+    assert parse_sizes("8:64") == [8, 16, 32, 64]
+    assert parse_sizes("1K:1K:4") == [1024]
+    for bad in ("8:64:x", "8:64:0", "64:8:4"):
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
 
 
 # ---- the JSON schema and its validator --------------------------------------------------------
@@ -282,3 +316,14 @@ def test_one_resolver_of_the_algorithm_option() -> None:
     assert algorithms_of("allreduce", ["all"], node_aware=False) == flat
     assert "smp" in names
     assert "smp" not in flat
+
+
+def test_phase_groups_sum_consecutive_rounds_of_one_label() -> None:
+    from mpicoll.tools.report import phase_groups
+
+    labels = ["reduce-scatter"] * 3 + ["allgather"] * 3
+    assert phase_groups([1, 2, 3, 4, 5, 6], labels) == [("reduce-scatter", 6),
+                                                          ("allgather", 15)]
+    assert phase_groups([1.5, 2.5], ["round 0", "round 1"]) == [("round 0", 1.5),
+                                                               ("round 1", 2.5)]
+    assert phase_groups([], []) == []

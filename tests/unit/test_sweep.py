@@ -4,6 +4,7 @@ mpiexec that is killed after its first launch and resumed.  No timing is asserte
 
 from __future__ import annotations
 
+import argparse
 import copy
 import csv
 import json
@@ -231,3 +232,49 @@ def test_real_sweep_killed_then_resumed(tmp_path: Path) -> None:
     assert {b["P"] for b in doc["best"]} == {2, 3}
     assert (tmp_path / "s.png").stat().st_size > 0
     assert "# wrote " in res.stdout
+
+
+def test_best_rows_say_within_noise_where_the_ranges_overlap() -> None:
+    def rec(impl: str, lo: float, mid: float, hi: float, size: int = 8) -> dict[str, Any]:
+        native = impl.startswith("native")
+        return {"collective": "allreduce", "pattern": "numpy", "size_bytes": size, "count": 1,
+                "implementation": impl, "backend": "native" if native else "p2p",
+                "native_algorithm": impl.split(":", 1)[1] if ":" in impl else None,
+                "status": "ok", "persistent": False, "nonblocking": False,
+                "time_us": {"median": mid, "min": lo, "max": hi, "p10": lo, "p90": hi}}
+
+    runs = [{"P": 2, "doc": {"results": [
+        rec("native", 5, 6, 7), rec("ring", 4, 5, 6), rec("native:ring", 8, 9, 10),   # noise
+        rec("native", 5, 6, 7, 16), rec("ring", 1, 2, 3, 16),                         # winner
+        rec("native", 1, 2, 3, 32), rec("ring", 3, 4, 5, 32),                         # default
+    ]}}]
+    got = {b["size_bytes"]: (b["fastest"], b["within_noise"]) for b in sweep.best_rows(runs)}
+    assert got == {8: ("ring", True), 16: ("ring", False), 32: ("native", False)}
+    text = sweep.format_summary({"best": sweep.best_rows(runs)})
+    assert "~ring x1.20" in text
+    assert " ring x3.00" in text
+    assert "native x1.00" in text
+
+
+def test_sweep_passes_phases_to_every_launch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-- --phases``: accepted by the sweep, and by a forced launch's bench (its ``-a none``
+    leaves nothing to phase, which is not an error there)."""
+    from mpicoll.tools import bench
+
+    fake = Fake(tmp_path)
+    monkeypatch.setattr(launcher, "run", fake)
+    out = tmp_path / "s.json"
+    assert cli.main([*ARGS, "--json", str(out), *BENCH, "--phases"]) == 0
+    assert len(fake.calls) == 6
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    forced = parser.parse_args(["-c", "allreduce", "--phases", "-a", "none",
+                                "--native-label", launcher.native_names(
+                                    launcher.library()[0], "allreduce")[0]])
+
+    def error(msg: str) -> None:
+        raise AssertionError(msg)
+
+    assert bench.make_plan(forced, 2, error).phases

@@ -201,7 +201,7 @@ def test_ompi_rules_file_classic_format() -> None:
 def test_mpicoll_table_drives_auto(tmp_path: Path) -> None:
     runs = {2: [rec("allreduce", s, a, t) for s in (8, 4096)
                 for a, t in (("recursive_doubling", 1.0 if s == 8 else 5.0),
-                             ("ring", 3.0 if s == 8 else 2.0), ("auto", 0.1))]}
+                             ("ring", 3.0 if s == 8 else 2.0), ("auto", 4.0))]}
     table = tune.emit_mpicoll(sweep_doc("mpich", runs))
     assert table["rules"] == {"allreduce": [{"p_min": 2, "p_max": 2, "sizes": [
         {"min_bytes": 0, "algorithm": "recursive_doubling"},
@@ -303,6 +303,21 @@ def test_ompi_rules_load_and_their_algorithm_runs(tmp_path: Path) -> None:
         assert tuned == forced, alg
         results[alg] = tuned
     assert results["ring"] != results["recursive_doubling"]
+    # a pruned rule (algorithm 0) leaves the call to tuned's fixed decision: the default's
+    doc = tree_for("ring", "recursive_doubling", "openmpi")
+    for r in doc["runs"][0]["doc"]["results"]:
+        r["time_us"] = {"median": 50.0 if r["implementation"] == "native:ring" else 90.0,
+                        "p10": 49.0 if r["implementation"] == "native:ring" else 89.0,
+                        "p90": 51.0 if r["implementation"] == "native:ring" else 91.0}
+    doc["runs"][0]["doc"]["results"].append(
+        {**doc["runs"][0]["doc"]["results"][0], "implementation": "native",
+         "native_algorithm": None, "native_ran": None,
+         "time_us": {"median": 2.0, "p10": 1.0, "p90": 3.0}})
+    path = tmp_path / "pruned.rules"
+    path.write_text(tune.emit_ompi(doc, commutative_only=True))
+    assert parse_classic(path.read_text()) == [(tune.OMPI_IDS["allreduce"], [(3, [(0, 0)])])]
+    pruned = probe({}, [*base, "--mca", "coll_tuned_dynamic_rules_filename", str(path)])
+    assert pruned == probe({}, base[:3]) != results["ring"]
 
 
 def test_tune_check_compares_default_and_tuned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -342,6 +357,95 @@ def test_tune_check_compares_default_and_tuned(tmp_path: Path, monkeypatch: pyte
     assert "allreduce 8B: default 6.0 [5.0..7.0], tuned 2.0 [1.0..3.0]: faster" in text
     assert "allreduce 64B: default 2.0 [1.0..3.0], tuned 5.0 [4.0..6.0]: SLOWER" in text
     assert "allreduce 512B: default 3.0 [2.0..4.0], tuned 2.0 [1.0..5.0]: within noise" in text
+    # the rule that lost at 64 B (recursive_doubling at both P) is pruned and the file rewritten
+    assert "allreduce 64B: default 2.0 [1.0..3.0], tuned 5.0 [4.0..6.0]: SLOWER " \
+        "(rule: recursive_doubling)" in text
+    assert "2 rule(s) slower than the default beyond the noise: pruned" in text
+    assert "allreduce P=2 64B: recursive_doubling 5.0 [4.0..6.0] us is slower than the " \
+        "default's 2.0 [1.0..3.0] in --check" in text
+    drop = {("allreduce", p, 64): "x" for p in (2, 4)}
+    tree = json.loads((tmp_path / "t.json").read_text())
+    assert tree == tune.emit_mpich(doc, drop) != tune.emit_mpich(doc)
+    body = tree["collective=allreduce"]["comm_type=intra"]["comm_size<=2"]
+    assert list(body) == ["avg_msg_size<64", "avg_msg_size<4096", "avg_msg_size=any"]
+    assert body["avg_msg_size<4096"] == tune.MPICH_SAFE["allreduce"][0]
+
+
+def spread(r: dict[str, Any], lo: float, mid: float, hi: float) -> dict[str, Any]:
+    r["time_us"] = {"median": mid, "min": lo, "max": hi, "p10": lo, "p90": hi}
+    return r
+
+
+def pruning_doc(kind: str) -> dict[str, Any]:
+    """P = 2, allreduce: ring wins at 8 and 64 B; recursive_doubling, the fastest forced one at
+    512 and 1024 B, is slower than the default beyond the noise there (pruned, one range);
+    at 4096 B within the noise (kept).  The p2p columns the same, ``auto`` the default."""
+    a, b = ("ring", "recursive_doubling")
+    table = {8: ((1, 2, 3), (4, 5, 6), (5, 6, 7)), 64: ((1, 2, 3), (4, 5, 6), (5, 6, 7)),
+             512: ((20, 21, 22), (8, 9, 10), (2, 3, 4)),
+             1024: ((20, 21, 22), (8, 9, 10), (2, 3, 4)),
+             4096: ((20, 21, 22), (3, 4, 6), (2, 3, 5))}
+    recs = []
+    for size, (ta, tb, td) in table.items():
+        recs += [spread(rec("allreduce", size, "native", 0), *td),
+                 spread(rec("allreduce", size, f"native:{a}", 0), *ta),
+                 spread(rec("allreduce", size, f"native:{b}", 0), *tb),
+                 spread(rec("allreduce", size, "auto", 0), *td),
+                 spread(rec("allreduce", size, a, 0), *ta),
+                 spread(rec("allreduce", size, b, 0), *tb)]
+    return sweep_doc(kind, {2: recs})
+
+
+def test_tune_prunes_rules_slower_than_the_default_beyond_the_noise(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for target in ("mpich", "ompi", "mpicoll"):
+        got = tune.choices(pruning_doc("mpich"), target, commutative_only=True
+                           )["allreduce"][2]
+        assert [(c.size, c.name, c.pruned is not None) for c in got] == [
+            (8, "ring", False), (64, "ring", False), (512, "recursive_doubling", True),
+            (1024, "recursive_doubling", True), (4096, "recursive_doubling", False)], target
+        # adjacent sizes of one rule merged, the pruned ones too
+        assert tune.ranges(got) == [(0, "ring"), (512, None), (4096, "recursive_doubling")]
+    assert tune.slower_beyond_noise((3.1, 4, 5), (1, 2, 3))
+    assert not tune.slower_beyond_noise((3.0, 4, 5), (1, 2, 3))
+    # Open MPI: algorithm 0 (tuned's fixed decision) over the pruned range
+    rules = dict(parse_classic(tune.emit_ompi(pruning_doc("openmpi"),
+                                              commutative_only=True)))
+    assert rules[tune.OMPI_IDS["allreduce"]] == [(2, [(0, 4), (512, 0), (4096, 3)])]
+    # MPICH: the safe subtree over the pruned range
+    tree = tune.emit_mpich(pruning_doc("mpich"))
+    body = tree["collective=allreduce"]["comm_type=intra"]["comm_size=any"]
+    assert list(body) == ["avg_msg_size<512", "avg_msg_size<4096", "avg_msg_size=any"]
+    assert body["avg_msg_size<512"] == tune._mpich_leaf("allreduce", "ring")
+    assert body["avg_msg_size<4096"] == tune.MPICH_SAFE["allreduce"][0]
+    assert body["avg_msg_size=any"] == tune._mpich_leaf("allreduce", "recursive_doubling")
+    # mpicoll: "algorithm": null there, which leaves the call to the model
+    table = tune.emit_mpicoll(pruning_doc("mpich"))
+    assert table["rules"]["allreduce"][0]["sizes"] == [
+        {"min_bytes": 0, "algorithm": "ring"}, {"min_bytes": 512, "algorithm": None},
+        {"min_bytes": 4096, "algorithm": "recursive_doubling"}]
+    loaded = selection.from_dict(table)
+    assert loaded.pick("allreduce", 2, 600) is None
+    assert loaded.pick("allreduce", 2, 100) == "ring"
+    model = registry.choose("allreduce", 2, 600).name
+    try:
+        selection.use(loaded)
+        assert registry.choose("allreduce", 2, 600).name == model
+        assert registry.choose("allreduce", 2, 100).name == "ring"
+    finally:
+        selection.use(None)
+    # the command says what it pruned
+    src = tmp_path / "s.json"
+    src.write_text(json.dumps(pruning_doc("mpich")))
+    assert cli.main(["tune", str(src), "--emit", "mpich", "-o", str(tmp_path / "t.json")]) == 0
+    text = capsys.readouterr().out
+    assert "512B recursive_doubling 9.0 0.33x (pruned)" in text
+    assert "# pruned 2 rule(s)" in text
+    assert "allreduce P=2 1024B: recursive_doubling 9.0 [8.0..10.0] us is slower than the " \
+        "default's 3.0 [2.0..4.0] in the sweep" in text
+    src.write_text(json.dumps(mpich_doc()))
+    assert cli.main(["tune", str(src), "--emit", "mpich", "-o", str(tmp_path / "t.json")]) == 0
+    assert "# pruned: none" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("coll", ["bcast", "reduce", "allreduce", "reduce_scatter_block",

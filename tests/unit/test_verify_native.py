@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _launch import job_env, launcher
@@ -158,3 +159,73 @@ def test_verify_native_reports_a_library_abort(tmp_path: Path) -> None:
                            check=False)
     assert plain.returncode == 0, plain.stdout + plain.stderr  # MPICH's default: right
     assert "all ranks right" in plain.stdout
+
+
+class _Killed(BaseException):
+    """The stand-in for the outer timeout's kill, raised by a fake launch."""
+
+
+@pytest.mark.skipif(KIND not in _RING, reason="a library mpicoll cannot force")
+def test_verify_native_file_written_per_launch_and_resumed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file after each launch: a run killed during its third launch keeps the first two
+    (``complete`` false, the rest ``pending``); the same command again runs only the others
+    (the resume code is sweep's, :mod:`mpicoll.tools.launcher`), and the final file has every
+    row; other settings are refused, ``--fresh`` starts over."""
+    from dataclasses import asdict
+
+    from mpicoll.tools.verify import Outcome
+
+    names = launch.native_names(KIND, "allreduce")[:2]
+    calls: list[tuple[int, str]] = []
+
+    def fake(kill_at: int | None) -> Any:
+        def run(configs: list[launch.Config], p: int, args: list[str],
+                **kw: Any) -> list[launch.Launch]:
+            (cfg,) = configs
+            if kill_at is not None and len(calls) + 1 == kill_at:
+                raise _Killed
+            calls.append((p, cfg.name))
+            o = Outcome("allreduce", f"native:{cfg.native}", 5, "ok", f"count 5 P={p}")
+            return [launch.Launch(cfg, 0, 0.1, {"outcomes": [asdict(o)]}, "")]
+        return run
+
+    out = tmp_path / "v.json"
+    argv = ["verify", "--native-algorithms", *names, "-n", "2", "3", "-c", "allreduce",
+            "--json", str(out), "--repro-dir", str(tmp_path / "r"), "-q"]
+    monkeypatch.setattr(launch, "run", fake(kill_at=3))
+    with pytest.raises(_Killed):
+        cli.main(argv)
+    killed = json.loads(out.read_text())
+    assert killed["schema"] == "mpicoll-verify-native/1"
+    assert not killed["complete"]
+    assert [(x["P"], x["config"]["name"]) for x in killed["launches"]] == calls
+    assert calls == [(2, f"native:{n}") for n in names]
+    assert [(x["P"], x["config"]) for x in killed["pending"]] == [(3, f"native:{n}")
+                                                                  for n in names]
+    capsys.readouterr()
+    calls.clear()
+    monkeypatch.setattr(launch, "run", fake(kill_at=None))
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert calls == [(3, f"native:{n}") for n in names]
+    assert "4 launches (2 taken from" in text
+    doc = json.loads(out.read_text())
+    assert doc["complete"]
+    assert doc["pending"] == []
+    rows = {x["algorithm"]: x["cells"] for x in doc["rows"]}
+    assert rows == {n: {"2": "ok", "3": "ok"} for n in names}
+    # nothing left: a third run launches nothing
+    calls.clear()
+    assert cli.main(argv) == 0
+    assert calls == []
+    capsys.readouterr()
+    # other settings: refused; --fresh: everything again
+    assert cli.main([*argv[:6], *argv[7:]]) == 2
+    assert "holds a verify --native-algorithms run of other settings (np: [2, 3] in the " \
+        "file, [2] now)" in capsys.readouterr().err
+    assert cli.main([*argv, "--fresh"]) == 0
+    assert len(calls) == 4
+    assert cli.main(["verify", "--fresh", "-c", "allreduce"]) == 2
+    assert "argument --fresh: only with --native-algorithms" in capsys.readouterr().err
