@@ -1,0 +1,158 @@
+"""The emulated cluster (mpicoll.tools.cluster): its parsing without privileges; with root (or
+CAP_NET_ADMIN + CAP_SYS_ADMIN), a real 2-node cluster: names, hostnames, traffic through the
+rate-limited NICs counted, the ssh stand-in, teardown even after an error, stale cleanup.
+
+The MPI suite on the cluster is `make cluster-test`, not here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpicoll.tools import cluster as cl
+
+
+def test_parse_rate():
+    assert cl.parse_rate("1gbit") == 1e9
+    assert cl.parse_rate("100mbit") == 1e8
+    assert cl.parse_rate("500kbit") == 5e5
+    assert cl.parse_rate("10mbps") == 8e7
+    assert cl.parse_rate("2.5Gbit") == 2.5e9
+    for bad in ("fast", "1gb", "", "-1gbit"):
+        with pytest.raises(ValueError, match="tc rate"):
+            cl.parse_rate(bad)
+
+
+def test_launch_args():
+    flags, env = cl.launch_args("mpich", ["node0", "node1"], 3, "/x/agent")
+    assert flags == ["-launcher", "ssh", "-launcher-exec", "/x/agent", "-hosts", "node0,node1",
+                     "-ppn", "3"]
+    assert env["MPIR_CVAR_CH4_NETMOD"] == "ofi" and env["FI_PROVIDER"] == "tcp"
+    flags, env = cl.launch_args("openmpi", ["node0", "node1"], 2, "/x/agent")
+    assert flags[:3] == ["--prtemca", "plm_ssh_agent", "/x/agent"]
+    assert flags[flags.index("--host") + 1] == "node0:2,node1:2"
+    assert flags[flags.index("btl") + 1] == "tcp,self,sm"
+    assert flags[flags.index("--bind-to") + 1] == "none"
+    with pytest.raises(ValueError, match="MPICH and Open MPI"):
+        cl.launch_args("other", ["node0"], 1, "/x/agent")
+
+
+def test_missing_capabilities():
+    # CapEff bits: 12 CAP_NET_ADMIN, 21 CAP_SYS_ADMIN
+    full = f"Name:\tx\nCapEff:\t{(1 << 12) | (1 << 21):016x}\n"
+    assert cl.missing_capabilities(full) == []
+    assert cl.missing_capabilities(f"CapEff:\t{1 << 21:016x}\n") == ["CAP_NET_ADMIN"]
+    assert cl.missing_capabilities("CapEff:\t0000000000000000\n") == ["CAP_NET_ADMIN",
+                                                                     "CAP_SYS_ADMIN"]
+    with pytest.raises(ValueError):
+        cl.missing_capabilities("Name:\tx\n")
+
+
+def test_bad_shape():
+    with pytest.raises(ValueError, match="nodes"):
+        cl.Cluster(0, 1)
+    with pytest.raises(ValueError, match="ranks_per_node"):
+        cl.Cluster(2, 0)
+    with pytest.raises(ValueError, match="tc rate"):
+        cl.Cluster(2, 1, "fast")
+
+
+_WHY = cl.unavailable()
+needs_root = pytest.mark.skipif(_WHY is not None, reason=f"emulated cluster: {_WHY}")
+
+_SERVER = """
+import socket, sys
+s = socket.create_server((sys.argv[1], 5000)); print("up", flush=True)
+c, _ = s.accept(); n = 0
+while (b := c.recv(1 << 16)):
+    n += len(b)
+print(n, flush=True)
+"""
+_CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], 5000)); c.sendall(bytes(int(sys.argv[2]))); c.close()
+"""
+
+
+@needs_root
+def test_cluster_nodes_traffic_teardown():
+    before = set(cl._namespaces())
+    with cl.Cluster(2, 1, "100mbit") as c:
+        names = set(c.namespaces) | {c.switch}
+        assert names <= set(cl._namespaces())
+        assert all(ns.startswith(f"mpicoll-{os.getpid()}-") for ns in names)
+        for i in range(2):
+            assert c.run(i, "hostname").stdout.strip() == f"node{i}"
+            assert f"{c.addresses[1]} node1" in c.run(i, "cat", "/etc/hosts").stdout
+        # the host's /etc/hosts is untouched by the nodes' private mounts
+        assert "node1" not in open("/etc/hosts").read().split()
+        # a process left running on a node is killed at teardown
+        sleeper = subprocess.Popen(["ip", "netns", "exec", c.namespaces[1], "sleep", "300"])
+        # 1 MB node1 -> node0 over TCP: node1's NIC sent it, node0's received it
+        start = c.link_bytes()
+        server = subprocess.Popen(
+            c.command(0, sys.executable, "-c", _SERVER, "node0"),
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None and server.stdout.readline().strip() == "up"
+            out = c.run(1, sys.executable, "-c", _CLIENT, "node0", str(10**6))
+            assert out.returncode == 0, out.stderr
+            assert int(server.stdout.readline()) == 10**6
+        finally:
+            server.kill()
+            server.wait(10)
+        end = c.link_bytes()
+        sent1 = end["sent"][1] - start["sent"][1]
+        got0 = end["received"][0] - start["received"][0]
+        assert 10**6 <= sent1 < 1.2 * 10**6 and 10**6 <= got0 < 1.2 * 10**6
+        # node0 sent only acknowledgements back
+        assert end["sent"][0] - start["sent"][0] < 0.2 * 10**6
+    assert sleeper.wait(10) != 0
+    assert set(cl._namespaces()) & names == set()
+    assert set(cl._namespaces()) >= before - names
+
+
+@needs_root
+def test_agent_script():
+    with cl.Cluster(2, 1) as c:
+        ok = subprocess.run([c.agent, "-x", "node1", "hostname;", "echo", "$((1+2))"],
+                            capture_output=True, text=True, timeout=30, check=False)
+        assert ok.returncode == 0 and ok.stdout.split() == ["node1", "3"]
+        bad = subprocess.run([c.agent, "-x", "elsewhere", "true"], capture_output=True,
+                             text=True, timeout=30, check=False)
+        assert bad.returncode == 255 and "no node named 'elsewhere'" in bad.stderr
+
+
+@needs_root
+def test_teardown_after_error():
+    with pytest.raises(KeyError), cl.Cluster(2, 1) as c:
+        names = set(c.namespaces) | {c.switch}
+        raise KeyError("a failing test")
+    assert set(cl._namespaces()) & names == set()
+
+
+@needs_root
+def test_cleanup_stale_only_dead_runs():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"mpicoll-{dead.pid}-abcdef-n0"
+    live = f"mpicoll-{os.getpid()}-abcdef-n0"
+    other = "mpicollx-1-abcdef-n0"  # not this module's pattern
+    for ns in (stale, live, other):
+        subprocess.run(["ip", "netns", "add", ns], check=True, timeout=20)
+    try:
+        assert cl.cleanup_stale() == [stale]
+        assert {live, other} <= set(cl._namespaces()) and stale not in cl._namespaces()
+    finally:
+        for ns in (stale, live, other):
+            subprocess.run(["ip", "netns", "delete", ns], check=False, timeout=20,
+                           capture_output=True)
+
+
+def test_main_skips_with_reason(monkeypatch, capsys):
+    monkeypatch.setattr(cl, "unavailable", lambda: "needs root (a test)")
+    assert cl.main(["--", "true"]) == cl.SKIP
+    assert "skipped: needs root (a test)" in capsys.readouterr().err
