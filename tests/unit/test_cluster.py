@@ -30,7 +30,8 @@ def test_launch_args():
     flags, env = cl.launch_args("mpich", ["node0", "node1"], 3, "/x/agent")
     assert flags == ["-launcher", "ssh", "-launcher-exec", "/x/agent", "-hosts", "node0,node1",
                      "-ppn", "3"]
-    assert env["MPIR_CVAR_CH4_NETMOD"] == "ofi" and env["FI_PROVIDER"] == "tcp"
+    assert env["MPIR_CVAR_CH4_NETMOD"] == "ofi"
+    assert env["FI_PROVIDER"] == "tcp"
     flags, env = cl.launch_args("openmpi", ["node0", "node1"], 2, "/x/agent")
     assert flags[:3] == ["--prtemca", "plm_ssh_agent", "/x/agent"]
     assert flags[flags.index("--host") + 1] == "node0:2,node1:2"
@@ -88,7 +89,8 @@ def test_cluster_nodes_traffic_teardown():
             assert c.run(i, "hostname").stdout.strip() == f"node{i}"
             assert f"{c.addresses[1]} node1" in c.run(i, "cat", "/etc/hosts").stdout
         # the host's /etc/hosts is untouched by the nodes' private mounts
-        assert "node1" not in open("/etc/hosts").read().split()
+        with open("/etc/hosts") as f:
+            assert "node1" not in f.read().split()
         # a process left running on a node is killed at teardown
         sleeper = subprocess.Popen(["ip", "netns", "exec", c.namespaces[1], "sleep", "300"])
         # 1 MB node1 -> node0 over TCP: node1's NIC sent it, node0's received it
@@ -97,7 +99,8 @@ def test_cluster_nodes_traffic_teardown():
             c.command(0, sys.executable, "-c", _SERVER, "node0"),
             stdout=subprocess.PIPE, text=True)
         try:
-            assert server.stdout is not None and server.stdout.readline().strip() == "up"
+            assert server.stdout is not None
+            assert server.stdout.readline().strip() == "up"
             out = c.run(1, sys.executable, "-c", _CLIENT, "node0", str(10**6))
             assert out.returncode == 0, out.stderr
             assert int(server.stdout.readline()) == 10**6
@@ -107,7 +110,8 @@ def test_cluster_nodes_traffic_teardown():
         end = c.link_bytes()
         sent1 = end["sent"][1] - start["sent"][1]
         got0 = end["received"][0] - start["received"][0]
-        assert 10**6 <= sent1 < 1.2 * 10**6 and 10**6 <= got0 < 1.2 * 10**6
+        assert 10**6 <= sent1 < 1.2 * 10**6
+        assert 10**6 <= got0 < 1.2 * 10**6
         # node0 sent only acknowledgements back
         assert end["sent"][0] - start["sent"][0] < 0.2 * 10**6
     assert sleeper.wait(10) != 0
@@ -120,17 +124,26 @@ def test_agent_script():
     with cl.Cluster(2, 1) as c:
         ok = subprocess.run([c.agent, "-x", "node1", "hostname;", "echo", "$((1+2))"],
                             capture_output=True, text=True, timeout=30, check=False)
-        assert ok.returncode == 0 and ok.stdout.split() == ["node1", "3"]
+        assert ok.returncode == 0
+        assert ok.stdout.split() == ["node1", "3"]
         bad = subprocess.run([c.agent, "-x", "elsewhere", "true"], capture_output=True,
                              text=True, timeout=30, check=False)
-        assert bad.returncode == 255 and "no node named 'elsewhere'" in bad.stderr
+        assert bad.returncode == 255
+        assert "no node named 'elsewhere'" in bad.stderr
 
 
 @needs_root
 def test_teardown_after_error():
-    with pytest.raises(KeyError), cl.Cluster(2, 1) as c:
-        names = set(c.namespaces) | {c.switch}
-        raise KeyError("a failing test")
+    names: set[str] = set()
+
+    def failing() -> None:
+        with cl.Cluster(2, 1) as c:
+            names.update(c.namespaces, [c.switch])
+            raise KeyError("a failing test")
+
+    with pytest.raises(KeyError):
+        failing()
+    assert names
     assert set(cl._namespaces()) & names == set()
 
 
@@ -145,7 +158,8 @@ def test_cleanup_stale_only_dead_runs():
         subprocess.run(["ip", "netns", "add", ns], check=True, timeout=20)
     try:
         assert cl.cleanup_stale() == [stale]
-        assert {live, other} <= set(cl._namespaces()) and stale not in cl._namespaces()
+        assert {live, other} <= set(cl._namespaces())
+        assert stale not in cl._namespaces()
     finally:
         for ns in (stale, live, other):
             subprocess.run(["ip", "netns", "delete", ns], check=False, timeout=20,
