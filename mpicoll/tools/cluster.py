@@ -68,8 +68,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from ..engines.network import Network
+from ..engines.sim import TwoLevel
+from ..model.alphabeta import Model
 
 __all__ = [
     "Cluster",
@@ -79,6 +85,9 @@ __all__ = [
     "main",
     "missing_capabilities",
     "parse_rate",
+    "predict_bench",
+    "tcp_bytes_acked",
+    "two_level",
     "unavailable",
 ]
 
@@ -396,6 +405,64 @@ class Cluster:
         self.close()
 
 
+# ---- validation: the simulator against the emulated cluster --------------------------------
+
+
+def two_level(intra: Model, inter: Model, ranks_per_node: int) -> TwoLevel:
+    """The simulator's two-level model from two calibrations on the cluster: ``intra`` (ranks 0
+    and 1 on one node) and ``inter`` (on two nodes).  Messages between nodes cost the inter
+    calibration's exchange curve (and its alpha, beta); the rest (gamma, delta, o_call,
+    o_msg: properties of a rank, not of a link) is the intra calibration's."""
+    return TwoLevel(ranks_per_node, intra, replace(intra, alpha=inter.alpha, beta=inter.beta,
+                                                   message_curve=inter.message_curve))
+
+
+def predict_bench(doc: dict[str, Any], model: TwoLevel) -> list[dict[str, Any]]:
+    """Measured against predicted for every blocking p2p result of a bench JSON document
+    ``doc`` run on the cluster: each algorithm simulated at the bench's P and count, on
+    ``cluster:K`` (K = ``model.ranks_per_node``, block placement, the NICs' contention).
+
+    Returns rows ``collective, algorithm, size_bytes, P, measured_us`` (bench's median),
+    ``predicted_us``, ``error`` (measured / predicted - 1) and ``inter_node_bytes`` (the
+    simulator's bytes between nodes per call, all ranks); native results as rows with
+    ``predicted_us`` None.
+    """
+    from .simulate import predict_rows
+
+    k = model.ranks_per_node
+    p = int(doc["provenance"]["P"])
+    net = Network(f"cluster:{k}", "block", k)
+    rows: list[dict[str, Any]] = []
+    for r in doc["results"]:
+        if r.get("status") != "ok" or not r.get("time_us") or r.get("persistent"):
+            continue
+        row = {"collective": r["collective"], "size_bytes": r["size_bytes"], "P": p,
+               "measured_us": r["time_us"]["median"], "predicted_us": None, "error": None,
+               "inter_node_bytes": None}
+        if r["backend"] == "native":
+            rows.append({**row, "algorithm": "native"})
+            continue
+        if r["backend"] != "p2p":
+            continue
+        alg = r["auto_choice"] or r["algorithm"]
+        sim = predict_rows(r["collective"], p, [r["size_bytes"]], model, [alg],
+                           network=net)[0]
+        if sim["status"] == "ok":
+            row.update(predicted_us=sim["time_us"], inter_node_bytes=sim["inter_node_bytes"],
+                       error=row["measured_us"] / sim["time_us"] - 1)
+        rows.append({**row, "algorithm": alg})
+    return rows
+
+
+def tcp_bytes_acked() -> int:
+    """TCP payload bytes this network namespace's sockets have sent and had acknowledged
+    (``ss -tin``'s ``bytes_acked``, summed): on a node of the cluster, what its ranks sent to
+    other nodes (loopback sockets included: none carry MPI data, shared memory does)."""
+    out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=_TIMEOUT,
+                         check=True).stdout
+    return sum(int(m) for m in re.findall(r"bytes_acked:(\d+)", out))
+
+
 def _default_mpiexec() -> str:
     here = Path(sys.executable).parent / "mpiexec"
     exe = str(here) if here.exists() else shutil.which("mpiexec")
@@ -404,9 +471,45 @@ def _default_mpiexec() -> str:
     return exe
 
 
+def predict_main(argv: Sequence[str]) -> int:
+    """``python -m mpicoll.tools.cluster predict --intra A.json --inter B.json -k K
+    BENCH.json...``: the table of :func:`predict_bench` (``--json`` writes its rows)."""
+    from ..model import alphabeta
+
+    ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster predict",
+                                 description="Measured (bench on the emulated cluster) against "
+                                 "the simulator's prediction from two calibrations.")
+    ap.add_argument("--intra", required=True, help="calibrate's model, ranks 0, 1 on one node")
+    ap.add_argument("--inter", required=True, help="calibrate's model, ranks 0, 1 on two nodes")
+    ap.add_argument("-k", "--ranks-per-node", type=int, required=True)
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("bench", nargs="+", help="bench --json documents from the cluster")
+    args = ap.parse_args(argv)
+    intra, inter = alphabeta.load(args.intra), alphabeta.load(args.inter)
+    if intra is None or inter is None:
+        ap.error("no model in --intra or --inter")
+    model = two_level(intra, inter, args.ranks_per_node)
+    rows = [row for path in args.bench
+            for row in predict_bench(json.loads(Path(path).read_text()), model)]
+    print(f"{'collective':10s} {'algorithm':28s} {'P':>2s} {'size (B)':>9s} "
+          f"{'measured':>10s} {'predicted':>10s} {'error':>7s} {'inter B':>10s}")
+    for r in rows:
+        pred = r["predicted_us"]
+        tail = (f"{pred / 1e3:8.2f}ms {100 * r['error']:+6.0f}% {r['inter_node_bytes']:10d}"
+                if pred else "")
+        print(f"{r['collective']:10s} {r['algorithm']:28s} {r['P']:2d} {r['size_bytes']:9d} "
+              f"{r['measured_us'] / 1e3:8.2f}ms {tail}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=0) + "\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m mpicoll.tools.cluster [-N N] [-k K] [--rate R] -- COMMAND...``: COMMAND's
     exit status; :data:`SKIP` (77) where no cluster can be built here."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["predict"]:
+        return predict_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster",
                                  description="Run COMMAND with $MPIEXEC starting its ranks on "
                                  "an emulated cluster of network namespaces.")

@@ -170,3 +170,36 @@ def test_main_skips_with_reason(monkeypatch, capsys):
     monkeypatch.setattr(cl, "unavailable", lambda: "needs root (a test)")
     assert cl.main(["--", "true"]) == cl.SKIP
     assert "skipped: needs root (a test)" in capsys.readouterr().err
+
+
+def test_two_level_and_predict_bench():
+    from mpicoll.engines.network import Network
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    intra = Model(alpha=1e-6, beta=1e-10, gamma=2e-10, message_curve=((0, 1e-6), (1 << 20, 2e-4)))
+    inter = Model(alpha=5e-5, beta=8e-9, message_curve=((0, 5e-5), (1 << 20, 9e-3)))
+    m = cl.two_level(intra, inter, 2)
+    assert m.intra is intra
+    assert m.inter.message_curve == inter.message_curve
+    assert (m.inter.alpha, m.inter.beta, m.inter.gamma) == (5e-5, 8e-9, 2e-10)
+    assert m.inter.message(1 << 20) == 9e-3
+
+    def rec(backend, alg, t_us):
+        return {"backend": backend, "algorithm": alg, "auto_choice": None, "status": "ok",
+                "collective": "allreduce", "size_bytes": 1 << 20, "persistent": False,
+                "time_us": {"median": t_us}}
+
+    doc = {"provenance": {"P": 4}, "results": [
+        rec("native", None, 900.0), rec("p2p", "ring", 1000.0),
+        {**rec("p2p", "ring", 5.0), "persistent": True},
+        {**rec("p2p", "ring", 0.0), "status": "WRONG", "time_us": None}]}
+    rows = cl.predict_bench(doc, m)
+    assert [r["algorithm"] for r in rows] == ["native", "ring"]
+    assert rows[0]["predicted_us"] is None
+    want = simulate("allreduce", 4, (1 << 20) // 8, algorithm="ring", model=m,
+                    network=Network("cluster:2", "block", 2))
+    assert rows[1]["predicted_us"] == pytest.approx(want.time * 1e6)
+    assert rows[1]["error"] == pytest.approx(1000.0 / rows[1]["predicted_us"] - 1)
+    # ring allreduce on 2 nodes of 2: two of the four ring links cross, each 2 (P-1)/P n bytes
+    assert rows[1]["inter_node_bytes"] == int(want.inter_bytes_sent.sum()) == 2 * 2 * 3 * (1 << 18)
