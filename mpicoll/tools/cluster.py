@@ -417,10 +417,13 @@ def two_level(intra: Model, inter: Model, ranks_per_node: int) -> TwoLevel:
                                                    message_curve=inter.message_curve))
 
 
-def predict_bench(doc: dict[str, Any], model: TwoLevel) -> list[dict[str, Any]]:
+def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True
+                  ) -> list[dict[str, Any]]:
     """Measured against predicted for every blocking p2p result of a bench JSON document
-    ``doc`` run on the cluster: each algorithm simulated at the bench's P and count, on
-    ``cluster:K`` (K = ``model.ranks_per_node``, block placement, the NICs' contention).
+    ``doc`` run on the cluster: each algorithm simulated at the bench's P and count, with
+    ``network`` on ``cluster:K`` (K = ``model.ranks_per_node``, block placement, the NICs'
+    contention), else with the two-level model's own node port (one inter-node send and one
+    receive at a time per node).
 
     Returns rows ``collective, algorithm, size_bytes, P, measured_us`` (bench's median),
     ``predicted_us``, ``error`` (measured / predicted - 1) and ``inter_node_bytes`` (the
@@ -431,7 +434,7 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel) -> list[dict[str, Any]]:
 
     k = model.ranks_per_node
     p = int(doc["provenance"]["P"])
-    net = Network(f"cluster:{k}", "block", k)
+    net = Network(f"cluster:{k}", "block", k) if network else None
     rows: list[dict[str, Any]] = []
     for r in doc["results"]:
         if r.get("status") != "ok" or not r.get("time_us") or r.get("persistent"):
@@ -483,6 +486,8 @@ def predict_main(argv: Sequence[str]) -> int:
     ap.add_argument("--inter", required=True, help="calibrate's model, ranks 0, 1 on two nodes")
     ap.add_argument("-k", "--ranks-per-node", type=int, required=True)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--no-network", action="store_true", help="the two-level model's node "
+                    "port instead of the cluster:K network's link contention")
     ap.add_argument("bench", nargs="+", help="bench --json documents from the cluster")
     args = ap.parse_args(argv)
     intra, inter = alphabeta.load(args.intra), alphabeta.load(args.inter)
@@ -490,7 +495,8 @@ def predict_main(argv: Sequence[str]) -> int:
         ap.error("no model in --intra or --inter")
     model = two_level(intra, inter, args.ranks_per_node)
     rows = [row for path in args.bench
-            for row in predict_bench(json.loads(Path(path).read_text()), model)]
+            for row in predict_bench(json.loads(Path(path).read_text()), model,
+                                     network=not args.no_network)]
     print(f"{'collective':10s} {'algorithm':28s} {'P':>2s} {'size (B)':>9s} "
           f"{'measured':>10s} {'predicted':>10s} {'error':>7s} {'inter B':>10s}")
     for r in rows:
