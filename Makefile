@@ -46,8 +46,8 @@ CLUSTER_NODES ?= 2
 CLUSTER_PPN   ?= 2
 CLUSTER_RATE  ?= 1gbit
 CLUSTER_TESTS ?= tests/mpi/test_collectives.py tests/mpi/test_nonblocking.py \
-                 tests/mpi/test_persistent.py tests/mpi/test_smp.py
-CLUSTER_K     ?= allreduce or bcast or allgather or smp
+                 tests/mpi/test_persistent.py tests/mpi/test_smp.py tests/mpi/test_cluster.py
+CLUSTER_K     ?= allreduce or bcast or allgather or smp or cluster
 
 # ---- the MPI library and its launcher ---------------------------------------------------------
 ifeq ($(MPI),mpich)

@@ -86,7 +86,7 @@ __all__ = [
     "missing_capabilities",
     "parse_rate",
     "predict_bench",
-    "tcp_bytes_acked",
+    "tcp_bytes_sent",
     "two_level",
     "unavailable",
 ]
@@ -457,13 +457,15 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True
     return rows
 
 
-def tcp_bytes_acked() -> int:
-    """TCP payload bytes this network namespace's sockets have sent and had acknowledged
-    (``ss -tin``'s ``bytes_acked``, summed): on a node of the cluster, what its ranks sent to
-    other nodes (loopback sockets included: none carry MPI data, shared memory does)."""
+def tcp_bytes_sent() -> int:
+    """TCP payload bytes this network namespace's sockets have sent, retransmissions left out
+    (``ss -tin``: ``bytes_sent - bytes_retrans``, summed over the sockets open now): on a node
+    of the cluster, what its ranks have sent to other nodes (loopback sockets carry no MPI
+    data: shared memory does)."""
     out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=_TIMEOUT,
                          check=True).stdout
-    return sum(int(m) for m in re.findall(r"bytes_acked:(\d+)", out))
+    sent = sum(int(m) for m in re.findall(r"\bbytes_sent:(\d+)", out))
+    return sent - sum(int(m) for m in re.findall(r"\bbytes_retrans:(\d+)", out))
 
 
 def _default_mpiexec() -> str:
