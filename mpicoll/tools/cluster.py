@@ -48,7 +48,14 @@ Command line (the ``make cluster-test`` target)::
 
 runs COMMAND (on the host) with ``MPIEXEC`` pointing at the cluster's launcher, prints the bytes
 each NIC sent and received, and tears the cluster down; exit status 77 (with the reason) where
-the machine cannot host one.
+the machine cannot host one.  Its ``MPICOLL_CLUSTER`` names the run (``tests/mpi/
+test_cluster.py`` runs only where it is set).
+
+Validation of the simulator (docs/cluster.md): :func:`two_level` makes the simulator's
+two-level model from an intra-node and an inter-node calibration on the cluster,
+:func:`predict_bench` sets a bench document measured there beside the simulator's prediction
+(``python -m mpicoll.tools.cluster predict --intra A --inter B -k K BENCH.json...``), and
+:func:`tcp_bytes_sent`, called in a rank, counts the TCP payload its node has sent.
 """
 
 from __future__ import annotations

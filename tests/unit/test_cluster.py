@@ -203,3 +203,29 @@ def test_two_level_and_predict_bench():
     assert rows[1]["error"] == pytest.approx(1000.0 / rows[1]["predicted_us"] - 1)
     # ring allreduce on 2 nodes of 2: two of the four ring links cross, each 2 (P-1)/P n bytes
     assert rows[1]["inter_node_bytes"] == int(want.inter_bytes_sent.sum()) == 2 * 2 * 3 * (1 << 18)
+
+
+def test_predict_command(tmp_path, capsys):
+    import json
+
+    from mpicoll.model.alphabeta import Model, save
+
+    save(Model(alpha=1e-6, beta=1e-10), tmp_path / "intra.json")
+    save(Model(alpha=5e-5, beta=8e-9), tmp_path / "inter.json")
+    doc = {"provenance": {"P": 4}, "results": [
+        {"backend": "p2p", "algorithm": "recursive_doubling", "auto_choice": None,
+         "status": "ok", "collective": "allgather", "size_bytes": 1 << 16,
+         "persistent": False, "time_us": {"median": 500.0}}]}
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    args = ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
+            str(tmp_path / "inter.json"), "-k", "2", "--json", str(tmp_path / "rows.json"),
+            str(tmp_path / "bench.json")]
+    assert cl.main(args) == 0
+    assert cl.main([*args, "--no-network"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("recursive_doubling") == 2
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["algorithm"] for r in rows] == ["recursive_doubling"]
+    # S = 64 KiB gathered: blocks of 16 KiB; the second round, 2 blocks each, crosses nodes
+    assert rows[0]["inter_node_bytes"] == 4 * 2 * (1 << 14)
+    assert rows[0]["predicted_us"] > 0
