@@ -131,9 +131,9 @@ def parse_rate(rate: str) -> float:
 
 
 def unavailable() -> str | None:
-    """Why this process cannot build a cluster (``None`` if it can, as far as can be told
-    without trying): no Linux, no ``ip``/``tc``/``unshare``, no CAP_NET_ADMIN or
-    CAP_SYS_ADMIN (namespaces, mounts)."""
+    """Why this process cannot build a cluster (``None`` if it can): no Linux, no
+    ``ip``/``tc``/``unshare``, no CAP_NET_ADMIN or CAP_SYS_ADMIN, or a namespace that cannot be
+    made (it tries one, named as :func:`cleanup_stale` would clean it, and deletes it)."""
     if not sys.platform.startswith("linux"):
         return f"network namespaces need Linux (this is {sys.platform})"
     missing = [t for t in ("ip", "tc", "unshare") if shutil.which(t) is None]
@@ -146,6 +146,20 @@ def unavailable() -> str | None:
     if lacking:
         return (f"needs root or {' and '.join(lacking)} (network namespaces, qdiscs, "
                 "mounts): run as root, e.g. `sudo make cluster-test`")
+    # capabilities are not all (a container may forbid namespaces or mounts): try both
+    probe = f"{PREFIX}{os.getpid()}-000000-n0"
+    try:
+        made = _run("ip", "netns", "add", probe, check=False)
+        if made.returncode:
+            return f"cannot create a network namespace: {made.stderr.strip()}"
+        uts = _run("ip", "netns", "exec", probe, "unshare", "--uts", "--mount", "true",
+                   check=False)
+        if uts.returncode:
+            return f"cannot unshare the UTS and mount namespaces: {uts.stderr.strip()}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot try a network namespace: {exc}"
+    finally:
+        _run("ip", "netns", "delete", probe, check=False)
     return None
 
 
@@ -276,7 +290,9 @@ class Cluster:
 
     Use as a context manager (or call :meth:`close`); it is also closed at interpreter exit.
     ``mpiexec`` is the real launcher (default: the one beside this interpreter, else on
-    ``PATH``); its library decides the launch flags.
+    ``PATH``); its library decides the launch flags.  ``burst`` is the ``tbf`` bucket (tc's
+    units; it must hold the largest segment the kernel hands the qdisc, 64 KiB with GSO): a
+    message that finds the bucket full passes that much at the veth's own speed.
 
     Attributes:
         name: the run's prefix, ``mpicoll-<pid>-<tag>``; node i is ``<name>-n<i>``.
