@@ -44,6 +44,14 @@ SWEEP_ARGS       ?=
 SWEEP_BENCH_ARGS ?= -c allreduce bcast -a auto ring recursive_doubling rabenseifner binomial \
                     scatter_ring_allgather -m 8:256K:8 --time-budget 0.01
 
+# `make cluster-test`: nodes, ranks per node, each NIC's rate (tc's units), the tests, -k
+CLUSTER_NODES ?= 2
+CLUSTER_PPN   ?= 2
+CLUSTER_RATE  ?= 1gbit
+CLUSTER_TESTS ?= tests/mpi/test_collectives.py tests/mpi/test_nonblocking.py \
+                 tests/mpi/test_persistent.py tests/mpi/test_smp.py tests/mpi/test_cluster.py
+CLUSTER_K     ?= allreduce or bcast or allgather or smp or cluster
+
 # ---- the MPI library and its launcher ---------------------------------------------------------
 ifeq ($(MPI),mpich)
   MPI_EXTRA  := mpich
@@ -102,8 +110,8 @@ pip_target = $(if $(call extras,$(1)),.[$(call extras,$(1))],.)
 .DEFAULT_GOAL := help
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
-.PHONY: help setup lint test test-unit test-mpi test-full test-large bench verify examples readme \
-        sweep clean distclean
+.PHONY: help setup lint test test-unit test-mpi test-full test-large cluster-test bench verify \
+        examples readme sweep clean distclean
 
 # ---- set-up -----------------------------------------------------------------------------------
 
@@ -146,6 +154,16 @@ test-full:
 test-large: $(TESTED)
 	MPICOLL_TEST_LARGE=1 $(RUN_MPI) -n "$(NP_LIST)" -- -q -m large \
 	    --timeout=$(LARGE_TIMEOUT) $(PYTEST_ARGS) tests/mpi
+
+## cluster-test: the allreduce, bcast, allgather and smp MPI tests on an emulated cluster of
+## CLUSTER_NODES x CLUSTER_PPN ranks (network namespaces; needs root: docs/cluster.md)
+cluster-test: $(TESTED)
+	@$(TEST_MPI_ENV) PYTHON="$(PY)" RUN_TIMEOUT="$(RUN_TIMEOUT)" timeout -k 20 $(RUN_TIMEOUT) \
+	    $(PY) -m mpicoll.tools.cluster -N $(CLUSTER_NODES) -k $(CLUSTER_PPN) \
+	    --rate $(CLUSTER_RATE) --mpiexec "$(firstword $(MPIEXEC))" -- \
+	    bash tests/run_mpi.sh -n "$$(($(CLUSTER_NODES) * $(CLUSTER_PPN)))" -- -q \
+	    --timeout=$(TEST_TIMEOUT) -k "$(CLUSTER_K)" $(PYTEST_ARGS) $(CLUSTER_TESTS); \
+	rc=$$?; if [ $$rc = 77 ]; then echo "cluster-test: skipped (see above)"; rc=0; fi; exit $$rc
 
 # ---- running it -------------------------------------------------------------------------------
 

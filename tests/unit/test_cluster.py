@@ -1,0 +1,231 @@
+"""The emulated cluster (mpicoll.tools.cluster): its parsing without privileges; with root (or
+CAP_NET_ADMIN + CAP_SYS_ADMIN), a real 2-node cluster: names, hostnames, traffic through the
+rate-limited NICs counted, the ssh stand-in, teardown even after an error, stale cleanup.
+
+The MPI suite on the cluster is `make cluster-test`, not here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpicoll.tools import cluster as cl
+
+
+def test_parse_rate():
+    assert cl.parse_rate("1gbit") == 1e9
+    assert cl.parse_rate("100mbit") == 1e8
+    assert cl.parse_rate("500kbit") == 5e5
+    assert cl.parse_rate("10mbps") == 8e7
+    assert cl.parse_rate("2.5Gbit") == 2.5e9
+    for bad in ("fast", "1gb", "", "-1gbit"):
+        with pytest.raises(ValueError, match="tc rate"):
+            cl.parse_rate(bad)
+
+
+def test_launch_args():
+    flags, env = cl.launch_args("mpich", ["node0", "node1"], 3, "/x/agent")
+    assert flags == ["-launcher", "ssh", "-launcher-exec", "/x/agent", "-hosts", "node0,node1",
+                     "-ppn", "3"]
+    assert env["MPIR_CVAR_CH4_NETMOD"] == "ofi"
+    assert env["FI_PROVIDER"] == "tcp"
+    flags, env = cl.launch_args("openmpi", ["node0", "node1"], 2, "/x/agent")
+    assert flags[:3] == ["--prtemca", "plm_ssh_agent", "/x/agent"]
+    assert flags[flags.index("--host") + 1] == "node0:2,node1:2"
+    assert flags[flags.index("btl") + 1] == "tcp,self,sm"
+    assert flags[flags.index("--bind-to") + 1] == "none"
+    with pytest.raises(ValueError, match="MPICH and Open MPI"):
+        cl.launch_args("other", ["node0"], 1, "/x/agent")
+
+
+def test_missing_capabilities():
+    # CapEff bits: 12 CAP_NET_ADMIN, 21 CAP_SYS_ADMIN
+    full = f"Name:\tx\nCapEff:\t{(1 << 12) | (1 << 21):016x}\n"
+    assert cl.missing_capabilities(full) == []
+    assert cl.missing_capabilities(f"CapEff:\t{1 << 21:016x}\n") == ["CAP_NET_ADMIN"]
+    assert cl.missing_capabilities("CapEff:\t0000000000000000\n") == ["CAP_NET_ADMIN",
+                                                                     "CAP_SYS_ADMIN"]
+    with pytest.raises(ValueError):
+        cl.missing_capabilities("Name:\tx\n")
+
+
+def test_bad_shape():
+    with pytest.raises(ValueError, match="nodes"):
+        cl.Cluster(0, 1)
+    with pytest.raises(ValueError, match="ranks_per_node"):
+        cl.Cluster(2, 0)
+    with pytest.raises(ValueError, match="tc rate"):
+        cl.Cluster(2, 1, "fast")
+
+
+_WHY = cl.unavailable()
+needs_root = pytest.mark.skipif(_WHY is not None, reason=f"emulated cluster: {_WHY}")
+
+_SERVER = """
+import socket, sys
+s = socket.create_server((sys.argv[1], 5000)); print("up", flush=True)
+c, _ = s.accept(); n = 0
+while (b := c.recv(1 << 16)):
+    n += len(b)
+print(n, flush=True)
+"""
+_CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], 5000)); c.sendall(bytes(int(sys.argv[2]))); c.close()
+"""
+
+
+@needs_root
+def test_cluster_nodes_traffic_teardown():
+    before = set(cl._namespaces())
+    with cl.Cluster(2, 1, "100mbit") as c:
+        names = set(c.namespaces) | {c.switch}
+        assert names <= set(cl._namespaces())
+        assert all(ns.startswith(f"mpicoll-{os.getpid()}-") for ns in names)
+        for i in range(2):
+            assert c.run(i, "hostname").stdout.strip() == f"node{i}"
+            assert f"{c.addresses[1]} node1" in c.run(i, "cat", "/etc/hosts").stdout
+        # the host's /etc/hosts is untouched by the nodes' private mounts
+        with open("/etc/hosts") as f:
+            assert "node1" not in f.read().split()
+        # a process left running on a node is killed at teardown
+        sleeper = subprocess.Popen(["ip", "netns", "exec", c.namespaces[1], "sleep", "300"])
+        # 1 MB node1 -> node0 over TCP: node1's NIC sent it, node0's received it
+        start = c.link_bytes()
+        server = subprocess.Popen(
+            c.command(0, sys.executable, "-c", _SERVER, "node0"),
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline().strip() == "up"
+            out = c.run(1, sys.executable, "-c", _CLIENT, "node0", str(10**6))
+            assert out.returncode == 0, out.stderr
+            assert int(server.stdout.readline()) == 10**6
+        finally:
+            server.kill()
+            server.wait(10)
+        end = c.link_bytes()
+        sent1 = end["sent"][1] - start["sent"][1]
+        got0 = end["received"][0] - start["received"][0]
+        assert 10**6 <= sent1 < 1.2 * 10**6
+        assert 10**6 <= got0 < 1.2 * 10**6
+        # node0 sent only acknowledgements back
+        assert end["sent"][0] - start["sent"][0] < 0.2 * 10**6
+    assert sleeper.wait(10) != 0
+    assert set(cl._namespaces()) & names == set()
+    assert set(cl._namespaces()) >= before - names
+
+
+@needs_root
+def test_agent_script():
+    with cl.Cluster(2, 1) as c:
+        ok = subprocess.run([c.agent, "-x", "node1", "hostname;", "echo", "$((1+2))"],
+                            capture_output=True, text=True, timeout=30, check=False)
+        assert ok.returncode == 0
+        assert ok.stdout.split() == ["node1", "3"]
+        bad = subprocess.run([c.agent, "-x", "elsewhere", "true"], capture_output=True,
+                             text=True, timeout=30, check=False)
+        assert bad.returncode == 255
+        assert "no node named 'elsewhere'" in bad.stderr
+
+
+@needs_root
+def test_teardown_after_error():
+    names: set[str] = set()
+
+    def failing() -> None:
+        with cl.Cluster(2, 1) as c:
+            names.update(c.namespaces, [c.switch])
+            raise KeyError("a failing test")
+
+    with pytest.raises(KeyError):
+        failing()
+    assert names
+    assert set(cl._namespaces()) & names == set()
+
+
+@needs_root
+def test_cleanup_stale_only_dead_runs():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"mpicoll-{dead.pid}-abcdef-n0"
+    live = f"mpicoll-{os.getpid()}-abcdef-n0"
+    other = "mpicollx-1-abcdef-n0"  # not this module's pattern
+    for ns in (stale, live, other):
+        subprocess.run(["ip", "netns", "add", ns], check=True, timeout=20)
+    try:
+        assert cl.cleanup_stale() == [stale]
+        assert {live, other} <= set(cl._namespaces())
+        assert stale not in cl._namespaces()
+    finally:
+        for ns in (stale, live, other):
+            subprocess.run(["ip", "netns", "delete", ns], check=False, timeout=20,
+                           capture_output=True)
+
+
+def test_main_skips_with_reason(monkeypatch, capsys):
+    monkeypatch.setattr(cl, "unavailable", lambda: "needs root (a test)")
+    assert cl.main(["--", "true"]) == cl.SKIP
+    assert "skipped: needs root (a test)" in capsys.readouterr().err
+
+
+def test_two_level_and_predict_bench():
+    from mpicoll.engines.network import Network
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    intra = Model(alpha=1e-6, beta=1e-10, gamma=2e-10, message_curve=((0, 1e-6), (1 << 20, 2e-4)))
+    inter = Model(alpha=5e-5, beta=8e-9, message_curve=((0, 5e-5), (1 << 20, 9e-3)))
+    m = cl.two_level(intra, inter, 2)
+    assert m.intra is intra
+    assert m.inter.message_curve == inter.message_curve
+    assert (m.inter.alpha, m.inter.beta, m.inter.gamma) == (5e-5, 8e-9, 2e-10)
+    assert m.inter.message(1 << 20) == 9e-3
+
+    def rec(backend, alg, t_us):
+        return {"backend": backend, "algorithm": alg, "auto_choice": None, "status": "ok",
+                "collective": "allreduce", "size_bytes": 1 << 20, "persistent": False,
+                "time_us": {"median": t_us}}
+
+    doc = {"provenance": {"P": 4}, "results": [
+        rec("native", None, 900.0), rec("p2p", "ring", 1000.0),
+        {**rec("p2p", "ring", 5.0), "persistent": True},
+        {**rec("p2p", "ring", 0.0), "status": "WRONG", "time_us": None}]}
+    rows = cl.predict_bench(doc, m)
+    assert [r["algorithm"] for r in rows] == ["native", "ring"]
+    assert rows[0]["predicted_us"] is None
+    want = simulate("allreduce", 4, (1 << 20) // 8, algorithm="ring", model=m,
+                    network=Network("cluster:2", "block", 2))
+    assert rows[1]["predicted_us"] == pytest.approx(want.time * 1e6)
+    assert rows[1]["error"] == pytest.approx(1000.0 / rows[1]["predicted_us"] - 1)
+    # ring allreduce on 2 nodes of 2: two of the four ring links cross, each 2 (P-1)/P n bytes
+    assert rows[1]["inter_node_bytes"] == int(want.inter_bytes_sent.sum()) == 2 * 2 * 3 * (1 << 18)
+
+
+def test_predict_command(tmp_path, capsys):
+    import json
+
+    from mpicoll.model.alphabeta import Model, save
+
+    save(Model(alpha=1e-6, beta=1e-10), tmp_path / "intra.json")
+    save(Model(alpha=5e-5, beta=8e-9), tmp_path / "inter.json")
+    doc = {"provenance": {"P": 4}, "results": [
+        {"backend": "p2p", "algorithm": "recursive_doubling", "auto_choice": None,
+         "status": "ok", "collective": "allgather", "size_bytes": 1 << 16,
+         "persistent": False, "time_us": {"median": 500.0}}]}
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    args = ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
+            str(tmp_path / "inter.json"), "-k", "2", "--json", str(tmp_path / "rows.json"),
+            str(tmp_path / "bench.json")]
+    assert cl.main(args) == 0
+    assert cl.main([*args, "--no-network"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("recursive_doubling") == 2
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["algorithm"] for r in rows] == ["recursive_doubling"]
+    # S = 64 KiB gathered: blocks of 16 KiB; the second round, 2 blocks each, crosses nodes
+    assert rows[0]["inter_node_bytes"] == 4 * 2 * (1 << 14)
+    assert rows[0]["predicted_us"] > 0
