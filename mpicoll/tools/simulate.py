@@ -397,10 +397,14 @@ def simulation_model(
     doc: dict[str, Any] = {**m.as_dict(), "source": source, "two_level": None}
     if args.ranks_per_node is None:
         return m, source, doc
+    # given inter-node terms replace the measured message curve (fitted inside one node),
+    # which would otherwise be read before alpha and beta
+    given_inter = args.inter_alpha is not None or args.inter_beta is not None
     inter = replace(
         m,
         alpha=m.alpha if args.inter_alpha is None else args.inter_alpha,
         beta=m.beta if args.inter_beta is None else args.inter_beta,
+        message_curve=() if given_inter else m.message_curve,
     )
     k = args.ranks_per_node
     doc["two_level"] = {"ranks_per_node": k, "nodes": -(-args.ranks // k),

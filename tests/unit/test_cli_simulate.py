@@ -284,3 +284,25 @@ def test_count_for_is_public() -> None:
     assert bench.count_for("allgather", 1024, 4, 8) == 32
     assert bench.count_for("allgather", 8, 4, 8) == 1
     assert bench.count_for("barrier", 1024, 4, 8) == 0
+
+
+def test_inter_node_terms_replace_a_measured_curve(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A calibrated model with a measured message curve (fitted inside a node): the inter-node
+    alpha and beta given on the command line are what inter-node messages cost, not the
+    curve (a cluster-emulation finding: they were ignored)."""
+    curve = ((8, 2e-6), (1 << 20, 1e-4))
+    path = tmp_path / "curved.json"
+    model.save(model.Model(2e-6, 1e-10, 1e-10, message_curve=curve), path)
+    argv = ["simulate", "-n", "8", "-c", "allreduce", "-a", "ring", "-m", "1M", "--model",
+            str(path), "--ranks-per-node", "4", "--json"]
+    times = []
+    for beta in ("1e-9", "1e-8"):
+        out = tmp_path / f"sim-{beta}.json"
+        status, _, err = run_cli(capsys, *argv, str(out), "--inter-beta", beta)
+        assert status == 0, err
+        (row,) = json.loads(out.read_text())["rows"]
+        times.append(row["time_us"])
+    # ring at P = 8 on 2 nodes: 2 (P-1) steps of n/P, each crossing a node boundary
+    assert times[1] > times[0] * 2
