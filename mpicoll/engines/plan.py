@@ -52,6 +52,7 @@ from ..algorithms.schedule import (
     Send,
     _ufunc_reduce,
 )
+from ..model.alphabeta import current as _current_model
 from . import threads as _threads
 from .call import Call
 from .errors import _name, explain, settle, truncated
@@ -66,7 +67,7 @@ from .requests import (
 )
 from .threads import _guard, _lock
 
-__all__ = ["BlockingRunner", "NoTemplateError", "NonblockingRunner", "Plan", "PlanRequest",
+__all__ = ["NAMED", "BlockingRunner", "NoTemplateError", "NonblockingRunner", "Plan", "PlanRequest",
            "Recorder", "ReplayRequest", "Startall", "Template", "compile_plan"]
 
 #: one recorded local operation: (kind, a, b, op)
@@ -474,10 +475,13 @@ class _Runner:
     they parse as the template's did)."""
 
     __slots__ = ("_args", "_call", "_fast", "_parse", "_replayed", "_runs", "_truncated",
-                 "algorithm", "engine")
+                 "algorithm", "engine", "model")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.algorithm = engine, algorithm
+        #: the cost model an ``auto`` runner chose its algorithm with (:meth:`reselect` when
+        #: :func:`mpicoll.model.use` changed it since); :data:`NAMED` for a named algorithm
+        self.model: Any = NAMED
         self._call: Call | None = call
         #: the call's local truncation (:attr:`Call.truncated`: a template's runners have it
         #: of their source, whose layout decides it)
@@ -499,6 +503,10 @@ class _Runner:
             self._parse = None
             self._args = ()
         return call
+
+    def reselect(self, args: tuple[Any, ...]) -> None:
+        """Choose the algorithm again for the model in use (an ``auto`` runner: the backend's;
+        ``args``: the run's arguments, parsed now by a runner made from a template)."""
 
     @property
     def call(self) -> Call:
@@ -529,9 +537,12 @@ class BlockingRunner(_Runner):
     engine) and under ``MPI_THREAD_MULTIPLE`` (else the engine's thread checks apply).
     ``free()`` drops the plan (the front door's eviction, a changed model)."""
 
-    __slots__ = ()
+    __slots__ = ("_go",)
 
     def __call__(self, tag: int | None = None, *args: Any) -> None:
+        model = self.model
+        if model is not NAMED and _current_model() is not model:
+            self.reselect(args)
         fast = self._fast
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
@@ -546,43 +557,20 @@ class BlockingRunner(_Runner):
             return
         if engine._refused:
             engine._drain(tag)
-        comm = engine.comm
-        steps, tail = fast
-        err = None
-        for local, kind, msgs, during in steps:
-            for fn, a, b in local:
-                fn(a, b)
-            reqs = None
-            try:
-                if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
-                    sspec, dest, rspec, source = msgs
-                    comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
-                elif kind is _SEND:
-                    comm.Send(msgs[0], msgs[1], tag)
-                elif kind is _RECV:
-                    comm.Recv(msgs[0], msgs[1], tag)
-                else:
-                    recvs, sends, statuses = msgs
-                    reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
-                    for spec, peer in sends:
-                        reqs.append(comm.Isend(spec, peer, tag))
-                    for fn, a, b in during:
-                        fn(a, b)
-                    _WAITALL(reqs, statuses)
-            except MPI.Exception as exc:  # kept (MPI's words, the collective, the peer); the
-                # rounds go on, as MPICH's collectives do, so no peer waits for this rank
-                err = err or explain(exc, _name(self.call_of(args)),
-                                     msgs[2] if kind is _GENERAL else (),
-                                     _round_peers(kind, msgs))
-                if reqs:
-                    settle(reqs)
-        for fn, a, b in tail:
-            fn(a, b)
+        failed = self._go(engine.comm, tag, *fast)
         self._replayed.runs += 1  # type: ignore[union-attr]
-        if err is None and self._truncated is not None:
-            err = truncated(_name(self.call_of(args)), self._truncated)
-        if err is not None:
-            raise err
+        if failed is not None or self._truncated is not None:
+            self._raise(failed, args)
+
+    def _raise(self, failed: tuple[MPI.Exception, int] | None, args: tuple[Any, ...]) -> None:
+        """Raise the first MPI error of a replayed run (``failed``: the exception and its
+        step; MPI's words, the collective, the peer), else the call's local truncation."""
+        what = _name(self.call_of(args))
+        if failed is None:
+            raise truncated(what, self._truncated)  # type: ignore[arg-type]
+        exc, i = failed
+        _, kind, msgs, _ = self._fast[0][i]  # type: ignore[index]
+        raise explain(exc, what, msgs[2] if kind is _GENERAL else (), _round_peers(kind, msgs))
 
     def _compile(self, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         general, tail, self._replayed = _replay_steps(self.engine, self.call_of(args),
@@ -600,8 +588,118 @@ class BlockingRunner(_Runner):
             else:
                 kind, msgs = _RECV, recvs[0]
             steps.append((local, kind, msgs, during))
+        self._go = _straight(steps, tail)
         return (tuple(steps), tail)
 
+
+
+def _replay(comm: MPI.Comm, tag: int, steps: tuple[Any, ...], tail: tuple[Any, ...]
+            ) -> tuple[MPI.Exception, int] | None:
+    """Run a compiled blocking plan's steps (:meth:`BlockingRunner._compile`) on ``tag``: per
+    step its local work, then its round (one ``Sendrecv``, ``Send`` or ``Recv``, or
+    ``Irecv``s, ``Isend``s, the overlapped work and ``Waitall``), then the tail.  An MPI error
+    is kept and the rounds go on, as MPICH's collectives do, so no peer waits for this rank;
+    returns the first one and its step's index, or None.  :func:`_straight` writes this out
+    for one plan's shape."""
+    failed = None
+    for i, (local, kind, msgs, during) in enumerate(steps):
+        for fn, a, b in local:
+            fn(a, b)
+        reqs = None
+        try:
+            if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
+                sspec, dest, rspec, source = msgs
+                comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
+            elif kind is _SEND:
+                comm.Send(msgs[0], msgs[1], tag)
+            elif kind is _RECV:
+                comm.Recv(msgs[0], msgs[1], tag)
+            else:
+                recvs, sends, statuses = msgs
+                reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
+                for spec, peer in sends:
+                    reqs.append(comm.Isend(spec, peer, tag))
+                for fn, a, b in during:
+                    fn(a, b)
+                _WAITALL(reqs, statuses)
+        except MPI.Exception as exc:
+            if failed is None:
+                failed = (exc, i)
+            if reqs:
+                settle(reqs)
+    for fn, a, b in tail:
+        fn(a, b)
+    return failed
+
+
+#: plans with more steps than this replay through :func:`_replay`'s loop
+_STRAIGHT_STEPS = 32
+#: :func:`_straight`'s functions, by plan shape
+_STRAIGHT: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+
+def _straight(steps: Sequence[tuple[Any, ...]], tail: tuple[Any, ...]) -> Callable[..., Any]:
+    """:func:`_replay` written out for plans of the shape of ``(steps, tail)`` (the number of
+    local operations of each step, its kind and messages, the tail's): no loop, no kind
+    tested, every object unpacked from the plan's tuples in one statement.  One function per
+    shape (a template's runners share their source's)."""
+    if len(steps) > _STRAIGHT_STEPS:
+        return _replay
+    shape = (tuple((len(local), kind,
+                    (len(msgs[0]), len(msgs[1])) if kind is _GENERAL else (), len(during))
+                   for local, kind, msgs, during in steps), len(tail))
+    fn = _STRAIGHT.get(shape)
+    if fn is not None:
+        return fn
+    n = [0]
+
+    def names(k: int, what: str) -> list[str]:
+        out = [f"{what}{n[0] + j}" for j in range(k)]
+        n[0] += k
+        return out
+
+    def calls(k: int) -> tuple[str, list[str]]:  # (fn, a, b) triples: the target and the calls
+        fs = names(k, "f")
+        xs = [(f, f"x{f[1:]}", f"y{f[1:]}") for f in fs]
+        return ("(" + "".join(f"({f}, {x}, {y}), " for f, x, y in xs) + ")",
+                [f"    {f}({x}, {y})" for f, x, y in xs])
+
+    targets, body = [], []
+    for i, (nlocal, kind, counts, nduring) in enumerate(shape[0]):
+        local, pre = calls(nlocal)
+        during, mid = calls(nduring)
+        body += pre
+        if kind is _SENDRECV:
+            msgs, post = f"(s{i}, d{i}, r{i}, p{i})", [
+                f"        comm.Sendrecv(s{i}, d{i}, tag, r{i}, p{i}, tag)"]
+        elif kind is _SEND:
+            msgs, post = f"(s{i}, d{i})", [f"        comm.Send(s{i}, d{i}, tag)"]
+        elif kind is _RECV:
+            msgs, post = f"(r{i}, p{i})", [f"        comm.Recv(r{i}, p{i}, tag)"]
+        else:
+            rs, ss = [f"r{i}_{j}" for j in range(counts[0])], [f"s{i}_{j}" for j in
+                                                                range(counts[1])]
+            msgs = ("((" + "".join(f"({r}, {r}p), " for r in rs) + "), ("
+                    + "".join(f"({q}, {q}p), " for q in ss) + f"), st{i})")
+            posts = [f"comm.Irecv({r}, {r}p, tag)" for r in rs] + [
+                f"comm.Isend({q}, {q}p, tag)" for q in ss]
+            post = [f"        reqs = [{', '.join(posts)}]",
+                    *["    " + line for line in mid], f"        WAITALL(reqs, st{i})"]
+        targets.append(f"({local}, _, {msgs}, {during})")
+        body += ["    reqs = None"] if kind is _GENERAL else []
+        body += ["    try:", *post, "    except MPI.Exception as exc:",
+                 f"        if failed is None: failed = (exc, {i})"]
+        if kind is _GENERAL:
+            body.append("        if reqs: SETTLE(reqs)")
+    tail_target, tail_body = calls(shape[1])
+    src = "\n".join(["def replay(comm, tag, steps, tail):",
+                     f"    ({''.join(t + ', ' for t in targets)}) = steps",
+                     f"    {tail_target} = tail", "    failed = None", *body, *tail_body,
+                     "    return failed"])
+    scope: dict[str, Any] = {"MPI": MPI, "WAITALL": _WAITALL, "SETTLE": settle}
+    exec(src, scope)  # one function per plan shape
+    fn = _STRAIGHT[shape] = scope["replay"]
+    return fn
 
 
 class NonblockingRunner(_Runner):
@@ -621,7 +719,10 @@ class NonblockingRunner(_Runner):
         super().__init__(engine, call, algorithm)
         self._previous: ReplayRequest | None = None
 
-    def __call__(self, tag: int | None = None, *_: Any) -> ScheduleRequest:
+    def __call__(self, tag: int | None = None, *args: Any) -> ScheduleRequest:
+        model = self.model
+        if model is not NAMED and _current_model() is not model:
+            self.reselect(args)
         fast = self._fast
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
@@ -824,7 +925,7 @@ class Template:
         self._bind: Callable[..., tuple[Any, ...]] = scope["bind"]
         self.source = source
         #: the cost model an ``auto`` source chose its algorithm with (None: named)
-        self.model = getattr(source, "model", None)
+        self.model = source.model
         self.counts = source._replayed.counts
 
     def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
@@ -852,6 +953,10 @@ class Template:
         run._fast = self._bind(*bufs)
         run._replayed = src.engine.traffic.track(self.counts)
         return run
+
+
+#: the :attr:`_Runner.model` of a runner whose algorithm was named (never chosen again)
+NAMED: Any = object()
 
 
 class NoTemplateError(Exception):

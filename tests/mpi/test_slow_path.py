@@ -181,7 +181,7 @@ def test_a_pooled_request_is_reused_only_when_nobody_holds_it(hand: mpicoll.P2P)
     total = float(sum(range(1, P + 1)))
     for _ in range(3):  # the third call replays (the second compiles)
         hand.Iallreduce(x, y).Wait()
-    run = hand.front_door.last[True]["allreduce"][4]
+    run = hand.front_door.last[True]["allreduce"].run
     first = weakref.ref(run._previous)  # (a weak reference: not a holder)
     for i in range(4):  # nobody holds the last request: it is started again
         x[:] = RANK + 1.0 + i
