@@ -207,19 +207,24 @@ class Collectives(CheckedMode):
                     if entry is not None:
                         door = self.front_door
                         door.hits += 1
+                        run = entry[1]
+                        if tag is None:
+                            out = run(*args)
+                        elif nonblocking:
+                            out = _holding(run(tag, *args), args)
+                        else:
+                            out = run(tag, *args)
+                        # now the last call of its collective (its record made at its
+                        # first hit, after the run: a p2p runner compiles its plan at its
+                        # second run, which the record then replays itself)
                         last = entry[2]
-                        if last is PENDING:  # its first hit
+                        if last is PENDING:
                             last = door.settle(key, entry, args, algorithm,
                                                self._take_tag if self._tagged else None,
                                                self._refuse)
-                        if last is not None:  # now the last call of its collective
+                        if last is not None:
                             self._last[nonblocking][collective] = last
-                        run = entry[1]
-                        if tag is None:
-                            return run(*args)
-                        if nonblocking:
-                            return _holding(run(tag, *args), args)
-                        return run(tag, *args)
+                        return out
             return self._parse_and_run(collective, nonblocking, algorithm, args, tag, key)
         except BaseException:
             if tag is not None:

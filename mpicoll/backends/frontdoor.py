@@ -66,6 +66,7 @@ import array
 import mmap
 from collections.abc import Callable
 from operator import is_ as _is
+from types import FunctionType
 from typing import Any
 
 import numpy as np
@@ -444,6 +445,16 @@ class _Checks:
         return t in _FIXED or t in _NUMPY_INTS
 
 
+def _direct(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` as the cheapest thing to call: an object whose class defines ``__call__`` in
+    Python (a p2p runner) as that method bound to it (no lookup of ``__call__`` per call)."""
+    for cls in type(run).__mro__:
+        call = vars(cls).get("__call__")
+        if call is not None:
+            return call.__get__(run) if isinstance(call, FunctionType) else run
+    return run
+
+
 def _same_items(seq: Any, items: tuple[Any, ...]) -> bool:
     return len(seq) == len(items) and all(map(_is, seq, items))
 
@@ -455,7 +466,7 @@ _MADE_SIZE = 256
 
 
 def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
-            door: FrontDoor, take_tag: Callable[[], int] | None = None,
+            door: FrontDoor, take_tag: Callable[[], int | None] | None = None,
             refuse: Callable[[int], None] | None = None,
             nonblocking: bool = False) -> Last | None:
     """The last-call record of a cached call (see :data:`Last`), or None if it cannot be one:
@@ -472,16 +483,25 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
     derived datatype's handle, nested sequences item by item; last the addresses (a view's,
     an mmap's, with its length: read at each call, a closed mmap misses).  On a match it
     counts a hit in ``door``, takes the call's tag (``take_tag``; None: an untagged backend)
-    and returns ``run(tag, *args)`` (on an exception ``refuse(tag)``, then raised)."""
+    and returns ``run(tag, *args)`` (on an exception ``refuse(tag)``, then raised).  A runner
+    that offers its replay as code (``run.inline()``: a compiled blocking p2p plan, see
+    :meth:`~mpicoll.engines.plan.BlockingRunner.inline`) has it written into the record, with
+    the runner's own guard: where the guard holds, ``run`` is called as above."""
     checks = _Checks()
     names = [f"a{i}" for i in range(len(args))]
     for x, a in zip(names, args, strict=True):
         if not checks.argument(x, a, not nonblocking):
             return None
+    inline = getattr(run, "inline", None)
+    inline = inline() if inline is not None and take_tag is not None else None
+    extra: dict[str, Any] = {} if inline is None else inline[3]
     lines = ["def make(MISS, ND, ADDRESS, SAME_ITEMS, door, take_tag, refuse, run, algo"
-             + "".join(f", k{i}" for i in range(len(checks.consts))) + "):",
-             "    def hit(algorithm, args):",
-             "        if algorithm is not algo: return MISS"]
+             + "".join(f", k{i}" for i in range(len(checks.consts)))
+             + "".join(f", {name}" for name in extra) + "):"]
+    if inline is not None:  # the runner's plan, named once
+        lines += ["    " + line for line in inline[1]]
+    lines += ["    def hit(algorithm, args):",
+              "        if algorithm is not algo: return MISS"]
     if names:
         lines.append(f"        {', '.join(names)}, = args")
     lines += checks.lines
@@ -496,10 +516,17 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
     if take_tag is None:
         lines.append(f"        return run({call})")
     else:
-        lines += ["        tag = take_tag()",
-                  "        try:",
-                  f"            return run(tag{', ' if names else ''}{call})",
-                  "        except BaseException:",
+        lines += ["        tag = take_tag()", "        try:"]
+        if inline is not None:  # the runner's replay, written here
+            lines.append(f"            if {inline[0]}:")
+            indent = "                "
+        else:
+            indent = "            "
+        lines.append(f"{indent}return run(tag{', ' if names else ''}{call})")
+        if inline is not None:
+            args_expr = f"({call}{',' if len(names) == 1 else ''})"
+            lines += ["            " + line.replace("ARGS", args_expr) for line in inline[2]]
+        lines += ["        except BaseException:",
                   "            refuse(tag)",
                   "            raise"]
     lines.append("    return hit")
@@ -511,9 +538,9 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
         scope: dict[str, Any] = {}
         exec(src, scope)  # one function per structure of record
         make = _MADE[src] = scope["make"]
-    hit = make(MISS, _ND, _ADDRESS, _same_items, door, take_tag, refuse, run,
-               algorithm, *checks.consts)
-    hit.run, hit.args = run, args  # type: ignore[attr-defined]
+    hit: Any = make(MISS, _ND, _ADDRESS, _same_items, door, take_tag, refuse, _direct(run),
+                    algorithm, *checks.consts, *extra.values())
+    hit.run, hit.args = run, args
     return hit
 
 
@@ -652,7 +679,7 @@ class FrontDoor:
         self.pinned += nbytes
 
     def settle(self, key: tuple[Any, ...], entry: tuple[Any, ...], args: tuple[Any, ...],
-               algorithm: Any, take_tag: Callable[[], int] | None = None,
+               algorithm: Any, take_tag: Callable[[], int | None] | None = None,
                refuse: Callable[[int], None] | None = None) -> Last | None:
         """The :data:`Last` record of a stored call at its first hit, made of the arguments
         of that hit (whose key is the entry's now: the entry's own objects may have changed

@@ -572,6 +572,34 @@ class BlockingRunner(_Runner):
         _, kind, msgs, _ = self._fast[0][i]  # type: ignore[index]
         raise explain(exc, what, msgs[2] if kind is _GENERAL else (), _round_peers(kind, msgs))
 
+    def inline(self) -> tuple[str, list[str], list[str], dict[str, Any]] | None:
+        """This runner's replay as code for the front door to write into a last call's
+        record (one function less on the path): ``(guard, unpack, body, names)``.  ``guard``
+        is an expression true where a run must go through :meth:`__call__` instead (the plan
+        dropped or compiled again, a schedule in flight, a refused call's messages to drain,
+        an ``auto`` runner's model changed); ``unpack`` the statements run once, when the
+        record is made, that name the plan's objects; ``body`` the replay (it reads ``tag``
+        and ``ARGS``, the run's arguments, and ends in a ``return``); ``names`` the objects
+        they read.  None for a runner not compiled, with a local truncation to raise, or
+        whose plan has too many steps (:data:`_STRAIGHT_STEPS`)."""
+        fast = self._fast
+        if fast is None or self._truncated is not None:
+            return None
+        shape = _shape(*fast)
+        if shape is None:
+            return None
+        unpack, body = _straight_lines(shape, "R_STEPS", "R_TAIL")
+        guard = "R_RUN._fast is not R_FAST or R_IN_FLIGHT[0] or R_ENGINE._refused"
+        if self.model is not NAMED:
+            guard += " or R_MODEL() is not R_CHOSEN"
+        names = {"R_RUN": self, "R_FAST": fast, "R_STEPS": fast[0], "R_TAIL": fast[1],
+                 "R_IN_FLIGHT": _IN_FLIGHT, "R_ENGINE": self.engine, "R_MODEL": _current_model,
+                 "R_CHOSEN": self.model, "R_REPLAYED": self._replayed, "comm": self.engine.comm,
+                 **_REPLAY_GLOBALS}
+        return guard, unpack, [*body, "R_REPLAYED.runs += 1",
+                               "if failed is not None: R_RUN._raise(failed, ARGS)",
+                               "return None"], names
+
     def _compile(self, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         general, tail, self._replayed = _replay_steps(self.engine, self.call_of(args),
                                                       self.algorithm)
@@ -634,70 +662,86 @@ def _replay(comm: MPI.Comm, tag: int, steps: tuple[Any, ...], tail: tuple[Any, .
 
 #: plans with more steps than this replay through :func:`_replay`'s loop
 _STRAIGHT_STEPS = 32
-#: :func:`_straight`'s functions, by plan shape
+#: :func:`_straight`'s functions, by plan shape (at most :data:`_SHAPES`)
 _STRAIGHT: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_SHAPES = 256
 
 
-def _straight(steps: Sequence[tuple[Any, ...]], tail: tuple[Any, ...]) -> Callable[..., Any]:
-    """:func:`_replay` written out for plans of the shape of ``(steps, tail)`` (the number of
-    local operations of each step, its kind and messages, the tail's): no loop, no kind
-    tested, every object unpacked from the plan's tuples in one statement.  One function per
-    shape (a template's runners share their source's)."""
+def _shape(steps: Sequence[tuple[Any, ...]], tail: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What :func:`_straight_lines` writes a compiled blocking plan's replay from: the number
+    of local operations of each step, its kind and messages, its overlapped work, the tail's;
+    None for a plan of more than :data:`_STRAIGHT_STEPS` steps."""
     if len(steps) > _STRAIGHT_STEPS:
-        return _replay
-    shape = (tuple((len(local), kind,
-                    (len(msgs[0]), len(msgs[1])) if kind is _GENERAL else (), len(during))
-                   for local, kind, msgs, during in steps), len(tail))
-    fn = _STRAIGHT.get(shape)
-    if fn is not None:
-        return fn
+        return None
+    return (tuple((len(local), kind,
+                   (len(msgs[0]), len(msgs[1])) if kind is _GENERAL else (), len(during))
+                  for local, kind, msgs, during in steps), len(tail))
+
+
+def _straight_lines(shape: tuple[Any, ...], steps: str, tail: str
+                    ) -> tuple[list[str], list[str]]:
+    """:func:`_replay` written out for plans of ``shape`` (:func:`_shape`): the statements
+    that unpack every object of the plan's tuples (named ``steps`` and ``tail``) into names in
+    one statement each, and those of the replay itself (no loop, no kind tested; it reads
+    ``comm`` and ``tag`` and leaves the first error and its step in ``failed``).  Unindented;
+    the names are ``f``, ``x``, ``y`` (local work), ``s``, ``d``, ``r``, ``p``, ``st``
+    (messages) with numbers, ``reqs``, ``exc`` and ``failed``."""
     n = [0]
 
-    def names(k: int, what: str) -> list[str]:
-        out = [f"{what}{n[0] + j}" for j in range(k)]
-        n[0] += k
-        return out
-
     def calls(k: int) -> tuple[str, list[str]]:  # (fn, a, b) triples: the target and the calls
-        fs = names(k, "f")
-        xs = [(f, f"x{f[1:]}", f"y{f[1:]}") for f in fs]
+        xs = [(f"f{n[0] + j}", f"x{n[0] + j}", f"y{n[0] + j}") for j in range(k)]
+        n[0] += k
         return ("(" + "".join(f"({f}, {x}, {y}), " for f, x, y in xs) + ")",
-                [f"    {f}({x}, {y})" for f, x, y in xs])
+                [f"{f}({x}, {y})" for f, x, y in xs])
 
-    targets, body = [], []
+    targets, body = [], ["failed = None"]
     for i, (nlocal, kind, counts, nduring) in enumerate(shape[0]):
         local, pre = calls(nlocal)
         during, mid = calls(nduring)
         body += pre
         if kind is _SENDRECV:
             msgs, post = f"(s{i}, d{i}, r{i}, p{i})", [
-                f"        comm.Sendrecv(s{i}, d{i}, tag, r{i}, p{i}, tag)"]
+                f"comm.Sendrecv(s{i}, d{i}, tag, r{i}, p{i}, tag)"]
         elif kind is _SEND:
-            msgs, post = f"(s{i}, d{i})", [f"        comm.Send(s{i}, d{i}, tag)"]
+            msgs, post = f"(s{i}, d{i})", [f"comm.Send(s{i}, d{i}, tag)"]
         elif kind is _RECV:
-            msgs, post = f"(r{i}, p{i})", [f"        comm.Recv(r{i}, p{i}, tag)"]
+            msgs, post = f"(r{i}, p{i})", [f"comm.Recv(r{i}, p{i}, tag)"]
         else:
-            rs, ss = [f"r{i}_{j}" for j in range(counts[0])], [f"s{i}_{j}" for j in
-                                                                range(counts[1])]
+            rs = [f"r{i}_{j}" for j in range(counts[0])]
+            ss = [f"s{i}_{j}" for j in range(counts[1])]
             msgs = ("((" + "".join(f"({r}, {r}p), " for r in rs) + "), ("
                     + "".join(f"({q}, {q}p), " for q in ss) + f"), st{i})")
             posts = [f"comm.Irecv({r}, {r}p, tag)" for r in rs] + [
                 f"comm.Isend({q}, {q}p, tag)" for q in ss]
-            post = [f"        reqs = [{', '.join(posts)}]",
-                    *["    " + line for line in mid], f"        WAITALL(reqs, st{i})"]
+            post = [f"reqs = [{', '.join(posts)}]", *mid, f"WAITALL(reqs, st{i})"]
+            body.append("reqs = None")
         targets.append(f"({local}, _, {msgs}, {during})")
-        body += ["    reqs = None"] if kind is _GENERAL else []
-        body += ["    try:", *post, "    except MPI.Exception as exc:",
-                 f"        if failed is None: failed = (exc, {i})"]
+        body += ["try:", *["    " + line for line in post], "except MPI.Exception as exc:",
+                 f"    if failed is None: failed = (exc, {i})"]
         if kind is _GENERAL:
-            body.append("        if reqs: SETTLE(reqs)")
+            body.append("    if reqs: SETTLE(reqs)")
     tail_target, tail_body = calls(shape[1])
+    return ([f"({''.join(t + ', ' for t in targets)}) = {steps}", f"{tail_target} = {tail}"],
+            body + tail_body)
+
+
+def _straight(steps: Sequence[tuple[Any, ...]], tail: tuple[Any, ...]) -> Callable[..., Any]:
+    """:func:`_replay` written out for plans of the shape of ``(steps, tail)``
+    (:func:`_straight_lines`).  One function per shape (a template's runners share their
+    source's)."""
+    shape = _shape(steps, tail)
+    if shape is None:
+        return _replay
+    fn = _STRAIGHT.get(shape)
+    if fn is not None:
+        return fn
+    unpack, body = _straight_lines(shape, "steps", "tail")
     src = "\n".join(["def replay(comm, tag, steps, tail):",
-                     f"    ({''.join(t + ', ' for t in targets)}) = steps",
-                     f"    {tail_target} = tail", "    failed = None", *body, *tail_body,
-                     "    return failed"])
-    scope: dict[str, Any] = {"MPI": MPI, "WAITALL": _WAITALL, "SETTLE": settle}
+                     *["    " + line for line in (*unpack, *body)], "    return failed"])
+    scope: dict[str, Any] = dict(_REPLAY_GLOBALS)
     exec(src, scope)  # one function per plan shape
+    if len(_STRAIGHT) >= _SHAPES:
+        del _STRAIGHT[next(iter(_STRAIGHT))]
     fn = _STRAIGHT[shape] = scope["replay"]
     return fn
 
@@ -1001,6 +1045,8 @@ _CONSTANTS = frozenset({str, int, bool, type(None), type(Ellipsis), MPI.Datatype
 
 
 _WAITALL = MPI.Request.Waitall
+#: what the written-out replays (:func:`_straight_lines`) read besides their plan
+_REPLAY_GLOBALS = {"MPI": MPI, "WAITALL": _WAITALL, "SETTLE": settle}
 _refcount = sys.getrefcount
 #: references to a runner's last request when only the runner holds it: its attribute, the
 #: caller's local name and getrefcount's argument (CPython)
