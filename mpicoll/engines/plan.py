@@ -779,7 +779,8 @@ class NonblockingRunner(_Runner):
         previous = self._previous
         if tag is None or (previous is not None and not previous.done):
             return engine.start(self.call, self.algorithm, tag)
-        engine.clear_tag(tag)
+        if engine._refused or engine.active:  # (else clear_tag has nothing to do)
+            engine.clear_tag(tag)
         self._replayed.runs += 1  # type: ignore[union-attr]
         if (_POOLED and previous is not None and previous._inactive
                 and _refcount(previous) <= _UNHELD and previous._claim.acquire(blocking=False)):
@@ -831,11 +832,27 @@ class ReplayRequest(ScheduleRequest):
         :class:`NonblockingRunner`; it is complete, reported and held by no one, and the
         caller holds its claim)."""
         self._ctx.tag = tag
-        self._next = 0
         self.done = self._inactive = False
         self._error = None  # (reported with the last run: _complete cleared it)
-        self._advance()
-        if not self.done and self._listed:  # (a one-round plan is never listed)
+        if not self._steps:  # no round: the tail, and done
+            self._next = 0
+            self._advance()
+            return
+        # the first step, as _advance posts it (written out: the common call)
+        local, recvs, sends, during = self._steps[0]
+        for fn, a, b in local:
+            fn(a, b)
+        comm = self._engine.comm
+        reqs = []
+        for spec, peer in recvs:
+            reqs.append(comm.Irecv(spec, peer, tag))
+        for spec, peer in sends:
+            reqs.append(comm.Isend(spec, peer, tag))
+        for fn, a, b in during:
+            fn(a, b)
+        self._reqs = reqs
+        self._next = 1
+        if self._listed:  # a round left to post (one round: never listed)
             with _lock:
                 self._engine.active.append(self)
                 _IN_FLIGHT[0] += 1
@@ -867,6 +884,36 @@ class ReplayRequest(ScheduleRequest):
         if self._all_statuses and self._next:
             return self._all_statuses[self._next - 1]
         return super()._statuses()
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:
+        """As :meth:`ScheduleRequest.Wait`; a plan of one round, posted, with nothing in flight
+        anywhere (under ``MPI_THREAD_MULTIPLE``: nothing else needs progress) sleeps in
+        ``Waitall`` on its round and does its tail here, without the general machinery."""
+        if (self._listed or self._inactive or _IN_FLIGHT[0] or _threads._level != _MULTIPLE
+                or not self._claim.acquire(blocking=False)):
+            return ScheduleRequest.Wait(self, status)
+        try:
+            if not self.done:
+                reqs = self._reqs
+                try:
+                    _WAITALL(reqs, st := self._all_statuses[0])
+                except MPI.Exception as exc:  # kept; raised below once complete
+                    self._note(exc, st)
+                    settle(reqs)
+                for fn, a, b in self._tail:
+                    fn(a, b)
+                self._reqs = _NO_REQS
+                self.done = True
+        finally:
+            self._claim.release()
+            if _WAITERS[0]:
+                _notify()
+        if self._error is not None or status is not None:
+            self._complete(status)  # sets status, raises the error
+            return True
+        self._inactive = True
+        self.held = None
+        return True
 
 
 class Template:
