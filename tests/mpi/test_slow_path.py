@@ -297,3 +297,51 @@ def test_new_buffers_are_stored_at_their_second_call(hand: mpicoll.P2P) -> None:
     hand.Allreduce(x, y)  # and a hit
     assert door.hits == h + 1
     assert np.array_equal(y, np.full(3, sum(r + 1.0 for r in range(P))))
+
+
+@pytest.mark.mpi
+def test_the_last_calls_replay_goes_through_its_runner_where_it_must(
+        hand: mpicoll.P2P) -> None:
+    """A blocking call repeated with the same objects replays its compiled plan inside its
+    last-call record (``BlockingRunner.inline``); where its runner's own checks would not
+    replay (a schedule in flight, the plan dropped, ``auto``'s model changed) the record
+    calls the runner instead.  Every result equals plain mpi4py's."""
+    from mpicoll.model import alphabeta
+
+    x, y, plain = np.zeros(5), np.zeros(5), np.zeros(5)
+
+    def check(i: int) -> None:
+        x[:] = RANK + i + np.arange(5.0)
+        hits = hand.front_door.hits
+        hand.Allreduce(x, y)
+        assert hand.front_door.hits == hits + (i > 0)  # (the first call is parsed)
+        WORLD.Allreduce(x, plain)
+        assert np.array_equal(y, plain)
+
+    for i in range(3):
+        check(i)
+    hit = hand.front_door.last[False]["allreduce"]
+    run = hit.run
+    assert run._fast is not None
+    assert "R_RUN" in hit.__code__.co_freevars, "the record replays the plan itself"
+    # a schedule in flight (P > 1): the runner progresses it while it runs this call
+    big, n = np.zeros(1000), 1000
+    req = hand.Iallreduce(np.ones(n), big, algorithm="ring")
+    check(3)
+    req.Wait()
+    assert np.array_equal(big, np.full(n, float(P)))
+    # the plan dropped under the record (an eviction, a changed model): compiled again
+    run.free()
+    for i in range(4, 7):
+        check(i)
+    assert hand.front_door.last[False]["allreduce"] is hit
+    # auto's model changed: chosen again, for the new model
+    try:
+        alphabeta.use(alphabeta.Model(alpha=1e-3, beta=1e-12))
+        for i in range(7, 10):
+            check(i)
+        assert run.model is alphabeta.current()
+    finally:
+        alphabeta.use(None)
+    check(10)
+    assert run.model is None
