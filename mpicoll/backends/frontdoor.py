@@ -27,7 +27,7 @@ together, the oldest entries going first to make room.  Only calls whose parse s
 stored, so a bad input raises at every call, before any message.  The buffers' *contents* are
 not in the key: a call that only changed them is a hit, as it should be.
 
-In front of that cache sits the *last call* of each collective (:class:`Last`): a call made
+In front of that cache sits the *last call* of each collective (:data:`Last`): a call made
 with the very objects of the last call of its collective (each argument identical, ``is``),
 whose arrays still have the shape, dtype and flags they had and whose user-defined ops the
 handle, runs that call's runner without building a key.  Identity is enough for the rest: the
@@ -35,11 +35,13 @@ entry keeps the objects alive (an id is never reused), ints, strings, ``None`` a
 ``MPI.IN_PLACE`` cannot change.  What a key holds by value is compared as the key would: a
 list or tuple argument (a buffer spec, built anew or changed in place) item by item, a view
 made anew (``big[:n]``, bare or a list spec's buffer) by its base, address, shape, strides,
-dtype and flags (:class:`_View`), an ``mmap`` of a blocking call by its length and address,
-read at each call (a closed one misses, and the parse raises what mpi4py raises).  Only calls
-the cache holds become last calls, so what the key would refuse never gets there; an entry
-becomes one at its first hit (its record made then, of that hit's arguments: a call made once
-needs none).
+dtype and flags, an ``mmap`` of a blocking call by its length and address, read at each call
+(a closed one misses, and the parse raises what mpi4py raises).  Only calls the cache holds
+become last calls, so what the key would refuse never gets there; an entry becomes one at its
+first hit (its record made then, after that hit's run, of its arguments: a call made once
+needs none).  The record is one function written for the call (:func:`last_of`): its checks
+one after the other, no loop, then the tag and the runner; a blocking p2p runner whose plan is
+compiled has its replay written in too, behind the runner's own guard.
 
 Behind the cache sit the *templates* (p2p, blocking calls): a miss whose buffers are all numpy
 arrays (bare or a list spec's first item) has a layout, :func:`shape_of` (its key less the
