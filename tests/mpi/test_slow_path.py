@@ -345,3 +345,31 @@ def test_the_last_calls_replay_goes_through_its_runner_where_it_must(
         alphabeta.use(None)
     check(10)
     assert run.model is None
+
+
+@pytest.mark.mpi
+def test_a_replayed_request_reports_its_error_at_every_wait(hand: mpicoll.P2P) -> None:
+    """A truncating ``Ibcast`` repeated with the same buffers (its plan replayed, its request
+    restarted from the pool, waited alone): every ``Wait`` raises ``MPI_ERR_TRUNCATE`` on the
+    rank whose buffer is short (the last, a leaf of every tree) and sets its status's error,
+    as the generator's run does; the other ranks complete, and a correct call after it
+    completes everywhere with the root's values."""
+    short = P > 1 and RANK == P - 1
+    buf = np.zeros(2 if short else 4)
+    for i in range(5):
+        if RANK == 0:
+            buf[:] = i
+        status = MPI.Status()
+        if short:
+            with pytest.raises(MPI.Exception) as info:
+                hand.Ibcast(buf, root=0).Wait(status)
+            assert info.value.Get_error_class() == MPI.ERR_TRUNCATE
+            assert status.Get_error() != MPI.SUCCESS
+        else:
+            hand.Ibcast(buf, root=0).Wait(status)
+            assert status.Get_error() == MPI.SUCCESS
+            assert np.array_equal(buf, np.full(4, float(i)))
+    good = np.full(4, float(RANK))
+    for _ in range(3):
+        hand.Ibcast(good, root=0).Wait()
+        assert np.array_equal(good, np.zeros(4))
