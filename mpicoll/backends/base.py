@@ -15,7 +15,6 @@ backend (see :mod:`mpicoll.algorithms.registry`); the native backend accepts onl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import is_ as _is
 from typing import Any, Self
 
 import numpy as np
@@ -28,13 +27,12 @@ from .buffers import ARG_ERRORS, is_in_place, parse
 from .checked import CheckedMode, MismatchError, check_algorithm_type
 from .env import Settings, read
 from .frontdoor import (
+    MISS,
     PENDING,
     FrontDoor,
     UncacheableError,
     holds,
     key_of,
-    same_maps,
-    same_specs,
     shape_of,
     unexported,
 )
@@ -181,28 +179,12 @@ class Collectives(CheckedMode):
         # the hot path: the last call of this collective again, with the same objects (every
         # method passes its collective's whole argument list, so the lengths agree; only
         # unchecked calls are cached, and Free empties the cache, so neither needs a test
-        # here); nothing here can raise, so the p2p tag is taken after it
-        last = self._last[nonblocking].get(collective)
-        if last is not None and algorithm is last[1] and (
-                all(map(_is, args, last[0])) if last[6] is None else same_specs(args, last)):
-            for a, shape, dtype, flags in last[2]:
-                if a.shape != shape or a.dtype is not dtype or a.flags.num != flags:
-                    break
-            else:
-                if ((not last[3] or all(op.handle == h for op, h in last[3]))
-                        and (not last[5] or all(len(seq) == len(items)
-                                                and all(map(_is, seq, items))
-                                                for seq, items in last[5]))
-                        and (not last[7] or same_maps(last[7]))):
-                    self.front_door.hits += 1
-                    if not self._tagged:
-                        return last[4](*args)
-                    tag = self._take_tag()
-                    try:
-                        return last[4](tag, *args)
-                    except BaseException:
-                        self._refuse(tag)
-                        raise
+        # here); the record checks the arguments, then takes the p2p tag and runs the call
+        hit = self._last[nonblocking].get(collective)
+        if hit is not None:
+            out = hit(algorithm, args)
+            if out is not MISS:
+                return out
         return self._cached_call(collective, nonblocking, algorithm, args)
 
     def _cached_call(self, collective: str, nonblocking: bool, algorithm: Any,
@@ -225,17 +207,24 @@ class Collectives(CheckedMode):
                     if entry is not None:
                         door = self.front_door
                         door.hits += 1
-                        last = entry[2]
-                        if last is PENDING:  # its first hit
-                            last = door.settle(key, entry, args, algorithm)
-                        if last is not None:  # now the last call of its collective
-                            self._last[nonblocking][collective] = last
                         run = entry[1]
                         if tag is None:
-                            return run(*args)
-                        if nonblocking:
-                            return _holding(run(tag, *args), args)
-                        return run(tag, *args)
+                            out = run(*args)
+                        elif nonblocking:
+                            out = _holding(run(tag, *args), args)
+                        else:
+                            out = run(tag, *args)
+                        # now the last call of its collective (its record made at its
+                        # first hit, after the run: a p2p runner compiles its plan at its
+                        # second run, which the record then replays itself)
+                        last = entry[2]
+                        if last is PENDING:
+                            last = door.settle(key, entry, args, algorithm,
+                                               self._take_tag if self._tagged else None,
+                                               self._refuse)
+                        if last is not None:
+                            self._last[nonblocking][collective] = last
+                        return out
             return self._parse_and_run(collective, nonblocking, algorithm, args, tag, key)
         except BaseException:
             if tag is not None:

@@ -27,7 +27,7 @@ together, the oldest entries going first to make room.  Only calls whose parse s
 stored, so a bad input raises at every call, before any message.  The buffers' *contents* are
 not in the key: a call that only changed them is a hit, as it should be.
 
-In front of that cache sits the *last call* of each collective (:class:`Last`): a call made
+In front of that cache sits the *last call* of each collective (:data:`Last`): a call made
 with the very objects of the last call of its collective (each argument identical, ``is``),
 whose arrays still have the shape, dtype and flags they had and whose user-defined ops the
 handle, runs that call's runner without building a key.  Identity is enough for the rest: the
@@ -35,11 +35,13 @@ entry keeps the objects alive (an id is never reused), ints, strings, ``None`` a
 ``MPI.IN_PLACE`` cannot change.  What a key holds by value is compared as the key would: a
 list or tuple argument (a buffer spec, built anew or changed in place) item by item, a view
 made anew (``big[:n]``, bare or a list spec's buffer) by its base, address, shape, strides,
-dtype and flags (:class:`_View`), an ``mmap`` of a blocking call by its length and address,
-read at each call (a closed one misses, and the parse raises what mpi4py raises).  Only calls
-the cache holds become last calls, so what the key would refuse never gets there; an entry
-becomes one at its first hit (its record made then, of that hit's arguments: a call made once
-needs none).
+dtype and flags, an ``mmap`` of a blocking call by its length and address, read at each call
+(a closed one misses, and the parse raises what mpi4py raises).  Only calls the cache holds
+become last calls, so what the key would refuse never gets there; an entry becomes one at its
+first hit (its record made then, after that hit's run, of its arguments: a call made once
+needs none).  The record is one function written for the call (:func:`last_of`): its checks
+one after the other, no loop, then the tag and the runner; a blocking p2p runner whose plan is
+compiled has its replay written in too, behind the runner's own guard.
 
 Behind the cache sit the *templates* (p2p, blocking calls): a miss whose buffers are all numpy
 arrays (bare or a list spec's first item) has a layout, :func:`shape_of` (its key less the
@@ -66,14 +68,14 @@ import array
 import mmap
 from collections.abc import Callable
 from operator import is_ as _is
+from types import FunctionType
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["PENDING", "PINNED_BYTES", "SIZE", "TEMPLATES", "FrontDoor", "Last",
-           "UncacheableError", "holds",
-           "key_of", "last_of", "same_maps", "same_specs", "shape_of", "unexported"]
+__all__ = ["MISS", "PENDING", "PINNED_BYTES", "SIZE", "TEMPLATES", "FrontDoor", "Last",
+           "UncacheableError", "holds", "key_of", "last_of", "shape_of", "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -314,150 +316,234 @@ def shape_of(head: tuple[Any, ...], args: Any) -> tuple[tuple[Any, ...], list[np
     return tuple(key), bufs
 
 
-#: a last call: ``(args, algorithm, arrays, handles, run, lists, specs, maps)``; ``arrays``
-#: holds ``(array, shape, dtype, flags)`` of its arrays (in its list specs too), ``handles``
-#: ``(object, handle)`` of its user-defined ops and derived datatypes, ``lists``
-#: ``(list, items)`` of its list and tuple arguments, nested ones included, ``specs`` per
-#: argument None (compared by identity), the items of a list or tuple argument, or a
-#: :class:`_View` (a view made anew at each call); None for all if the call has neither
-#: (see :func:`same_specs`), and ``maps`` ``(mmap, length, address)`` of its ``mmap`` buffers
-#: (read at each call: the program may close or resize one).  A spec list built anew at each
-#: call with the very same items, and a view made anew of the same memory, are the last call
-#: too (see the module)
-Last = tuple[tuple[Any, ...], Any, tuple[tuple[Any, ...], ...], tuple[tuple[Any, int], ...],
-             Callable[..., Any], tuple[tuple[Any, tuple[Any, ...]], ...],
-             tuple[Any, ...] | None, tuple[tuple[Any, int, int], ...]]
+#: a last call's record: ``hit(algorithm, args)`` runs the call (as its entry's runner would:
+#: the tag taken, ``run(tag, *args)``) if ``algorithm`` and ``args`` are the last call's as
+#: :func:`last_of` says, else returns :data:`MISS` having done nothing.  One function per
+#: record, made by :func:`last_of` (its checks written out, none of them a loop); its
+#: ``run`` attribute is the entry's runner, its ``args`` the arguments it was made of
+Last = Callable[[Any, tuple[Any, ...]], Any]
 
 #: an entry's last-call record before its first hit (see :meth:`FrontDoor.settle`)
 PENDING: Any = object()
+#: what a last call's record returns for a call that is not its own (nothing was done)
+MISS: Any = object()
 
 #: arguments a last call compares by identity alone (immutable, or pinned by an export)
 _FIXED = (int, str, type(None), bytes, bytearray, array.array, type(MPI.IN_PLACE))
+#: a spec's nested sequence longer than this is compared by a loop, not written out
+_INLINE_ITEMS = 8
 
 
-class _View:
-    """What a last call checks of a view argument (``big[:n]``, made anew at every call):
-    another view is the same key (:func:`_array`) if it views the same base at the same
-    address with the same shape, strides, dtype and flags.  Holds the view it was made of
-    (so its base, and the base's id, stay alive)."""
+class _Checks:
+    """The checks of one last-call record, as lines of Python (see :func:`last_of`): every
+    object they compare with is a constant of the function (``k0``, ``k1``, ...), so two
+    records of one structure have the same source, compiled once (:data:`_MADE`)."""
 
-    __slots__ = ("address", "base", "dtype", "flags", "shape", "strides", "view")
+    def __init__(self) -> None:
+        self.consts: list[Any] = []
+        self.lines: list[str] = []
+        #: the address reads, ``(what, constant)`` (they may raise: after every other check,
+        #: in one ``try``)
+        self.addresses: list[tuple[str, str]] = []
 
-    def __init__(self, a: np.ndarray) -> None:
-        self.view, self.base, self.address = a, a.base, _address(a)
-        self.shape, self.strides, self.dtype, self.flags = a.shape, a.strides, a.dtype, \
-            a.flags.num
+    def const(self, v: Any) -> str:
+        self.consts.append(v)
+        return f"k{len(self.consts) - 1}"
 
-    def match(self, a: Any) -> bool:
-        """Whether ``a`` keys as the view this was made of (never raises)."""
-        if (type(a) is not _ND or a.base is not self.base or a.shape != self.shape
-                or a.dtype is not self.dtype or a.strides != self.strides
-                or a.flags.num != self.flags):
-            return False
+    def miss(self, cond: str) -> None:
+        self.lines.append(f"        if {cond}: return MISS")
+
+    def same(self, x: str, v: Any) -> str:
+        """``x`` is ``v`` (an int: or an int equal to it, as the key compares ints); the
+        constant holding ``v``."""
+        k = self.const(v)
+        if type(v) is int:
+            self.miss(f"{x} is not {k} and (type({x}) is not int or {x} != {k})")
+        else:
+            self.miss(f"{x} is not {k}")
+        return k
+
+    def state(self, k: str, a: np.ndarray) -> None:
+        """What can change in place on an array that is the last call's own: its shape,
+        dtype and flags (writeable, contiguity)."""
+        self.miss(f"{k}.shape != {self.const(a.shape)} or {k}.dtype is not "
+                  f"{self.const(a.dtype)} or {k}.flags.num != {a.flags.num}")
+
+    def view(self, x: str, a: np.ndarray) -> bool:
+        """``x`` keys as the view ``a`` (:func:`_array`): an ndarray of the same base, shape,
+        dtype, strides and flags at the same address (the constants hold the base, so its id
+        stays its own); False if ``a`` has no address mpi4py reads."""
         try:
-            return int(_ADDRESS(a)) == self.address
-        except Exception:
+            at = _address(a)
+        except UncacheableError:
             return False
+        self.miss(f"type({x}) is not ND or {x}.base is not {self.const(a.base)}")
+        self.miss(f"{x}.shape != {self.const(a.shape)} or {x}.dtype is not "
+                  f"{self.const(a.dtype)} or {x}.strides != {self.const(a.strides)} "
+                  f"or {x}.flags.num != {a.flags.num}")
+        self.addresses.append((x, self.const(at)))
+        return True
+
+    def argument(self, x: str, a: Any, maps: bool) -> bool:
+        """The checks of the argument ``a`` (read as ``x``); False if it cannot be part of a
+        last call (``maps``: an mmap can be; see :func:`last_of`)."""
+        t = type(a)
+        if t is _ND:
+            if not a.ndim:  # a root or a count, read by value
+                return False
+            if a.base is not None:  # a view, made anew at each call
+                return self.view(x, a)
+            self.same(x, a)
+            self.state(x, a)
+            return True
+        if t is list or t is tuple:  # a spec, built anew at each call or not
+            self.miss(f"type({x}) is not {self.const(t)} or len({x}) != {len(a)}")
+            for j, v in enumerate(a):
+                y = f"{x}_{j}"
+                self.lines.append(f"        {y} = {x}[{j}]")
+                if j == 0 and type(v) is _ND and v.base is not None and v.ndim:
+                    if not self.view(y, v):
+                        return False
+                    continue
+                if not self.part(self.same(y, v), v, j == 0, maps):
+                    return False
+            return True
+        return self.part(self.same(x, a), a, False, maps)
+
+    def part(self, k: str, a: Any, buffer: bool, maps: bool) -> bool:
+        """What must be checked of ``a``, the last call's own object (the constant ``k``):
+        the state of an array (a spec's buffer: ``buffer``), the handle of a user-defined op
+        or derived datatype, the items of a nested sequence, the length and address of an
+        mmap (``maps``: allowed); False if it cannot be part of a last call."""
+        t = type(a)
+        if t is _ND:
+            if not buffer:  # counts or displacements: keyed by their contents
+                return False
+            self.state(k, a)
+            return True
+        if t is _OP or t is _DT:
+            if not a.is_predefined:  # a predefined op or datatype cannot be freed
+                self.miss(f"{k}.handle != {self.const(a.handle)}")
+            return True
+        if t is list or t is tuple:  # nested (counts, displacements): the same items
+            items = tuple(a)
+            if len(items) > _INLINE_ITEMS:
+                self.miss(f"not SAME_ITEMS({k}, {self.const(items)})")
+            else:
+                self.miss(f"len({k}) != {len(items)}")
+                for j, v in enumerate(items):
+                    self.miss(f"{k}[{j}] is not {self.const(v)}")
+            return all(self.part(self.const(v), v, False, False) for v in items)
+        if t is mmap.mmap:
+            if not maps:
+                return False
+            try:
+                at = _address(a)
+            except UncacheableError:
+                return False
+            self.miss(f"len({k}) != {len(a)}")
+            self.addresses.append((k, self.const(at)))
+            return True
+        return t in _FIXED or t in _NUMPY_INTS
+
+
+def _direct(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` as the cheapest thing to call: an object whose class defines ``__call__`` in
+    Python (a p2p runner) as that method bound to it (no lookup of ``__call__`` per call)."""
+    for cls in type(run).__mro__:
+        call = vars(cls).get("__call__")
+        if call is not None:
+            return call.__get__(run) if isinstance(call, FunctionType) else run
+    return run
+
+
+def _same_items(seq: Any, items: tuple[Any, ...]) -> bool:
+    return len(seq) == len(items) and all(map(_is, seq, items))
+
+
+#: the compiled records' makers, by source (records of one structure share one)
+_MADE: dict[str, Callable[..., Last]] = {}
+#: makers kept at most (the oldest goes first)
+_MADE_SIZE = 256
 
 
 def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
+            door: FrontDoor, take_tag: Callable[[], int | None] | None = None,
+            refuse: Callable[[int], None] | None = None,
             nonblocking: bool = False) -> Last | None:
-    """The last-call record of a cached call, or None if it cannot be one: an argument whose
-    meaning can change on the same object other than through what the record checks (a bare
-    0-d array: a root read by value; counts given as a numpy array; a memoryview, which may be
-    released; an mmap of a non-blocking call, whose request must hold it; anything else not
-    listed in :data:`_FIXED`).  A view is matched by :class:`_View`, an mmap by its length
-    and address, read at each call."""
-    arrays: list[tuple[Any, ...]] = []
-    handles: list[tuple[Any, int]] = []
-    lists: list[tuple[Any, tuple[Any, ...]]] = []
-    maps: list[tuple[Any, int, int]] | None = None if nonblocking else []
-    specs: list[Any] = []
-    for a in args:
-        t = type(a)
-        if t is _ND:
-            if not a.ndim:
-                return None
-            if a.base is not None:
-                specs.append(_View(a))
-                continue
-            arrays.append((a, a.shape, a.dtype, a.flags.num))
-        elif t is list or t is tuple:
-            items = list(a)
-            for i, v in enumerate(a):
-                if i == 0 and type(v) is _ND and v.base is not None and v.ndim:
-                    items[0] = _View(v)
-                elif not _last_part(v, type(v), arrays, handles, lists, i == 0, maps):
-                    return None
-            specs.append(tuple(items))
-            continue
-        elif not _last_part(a, t, arrays, handles, lists, False, maps):
+    """The last-call record of a cached call (see :data:`Last`), or None if it cannot be one:
+    an argument whose meaning can change on the same object other than through what the
+    record checks (a bare 0-d array: a root read by value; counts given as a numpy array; a
+    memoryview, which may be released; an mmap of a non-blocking call, whose request must
+    hold it; anything else not listed in :data:`_FIXED`).
+
+    The record's function checks, in order: ``algorithm`` by identity; each argument by
+    identity (an int: or by value), a list or tuple argument item by item (its type and
+    length, then each item by identity: a spec built anew with the same items matches), a
+    view (bare or a spec's buffer) by its base, shape, dtype, strides and flags; then the
+    state of what it holds: each array's shape, dtype and flags, each user-defined op's and
+    derived datatype's handle, nested sequences item by item; last the addresses (a view's,
+    an mmap's, with its length: read at each call, a closed mmap misses).  On a match it
+    counts a hit in ``door``, takes the call's tag (``take_tag``; None: an untagged backend)
+    and returns ``run(tag, *args)`` (on an exception ``refuse(tag)``, then raised).  A runner
+    that offers its replay as code (``run.inline()``: a compiled blocking p2p plan, see
+    :meth:`~mpicoll.engines.plan.BlockingRunner.inline`) has it written into the record, with
+    the runner's own guard: where the guard holds, ``run`` is called as above."""
+    checks = _Checks()
+    names = [f"a{i}" for i in range(len(args))]
+    for x, a in zip(names, args, strict=True):
+        if not checks.argument(x, a, not nonblocking):
             return None
-        specs.append(None)
-    return (args, algorithm, tuple(arrays), tuple(handles), run, tuple(lists),
-            None if all(x is None for x in specs) else tuple(specs), tuple(maps or ()))
-
-
-def same_specs(args: tuple[Any, ...], last: Last) -> bool:
-    """Whether ``args`` are the last call's (``is``), a list or tuple argument compared item
-    by item instead (``is``, one level: the same list changed in place, or one built anew
-    with other items, is not; a nested sequence is checked through ``lists``), a view by its
-    :class:`_View` (another view of the same memory, shape, strides, dtype and flags is).
-    Never raises."""
-    for a, old, items in zip(args, last[0], last[6] or (), strict=True):
-        if items is None:
-            if a is not old:
-                return False
-        elif type(items) is _View:
-            if not items.match(a):
-                return False
-        elif type(a) is not type(old) or len(a) != len(items):
-            return False
-        elif not all(map(_is, a, items)):
-            first = items[0]
-            if (type(first) is not _View or not first.match(a[0])
-                    or not all(map(_is, a[1:], items[1:]))):
-                return False
-    return True
-
-
-def same_maps(maps: tuple[tuple[Any, int, int], ...]) -> bool:
-    """Whether every mmap of a last call still has its length and address (False for a
-    closed one: the call is then parsed, and raises what mpi4py raises).  Never raises."""
-    try:
-        return all(len(m) == n and int(_ADDRESS(m)) == at for m, n, at in maps)
-    except Exception:
-        return False
-
-
-def _last_part(a: Any, t: type, arrays: list[tuple[Any, ...]],
-               handles: list[tuple[Any, int]], lists: list[tuple[Any, tuple[Any, ...]]],
-               buffer: bool, maps: list[tuple[Any, int, int]] | None = None) -> bool:
-    """Record what a last call must check of ``a`` (``buffer``: a list spec's buffer); False
-    if it cannot be part of a last call (``maps``: where an mmap's length and address go;
-    None: an mmap cannot)."""
-    if t is _ND:
-        if not buffer:  # counts or displacements: keyed by their contents
-            return False
-        arrays.append((a, a.shape, a.dtype, a.flags.num))
-        return True
-    if t is _OP or t is _DT:
-        if not a.is_predefined:  # a predefined op or datatype cannot be freed
-            handles.append((a, a.handle))
-        return True
-    if t is list or t is tuple:
-        items = tuple(a)
-        lists.append((a, items))
-        return all(_last_part(v, type(v), arrays, handles, lists, False) for v in items)
-    if t is mmap.mmap:
-        if maps is None:
-            return False
-        try:
-            maps.append((a, len(a), int(_ADDRESS(a))))
-        except Exception:
-            return False
-        return True
-    return t in _FIXED or t in _NUMPY_INTS
+    inline = getattr(run, "inline", None)
+    inline = inline() if inline is not None and take_tag is not None else None
+    extra: dict[str, Any] = {} if inline is None else inline[3]
+    lines = ["def make(MISS, ND, ADDRESS, SAME_ITEMS, door, take_tag, refuse, run, algo"
+             + "".join(f", k{i}" for i in range(len(checks.consts)))
+             + "".join(f", {name}" for name in extra) + "):"]
+    if inline is not None:  # the runner's plan, named once
+        lines += ["    " + line for line in inline[1]]
+    lines += ["    def hit(algorithm, args):",
+              "        if algorithm is not algo: return MISS"]
+    if names:
+        lines.append(f"        {', '.join(names)}, = args")
+    lines += checks.lines
+    if checks.addresses:
+        lines += ["        try:",
+                  *[f"            if ADDRESS({x}) != {k}: return MISS"
+                    for x, k in checks.addresses],
+                  "        except Exception:",
+                  "            return MISS"]
+    lines.append("        door.hits += 1")
+    call = ", ".join(names)
+    if take_tag is None:
+        lines.append(f"        return run({call})")
+    else:
+        lines += ["        tag = take_tag()", "        try:"]
+        if inline is not None:  # the runner's replay, written here
+            lines.append(f"            if {inline[0]}:")
+            indent = "                "
+        else:
+            indent = "            "
+        lines.append(f"{indent}return run(tag{', ' if names else ''}{call})")
+        if inline is not None:
+            args_expr = f"({call}{',' if len(names) == 1 else ''})"
+            lines += ["            " + line.replace("ARGS", args_expr) for line in inline[2]]
+        lines += ["        except BaseException:",
+                  "            refuse(tag)",
+                  "            raise"]
+    lines.append("    return hit")
+    src = "\n".join(lines)
+    make = _MADE.get(src)
+    if make is None:
+        if len(_MADE) >= _MADE_SIZE:
+            del _MADE[next(iter(_MADE))]
+        scope: dict[str, Any] = {}
+        exec(src, scope)  # one function per structure of record
+        make = _MADE[src] = scope["make"]
+    hit: Any = make(MISS, _ND, _ADDRESS, _same_items, door, take_tag, refuse, _direct(run),
+                    algorithm, *checks.consts, *extra.values())
+    hit.run, hit.args = run, args
+    return hit
 
 
 _NUMPY_INTS = frozenset(t for t in _PARTS if t not in (list, tuple) and t.__module__ == "numpy")
@@ -595,12 +681,14 @@ class FrontDoor:
         self.pinned += nbytes
 
     def settle(self, key: tuple[Any, ...], entry: tuple[Any, ...], args: tuple[Any, ...],
-               algorithm: Any) -> Last | None:
+               algorithm: Any, take_tag: Callable[[], int | None] | None = None,
+               refuse: Callable[[int], None] | None = None) -> Last | None:
         """The :data:`Last` record of a stored call at its first hit, made of the arguments
         of that hit (whose key is the entry's now: the entry's own objects may have changed
         since, a list spec's items replaced in place), kept in the entry (it holds them
-        alive, so their ids stay theirs)."""
-        last = last_of(args, algorithm, entry[1], bool(key[1]))
+        alive, so their ids stay theirs); ``take_tag``, ``refuse``: the backend's (see
+        :func:`last_of`)."""
+        last = last_of(args, algorithm, entry[1], self, take_tag, refuse, bool(key[1]))
         self.entries[key] = (entry[0], entry[1], last)
         return last
 

@@ -384,46 +384,37 @@ def _nothing_nonblocking(engine: Engine) -> Callable[..., CompletedRequest]:
 def _reselect(runner: _AutoBlocking | _AutoNonblocking, args: tuple[Any, ...]) -> None:
     """An ``auto`` call's runner: selected again (and its plan dropped) if
     :func:`mpicoll.model.use` changed the model since it was selected (``args``: the run's
-    arguments, parsed now by a runner made from a template)."""
-    if alphabeta.current() is not runner.model:
-        runner.free()
-        runner.model = alphabeta.current()
-        runner.algorithm = runner.backend.select(runner.call_of(args), runner.name)
+    arguments, parsed now by a runner made from a template).  The runner checks the model at
+    each run (:meth:`~mpicoll.engines.plan.BlockingRunner.__call__`)."""
+    runner.free()
+    runner.model = alphabeta.current()
+    runner.algorithm = runner.backend.select(runner.call_of(args), runner.name)
 
 
 class _AutoBlocking(BlockingRunner):
     """A blocking ``auto`` call's runner (see :func:`_reselect`)."""
 
-    __slots__ = ("backend", "model", "name")
+    __slots__ = ("backend", "name")
 
     def __init__(self, backend: P2P, call: Call, name: str | None, alg: registry.Algorithm,
                  model: Any) -> None:
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, tag: int | None = None, *args: Any) -> None:
-        if alphabeta.current() is not self.model:
-            _reselect(self, args)
-        if self._call is None:  # bound from a template: a run may parse its arguments
-            BlockingRunner.__call__(self, tag, *args)
-        else:
-            BlockingRunner.__call__(self, tag)
+    reselect = _reselect
 
 
 class _AutoNonblocking(NonblockingRunner):
     """A non-blocking ``auto`` call's runner (see :func:`_reselect`)."""
 
-    __slots__ = ("backend", "model", "name")
+    __slots__ = ("backend", "name")
 
     def __init__(self, backend: P2P, call: Call, name: str | None, alg: registry.Algorithm,
                  model: Any) -> None:
         super().__init__(backend._engine, call, alg)
         self.backend, self.name, self.model = backend, name, model
 
-    def __call__(self, tag: int | None = None, *args: Any) -> Any:
-        if alphabeta.current() is not self.model:
-            _reselect(self, args)
-        return NonblockingRunner.__call__(self, tag)
+    reselect = _reselect
 
 
 def p2p(comm: MPI.Comm | None = None, **kw: Any) -> P2P:

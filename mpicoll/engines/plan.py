@@ -52,6 +52,7 @@ from ..algorithms.schedule import (
     Send,
     _ufunc_reduce,
 )
+from ..model.alphabeta import current as _current_model
 from . import threads as _threads
 from .call import Call
 from .errors import _name, explain, settle, truncated
@@ -66,7 +67,7 @@ from .requests import (
 )
 from .threads import _guard, _lock
 
-__all__ = ["BlockingRunner", "NoTemplateError", "NonblockingRunner", "Plan", "PlanRequest",
+__all__ = ["NAMED", "BlockingRunner", "NoTemplateError", "NonblockingRunner", "Plan", "PlanRequest",
            "Recorder", "ReplayRequest", "Startall", "Template", "compile_plan"]
 
 #: one recorded local operation: (kind, a, b, op)
@@ -474,10 +475,13 @@ class _Runner:
     they parse as the template's did)."""
 
     __slots__ = ("_args", "_call", "_fast", "_parse", "_replayed", "_runs", "_truncated",
-                 "algorithm", "engine")
+                 "algorithm", "engine", "model")
 
     def __init__(self, engine: Engine, call: Call, algorithm: Algorithm) -> None:
         self.engine, self.algorithm = engine, algorithm
+        #: the cost model an ``auto`` runner chose its algorithm with (:meth:`reselect` when
+        #: :func:`mpicoll.model.use` changed it since); :data:`NAMED` for a named algorithm
+        self.model: Any = NAMED
         self._call: Call | None = call
         #: the call's local truncation (:attr:`Call.truncated`: a template's runners have it
         #: of their source, whose layout decides it)
@@ -499,6 +503,10 @@ class _Runner:
             self._parse = None
             self._args = ()
         return call
+
+    def reselect(self, args: tuple[Any, ...]) -> None:
+        """Choose the algorithm again for the model in use (an ``auto`` runner: the backend's;
+        ``args``: the run's arguments, parsed now by a runner made from a template)."""
 
     @property
     def call(self) -> Call:
@@ -529,9 +537,12 @@ class BlockingRunner(_Runner):
     engine) and under ``MPI_THREAD_MULTIPLE`` (else the engine's thread checks apply).
     ``free()`` drops the plan (the front door's eviction, a changed model)."""
 
-    __slots__ = ()
+    __slots__ = ("_go",)
 
     def __call__(self, tag: int | None = None, *args: Any) -> None:
+        model = self.model
+        if model is not NAMED and _current_model() is not model:
+            self.reselect(args)
         fast = self._fast
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
@@ -546,43 +557,48 @@ class BlockingRunner(_Runner):
             return
         if engine._refused:
             engine._drain(tag)
-        comm = engine.comm
-        steps, tail = fast
-        err = None
-        for local, kind, msgs, during in steps:
-            for fn, a, b in local:
-                fn(a, b)
-            reqs = None
-            try:
-                if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
-                    sspec, dest, rspec, source = msgs
-                    comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
-                elif kind is _SEND:
-                    comm.Send(msgs[0], msgs[1], tag)
-                elif kind is _RECV:
-                    comm.Recv(msgs[0], msgs[1], tag)
-                else:
-                    recvs, sends, statuses = msgs
-                    reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
-                    for spec, peer in sends:
-                        reqs.append(comm.Isend(spec, peer, tag))
-                    for fn, a, b in during:
-                        fn(a, b)
-                    _WAITALL(reqs, statuses)
-            except MPI.Exception as exc:  # kept (MPI's words, the collective, the peer); the
-                # rounds go on, as MPICH's collectives do, so no peer waits for this rank
-                err = err or explain(exc, _name(self.call_of(args)),
-                                     msgs[2] if kind is _GENERAL else (),
-                                     _round_peers(kind, msgs))
-                if reqs:
-                    settle(reqs)
-        for fn, a, b in tail:
-            fn(a, b)
+        failed = self._go(engine.comm, tag, *fast)
         self._replayed.runs += 1  # type: ignore[union-attr]
-        if err is None and self._truncated is not None:
-            err = truncated(_name(self.call_of(args)), self._truncated)
-        if err is not None:
-            raise err
+        if failed is not None or self._truncated is not None:
+            self._raise(failed, args)
+
+    def _raise(self, failed: tuple[MPI.Exception, int] | None, args: tuple[Any, ...]) -> None:
+        """Raise the first MPI error of a replayed run (``failed``: the exception and its
+        step; MPI's words, the collective, the peer), else the call's local truncation."""
+        what = _name(self.call_of(args))
+        if failed is None:
+            raise truncated(what, self._truncated)  # type: ignore[arg-type]
+        exc, i = failed
+        _, kind, msgs, _ = self._fast[0][i]  # type: ignore[index]
+        raise explain(exc, what, msgs[2] if kind is _GENERAL else (), _round_peers(kind, msgs))
+
+    def inline(self) -> tuple[str, list[str], list[str], dict[str, Any]] | None:
+        """This runner's replay as code for the front door to write into a last call's
+        record (one function less on the path): ``(guard, unpack, body, names)``.  ``guard``
+        is an expression true where a run must go through :meth:`__call__` instead (the plan
+        dropped or compiled again, a schedule in flight, a refused call's messages to drain,
+        an ``auto`` runner's model changed); ``unpack`` the statements run once, when the
+        record is made, that name the plan's objects; ``body`` the replay (it reads ``tag``
+        and ``ARGS``, the run's arguments, and ends in a ``return``); ``names`` the objects
+        they read.  None for a runner not compiled, with a local truncation to raise, or
+        whose plan has too many steps (:data:`_STRAIGHT_STEPS`)."""
+        fast = self._fast
+        if fast is None or self._truncated is not None:
+            return None
+        shape = _shape(*fast)
+        if shape is None:
+            return None
+        unpack, body = _straight_lines(shape, "R_STEPS", "R_TAIL")
+        guard = "R_RUN._fast is not R_FAST or R_IN_FLIGHT[0] or R_ENGINE._refused"
+        if self.model is not NAMED:
+            guard += " or R_MODEL() is not R_CHOSEN"
+        names = {"R_RUN": self, "R_FAST": fast, "R_STEPS": fast[0], "R_TAIL": fast[1],
+                 "R_IN_FLIGHT": _IN_FLIGHT, "R_ENGINE": self.engine, "R_MODEL": _current_model,
+                 "R_CHOSEN": self.model, "R_REPLAYED": self._replayed, "comm": self.engine.comm,
+                 **_REPLAY_GLOBALS}
+        return guard, unpack, [*body, "R_REPLAYED.runs += 1",
+                               "if failed is not None: R_RUN._raise(failed, ARGS)",
+                               "return None"], names
 
     def _compile(self, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         general, tail, self._replayed = _replay_steps(self.engine, self.call_of(args),
@@ -600,8 +616,134 @@ class BlockingRunner(_Runner):
             else:
                 kind, msgs = _RECV, recvs[0]
             steps.append((local, kind, msgs, during))
+        self._go = _straight(steps, tail)
         return (tuple(steps), tail)
 
+
+
+def _replay(comm: MPI.Comm, tag: int, steps: tuple[Any, ...], tail: tuple[Any, ...]
+            ) -> tuple[MPI.Exception, int] | None:
+    """Run a compiled blocking plan's steps (:meth:`BlockingRunner._compile`) on ``tag``: per
+    step its local work, then its round (one ``Sendrecv``, ``Send`` or ``Recv``, or
+    ``Irecv``s, ``Isend``s, the overlapped work and ``Waitall``), then the tail.  An MPI error
+    is kept and the rounds go on, as MPICH's collectives do, so no peer waits for this rank;
+    returns the first one and its step's index, or None.  :func:`_straight` writes this out
+    for one plan's shape."""
+    failed = None
+    for i, (local, kind, msgs, during) in enumerate(steps):
+        for fn, a, b in local:
+            fn(a, b)
+        reqs = None
+        try:
+            if kind is _SENDRECV:  # one message each way, nothing to overlap: one MPI call
+                sspec, dest, rspec, source = msgs
+                comm.Sendrecv(sspec, dest, tag, rspec, source, tag)
+            elif kind is _SEND:
+                comm.Send(msgs[0], msgs[1], tag)
+            elif kind is _RECV:
+                comm.Recv(msgs[0], msgs[1], tag)
+            else:
+                recvs, sends, statuses = msgs
+                reqs = [comm.Irecv(spec, peer, tag) for spec, peer in recvs]
+                for spec, peer in sends:
+                    reqs.append(comm.Isend(spec, peer, tag))
+                for fn, a, b in during:
+                    fn(a, b)
+                _WAITALL(reqs, statuses)
+        except MPI.Exception as exc:
+            if failed is None:
+                failed = (exc, i)
+            if reqs:
+                settle(reqs)
+    for fn, a, b in tail:
+        fn(a, b)
+    return failed
+
+
+#: plans with more steps than this replay through :func:`_replay`'s loop
+_STRAIGHT_STEPS = 32
+#: :func:`_straight`'s functions, by plan shape (at most :data:`_SHAPES`)
+_STRAIGHT: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_SHAPES = 256
+
+
+def _shape(steps: Sequence[tuple[Any, ...]], tail: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What :func:`_straight_lines` writes a compiled blocking plan's replay from: the number
+    of local operations of each step, its kind and messages, its overlapped work, the tail's;
+    None for a plan of more than :data:`_STRAIGHT_STEPS` steps."""
+    if len(steps) > _STRAIGHT_STEPS:
+        return None
+    return (tuple((len(local), kind,
+                   (len(msgs[0]), len(msgs[1])) if kind is _GENERAL else (), len(during))
+                  for local, kind, msgs, during in steps), len(tail))
+
+
+def _straight_lines(shape: tuple[Any, ...], steps: str, tail: str
+                    ) -> tuple[list[str], list[str]]:
+    """:func:`_replay` written out for plans of ``shape`` (:func:`_shape`): the statements
+    that unpack every object of the plan's tuples (named ``steps`` and ``tail``) into names in
+    one statement each, and those of the replay itself (no loop, no kind tested; it reads
+    ``comm`` and ``tag`` and leaves the first error and its step in ``failed``).  Unindented;
+    the names are ``f``, ``x``, ``y`` (local work), ``s``, ``d``, ``r``, ``p``, ``st``
+    (messages) with numbers, ``reqs``, ``exc`` and ``failed``."""
+    n = [0]
+
+    def calls(k: int) -> tuple[str, list[str]]:  # (fn, a, b) triples: the target and the calls
+        xs = [(f"f{n[0] + j}", f"x{n[0] + j}", f"y{n[0] + j}") for j in range(k)]
+        n[0] += k
+        return ("(" + "".join(f"({f}, {x}, {y}), " for f, x, y in xs) + ")",
+                [f"{f}({x}, {y})" for f, x, y in xs])
+
+    targets, body = [], ["failed = None"]
+    for i, (nlocal, kind, counts, nduring) in enumerate(shape[0]):
+        local, pre = calls(nlocal)
+        during, mid = calls(nduring)
+        body += pre
+        if kind is _SENDRECV:
+            msgs, post = f"(s{i}, d{i}, r{i}, p{i})", [
+                f"comm.Sendrecv(s{i}, d{i}, tag, r{i}, p{i}, tag)"]
+        elif kind is _SEND:
+            msgs, post = f"(s{i}, d{i})", [f"comm.Send(s{i}, d{i}, tag)"]
+        elif kind is _RECV:
+            msgs, post = f"(r{i}, p{i})", [f"comm.Recv(r{i}, p{i}, tag)"]
+        else:
+            rs = [f"r{i}_{j}" for j in range(counts[0])]
+            ss = [f"s{i}_{j}" for j in range(counts[1])]
+            msgs = ("((" + "".join(f"({r}, {r}p), " for r in rs) + "), ("
+                    + "".join(f"({q}, {q}p), " for q in ss) + f"), st{i})")
+            posts = [f"comm.Irecv({r}, {r}p, tag)" for r in rs] + [
+                f"comm.Isend({q}, {q}p, tag)" for q in ss]
+            post = [f"reqs = [{', '.join(posts)}]", *mid, f"WAITALL(reqs, st{i})"]
+            body.append("reqs = None")
+        targets.append(f"({local}, _, {msgs}, {during})")
+        body += ["try:", *["    " + line for line in post], "except MPI.Exception as exc:",
+                 f"    if failed is None: failed = (exc, {i})"]
+        if kind is _GENERAL:
+            body.append("    if reqs: SETTLE(reqs)")
+    tail_target, tail_body = calls(shape[1])
+    return ([f"({''.join(t + ', ' for t in targets)}) = {steps}", f"{tail_target} = {tail}"],
+            body + tail_body)
+
+
+def _straight(steps: Sequence[tuple[Any, ...]], tail: tuple[Any, ...]) -> Callable[..., Any]:
+    """:func:`_replay` written out for plans of the shape of ``(steps, tail)``
+    (:func:`_straight_lines`).  One function per shape (a template's runners share their
+    source's)."""
+    shape = _shape(steps, tail)
+    if shape is None:
+        return _replay
+    fn = _STRAIGHT.get(shape)
+    if fn is not None:
+        return fn
+    unpack, body = _straight_lines(shape, "steps", "tail")
+    src = "\n".join(["def replay(comm, tag, steps, tail):",
+                     *["    " + line for line in (*unpack, *body)], "    return failed"])
+    scope: dict[str, Any] = dict(_REPLAY_GLOBALS)
+    exec(src, scope)  # one function per plan shape
+    if len(_STRAIGHT) >= _SHAPES:
+        del _STRAIGHT[next(iter(_STRAIGHT))]
+    fn = _STRAIGHT[shape] = scope["replay"]
+    return fn
 
 
 class NonblockingRunner(_Runner):
@@ -621,7 +763,10 @@ class NonblockingRunner(_Runner):
         super().__init__(engine, call, algorithm)
         self._previous: ReplayRequest | None = None
 
-    def __call__(self, tag: int | None = None, *_: Any) -> ScheduleRequest:
+    def __call__(self, tag: int | None = None, *args: Any) -> ScheduleRequest:
+        model = self.model
+        if model is not NAMED and _current_model() is not model:
+            self.reselect(args)
         fast = self._fast
         engine = self.engine
         if fast is None:  # compiled at the second run, under MPI_THREAD_MULTIPLE only
@@ -634,7 +779,8 @@ class NonblockingRunner(_Runner):
         previous = self._previous
         if tag is None or (previous is not None and not previous.done):
             return engine.start(self.call, self.algorithm, tag)
-        engine.clear_tag(tag)
+        if engine._refused or engine.active:  # (else clear_tag has nothing to do)
+            engine.clear_tag(tag)
         self._replayed.runs += 1  # type: ignore[union-attr]
         if (_POOLED and previous is not None and previous._inactive
                 and _refcount(previous) <= _UNHELD and previous._claim.acquire(blocking=False)):
@@ -686,11 +832,27 @@ class ReplayRequest(ScheduleRequest):
         :class:`NonblockingRunner`; it is complete, reported and held by no one, and the
         caller holds its claim)."""
         self._ctx.tag = tag
-        self._next = 0
         self.done = self._inactive = False
         self._error = None  # (reported with the last run: _complete cleared it)
-        self._advance()
-        if not self.done and self._listed:  # (a one-round plan is never listed)
+        if not self._steps:  # no round: the tail, and done
+            self._next = 0
+            self._advance()
+            return
+        # the first step, as _advance posts it (written out: the common call)
+        local, recvs, sends, during = self._steps[0]
+        for fn, a, b in local:
+            fn(a, b)
+        comm = self._engine.comm
+        reqs = []
+        for spec, peer in recvs:
+            reqs.append(comm.Irecv(spec, peer, tag))
+        for spec, peer in sends:
+            reqs.append(comm.Isend(spec, peer, tag))
+        for fn, a, b in during:
+            fn(a, b)
+        self._reqs = reqs
+        self._next = 1
+        if self._listed:  # a round left to post (one round: never listed)
             with _lock:
                 self._engine.active.append(self)
                 _IN_FLIGHT[0] += 1
@@ -722,6 +884,36 @@ class ReplayRequest(ScheduleRequest):
         if self._all_statuses and self._next:
             return self._all_statuses[self._next - 1]
         return super()._statuses()
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:
+        """As :meth:`ScheduleRequest.Wait`; a plan of one round, posted, with nothing in flight
+        anywhere (under ``MPI_THREAD_MULTIPLE``: nothing else needs progress) sleeps in
+        ``Waitall`` on its round and does its tail here, without the general machinery."""
+        if (self._listed or self._inactive or _IN_FLIGHT[0] or _threads._level != _MULTIPLE
+                or not self._claim.acquire(blocking=False)):
+            return ScheduleRequest.Wait(self, status)
+        try:
+            if not self.done:
+                reqs = self._reqs
+                try:
+                    _WAITALL(reqs, st := self._all_statuses[0])
+                except MPI.Exception as exc:  # kept; raised below once complete
+                    self._note(exc, st)
+                    settle(reqs)
+                for fn, a, b in self._tail:
+                    fn(a, b)
+                self._reqs = _NO_REQS
+                self.done = True
+        finally:
+            self._claim.release()
+            if _WAITERS[0]:
+                _notify()
+        if self._error is not None or status is not None:
+            self._complete(status)  # sets status, raises the error
+            return True
+        self._inactive = True
+        self.held = None
+        return True
 
 
 class Template:
@@ -824,7 +1016,7 @@ class Template:
         self._bind: Callable[..., tuple[Any, ...]] = scope["bind"]
         self.source = source
         #: the cost model an ``auto`` source chose its algorithm with (None: named)
-        self.model = getattr(source, "model", None)
+        self.model = source.model
         self.counts = source._replayed.counts
 
     def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
@@ -852,6 +1044,10 @@ class Template:
         run._fast = self._bind(*bufs)
         run._replayed = src.engine.traffic.track(self.counts)
         return run
+
+
+#: the :attr:`_Runner.model` of a runner whose algorithm was named (never chosen again)
+NAMED: Any = object()
 
 
 class NoTemplateError(Exception):
@@ -896,6 +1092,8 @@ _CONSTANTS = frozenset({str, int, bool, type(None), type(Ellipsis), MPI.Datatype
 
 
 _WAITALL = MPI.Request.Waitall
+#: what the written-out replays (:func:`_straight_lines`) read besides their plan
+_REPLAY_GLOBALS = {"MPI": MPI, "WAITALL": _WAITALL, "SETTLE": settle}
 _refcount = sys.getrefcount
 #: references to a runner's last request when only the runner holds it: its attribute, the
 #: caller's local name and getrefcount's argument (CPython)

@@ -181,7 +181,7 @@ def test_a_pooled_request_is_reused_only_when_nobody_holds_it(hand: mpicoll.P2P)
     total = float(sum(range(1, P + 1)))
     for _ in range(3):  # the third call replays (the second compiles)
         hand.Iallreduce(x, y).Wait()
-    run = hand.front_door.last[True]["allreduce"][4]
+    run = hand.front_door.last[True]["allreduce"].run
     first = weakref.ref(run._previous)  # (a weak reference: not a holder)
     for i in range(4):  # nobody holds the last request: it is started again
         x[:] = RANK + 1.0 + i
@@ -297,3 +297,79 @@ def test_new_buffers_are_stored_at_their_second_call(hand: mpicoll.P2P) -> None:
     hand.Allreduce(x, y)  # and a hit
     assert door.hits == h + 1
     assert np.array_equal(y, np.full(3, sum(r + 1.0 for r in range(P))))
+
+
+@pytest.mark.mpi
+def test_the_last_calls_replay_goes_through_its_runner_where_it_must(
+        hand: mpicoll.P2P) -> None:
+    """A blocking call repeated with the same objects replays its compiled plan inside its
+    last-call record (``BlockingRunner.inline``); where its runner's own checks would not
+    replay (a schedule in flight, the plan dropped, ``auto``'s model changed) the record
+    calls the runner instead.  Every result equals plain mpi4py's."""
+    from mpicoll.model import alphabeta
+
+    x, y, plain = np.zeros(5), np.zeros(5), np.zeros(5)
+
+    def check(i: int) -> None:
+        x[:] = RANK + i + np.arange(5.0)
+        hits = hand.front_door.hits
+        hand.Allreduce(x, y)
+        assert hand.front_door.hits == hits + (i > 0)  # (the first call is parsed)
+        WORLD.Allreduce(x, plain)
+        assert np.array_equal(y, plain)
+
+    for i in range(3):
+        check(i)
+    hit = hand.front_door.last[False]["allreduce"]
+    run = hit.run
+    assert run._fast is not None
+    assert "R_RUN" in hit.__code__.co_freevars, "the record replays the plan itself"
+    # a schedule in flight (P > 1): the runner progresses it while it runs this call
+    big, n = np.zeros(1000), 1000
+    req = hand.Iallreduce(np.ones(n), big, algorithm="ring")
+    check(3)
+    req.Wait()
+    assert np.array_equal(big, np.full(n, float(P)))
+    # the plan dropped under the record (an eviction, a changed model): compiled again
+    run.free()
+    for i in range(4, 7):
+        check(i)
+    assert hand.front_door.last[False]["allreduce"] is hit
+    # auto's model changed: chosen again, for the new model
+    try:
+        alphabeta.use(alphabeta.Model(alpha=1e-3, beta=1e-12))
+        for i in range(7, 10):
+            check(i)
+        assert run.model is alphabeta.current()
+    finally:
+        alphabeta.use(None)
+    check(10)
+    assert run.model is None
+
+
+@pytest.mark.mpi
+def test_a_replayed_request_reports_its_error_at_every_wait(hand: mpicoll.P2P) -> None:
+    """A truncating ``Ibcast`` repeated with the same buffers (its plan replayed, its request
+    restarted from the pool, waited alone): every ``Wait`` raises ``MPI_ERR_TRUNCATE`` on the
+    rank whose buffer is short (the last, a leaf of every tree) and sets its status's error,
+    as the generator's run does; the other ranks complete, and a correct call after it
+    completes everywhere with the root's values."""
+    short = P > 1 and RANK == P - 1
+    buf = np.zeros(2 if short else 4)
+    for i in range(5):
+        if RANK == 0:
+            buf[:] = i
+        status = MPI.Status()
+        if short:
+            with pytest.raises(MPI.Exception) as info:
+                hand.Ibcast(buf, root=0).Wait(status)
+            assert info.value.Get_error_class() == MPI.ERR_TRUNCATE
+            assert status.Get_error() != MPI.SUCCESS
+        else:
+            hand.Ibcast(buf, root=0).Wait(status)
+            assert status.Get_error() == MPI.SUCCESS
+            assert np.array_equal(buf, np.full(4, float(i)))
+    good = np.full(4, float(RANK))
+    for _ in range(3):
+        hand.Ibcast(good, root=0).Wait()
+        assert np.array_equal(good, np.zeros(4))
