@@ -790,10 +790,13 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
     unit = sim.unit
     charges: list[float] = []
     rr_rank, nops, pre_hi, dur_hi = array("q"), array("q"), array("q"), array("q")
-    op_rr, op_send, op_peer, op_bytes = array("q"), array("b"), array("q"), array("q")
+    op_send: list[bool] = []
+    op_peer: list[int] = []
+    op_bytes: list[int] = []
     sim.record = charges
     try:
         for r, gen in enumerate(gens):
+            ops: list[Send | Recv] = []  # this rank's, in post order
             while True:
                 try:
                     item = next(gen)
@@ -809,16 +812,10 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
                     rnd = item
                     if not rnd:
                         continue
-                rr = len(rr_rank)
                 rr_rank.append(r)
                 nops.append(len(rnd))
                 pre_hi.append(len(charges))
-                for o in rnd:
-                    b = o.buf
-                    op_rr.append(rr)
-                    op_send.append(type(o) is not Recv)
-                    op_peer.append(o.peer)
-                    op_bytes.append(b.nbytes if unit is None else b.size * unit)
+                ops.extend(rnd)
                 if during is not None:
                     during()
                 dur_hi.append(len(charges))
@@ -826,13 +823,18 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
             nops.append(0)
             pre_hi.append(len(charges))
             dur_hi.append(len(charges))
+            op_send += [type(o) is not Recv for o in ops]
+            op_peer += [o.peer for o in ops]
+            op_bytes += ([o.buf.nbytes for o in ops] if unit is None
+                         else [o.buf.size * unit for o in ops])
     finally:
         sim.record = None
     i64 = np.int64
     dur = np.array(dur_hi, i64)
-    return _Walk(np.array(rr_rank, i64), np.array(nops, i64),
+    n = np.array(nops, i64)
+    return _Walk(np.array(rr_rank, i64), n,
                  np.concatenate([np.zeros(1, i64), dur[:-1]]), np.array(pre_hi, i64), dur,
-                 np.array(charges, np.float64), np.array(op_rr, i64),
+                 np.array(charges, np.float64), np.repeat(np.arange(n.size), n),
                  np.array(op_send, bool), np.array(op_peer, i64), np.array(op_bytes, i64))
 
 
@@ -865,6 +867,11 @@ def _previous(keys: np.ndarray) -> np.ndarray:
     same = keys[order[1:]] == keys[order[:-1]]
     prev[order[1:][same]] = order[:-1][same]
     return prev
+
+
+#: the batch engine serves a generation of at most this many ranks one by one (the same
+#: arithmetic, in the same order), larger ones with numpy
+SMALL_GENERATION = 24
 
 
 def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]:
@@ -937,6 +944,53 @@ def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]
     ranks = np.arange(p)  # the ready queue's generation, in order
     g = 0
     while ranks.size:
+        if ranks.size <= SMALL_GENERATION:  # the same steps one by one: fewer numpy calls
+            posted = []
+            for r in ranks.tolist():
+                rr = cur[r]
+                c = max(clock[r], rend[r])
+                for x in w.charges[w.pre_lo[rr]:w.pre_hi[rr]]:
+                    c += x
+                clock[r] = c
+                k = w.nops[rr]
+                if not k:
+                    done[r] = True
+                    continue
+                t = c + k * o_msg
+                post_t[rr] = t
+                post_key[rr] = (g * p + len(posted)) * jmul
+                for x in w.charges[w.pre_hi[rr]:w.dur_hi[rr]]:
+                    t += x
+                clock[r] = t
+                posted.append(rr)
+            if not posted:
+                break
+            g += 1
+            found = []
+            for rr in posted:
+                for op in range(rr_op0[rr], rr_op0[rr] + w.nops[rr]):
+                    o = partner[op]
+                    okey = post_key[w.op_rr[o]]
+                    mine = post_key[rr] + op_j[op]
+                    if okey >= 0 and mine > okey + op_j[o]:
+                        found.append((mine, op_msg[op]))
+            found.sort()
+            nxt_l = []
+            for _, m in found:
+                s, d, a, b = ms[m], md[m], m_rs[m], m_rd[m]
+                end = max(max(post_t[a], post_t[b]), max(send_free[s], recv_free[d])) + cost[m]
+                send_free[s] = end
+                recv_free[d] = end
+                rend[s] = max(rend[s], end)
+                rend[d] = max(rend[d], end)
+                for x in (a, b):
+                    pending[x] -= 1
+                    if not pending[x]:
+                        nxt_l.append(x)
+            nxt = np.array(nxt_l, i64)
+            ranks = w.rr_rank[nxt]
+            cur[ranks] = nxt + 1
+            continue
         rr = cur[ranks]
         c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], w.pre_hi[rr])
         k = w.nops[rr]
