@@ -47,7 +47,23 @@ use) falls back to the per-rank engine.  Where it applies it gives the per-rank 
 clocks and counts bit for bit (``tests/unit/test_sim_vector.py`` checks every algorithm
 against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
-8190 rounds (33.5 M messages) in about a second.
+8190 rounds (33.5 M messages) in about a second.  A branch on the rank runs where every rank
+takes the same way (the rank vector's truth value is its lanes' common one: recursive
+doubling's fold on a power of two), and the group of every rank in order is the context itself.
+
+Other cost-only runs on a flat model without a network (rooted and segmented schedules, rank-
+dependent control flow) go to the **batch engine** (:func:`run_batch`): every rank's generator
+runs to its end first (nothing a schedule does depends on the clocks), recording its rounds and
+its local charges in order; the messages are matched per (source, destination) pair in post
+order with a sort; then the per-rank engine's own order of events is replayed one *generation*
+of its ready queue at a time (the ranks it holds at first, 0 .. p-1, then those whose round
+completed while the previous generation was served, in the order they completed): each resumes,
+posts its next round, and every message whose two ends are now posted is matched in the order
+the per-rank engine matches it (the later post's place in the queue, then the operation's place
+in its round), a port serving its messages in that order.  Messages that share no port are timed
+together with numpy; small generations (a pipeline's wavefront) one by one.  Its results equal
+the per-rank engine's bit for bit (``tests/unit/test_sim_batch.py``); a deadlock or a truncated
+message is handed back to the per-rank engine, which reports it.
 """
 
 from __future__ import annotations
@@ -121,7 +137,8 @@ class SimResult:
         fabric: with a network, the :class:`~mpicoll.engines.network.Fabric` it ran on (its
             topology names the links; :meth:`busiest_link`).
         outputs: per-rank user buffers after the call (data mode only).
-        engine: ``"vector"`` (all ranks at once) or ``"rank"`` (per-rank generators).
+        engine: ``"vector"`` (all ranks at once), ``"batch"`` (per-rank generators walked
+            first, timed together) or ``"rank"`` (per-rank generators).
     """
 
     collective: str
@@ -570,7 +587,8 @@ class _Extents:
             a = min(a, length)
             b = max(min(b, length), a)
         else:
-            if np.min(a) < 0 or np.min(b) < 0:
+            if ((a < 0) if isinstance(a, int) else a.min() < 0) or (
+                    (b < 0) if isinstance(b, int) else b.min() < 0):
                 raise NotVectorizableError("negative slice bounds")
             a = np.minimum(a, length)
             b = np.maximum(np.minimum(b, length), a)
@@ -673,7 +691,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     zeros = np.zeros(p)
     send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
     i64 = np.int64
-    msent, bsent, mrecv, brecv, inter = (np.zeros(p, i64) for _ in range(5))
+    bsent, brecv, inter = (np.zeros(p, i64) for _ in range(3))
+    rounds = 0  # every rank sends and receives one message per round
     args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
     ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
     gen = schedule(ctx, *(_vectorised(a, p) for a in args))
@@ -699,7 +718,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             if not isinstance(snd.buf, _Extents) or not isinstance(rcv.buf, _Extents):
                 raise NotVectorizableError("a message buffer that is not per-rank")
             dest, src = _vector(_lanes(snd.peer, p), p), _vector(_lanes(rcv.peer, p), p)
-            if min(dest.min(), src.min()) < 0 or max(dest.max(), src.max()) >= p:
+            if (dest.view(np.uint64).max() >= p  # a negative peer is a huge unsigned one
+                    or src.view(np.uint64).max() >= p):
                 raise NotVectorizableError("peer out of range")
             if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
                 raise NotVectorizableError("messages not matched within the round")
@@ -741,9 +761,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             send_free[src] = busy
             recv_free[:] = busy
             np.maximum(rend, np.maximum(end, end[dest]), out=rend)
-            msent += 1
+            rounds += 1
             bsent += sbytes
-            mrecv += 1
             brecv += n
             if nd is not None:
                 inter += np.where(nd[dest] != nd, sbytes, 0)
@@ -752,8 +771,9 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     finally:
         gen.close()
     out = {
-        "clocks": ctx.clock, "messages_sent": msent, "bytes_sent": bsent,
-        "messages_recv": mrecv, "bytes_recv": brecv, "inter_bytes_sent": inter,
+        "clocks": ctx.clock, "messages_sent": np.full(p, rounds, i64), "bytes_sent": bsent,
+        "messages_recv": np.full(p, rounds, i64), "bytes_recv": brecv,
+        "inter_bytes_sent": inter,
     }
     if fab is not None:
         out["link_bytes"] = fab.link_bytes.copy()
@@ -945,7 +965,7 @@ def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]
     g = 0
     while ranks.size:
         if ranks.size <= SMALL_GENERATION:  # the same steps one by one: fewer numpy calls
-            posted = []
+            posted: list[int] = []
             for r in ranks.tolist():
                 rr = cur[r]
                 c = max(clock[r], rend[r])
