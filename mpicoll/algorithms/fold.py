@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
+from functools import lru_cache
 
 import numpy as np
 from mpi4py import MPI
@@ -81,9 +82,15 @@ def real_rank(newrank: int, rem: int) -> int:
 def group(ctx: Context) -> Context:
     """The power-of-two group of the ranks that stand after :func:`fold_in` (its rank is the
     new rank).  Only those ranks may call it."""
-    pof2 = pof2_floor(ctx.size)
-    rem = ctx.size - pof2
-    return ctx.group([real_rank(i, rem) for i in range(pof2)])
+    return ctx.group(_standing(ctx.size))
+
+
+@lru_cache(maxsize=64)
+def _standing(p: int) -> tuple[int, ...]:
+    """The ranks of :func:`group` on p ranks, made once per p (every rank of a simulated call
+    asks for them: p times p steps otherwise)."""
+    pof2 = pof2_floor(p)
+    return tuple(real_rank(i, p - pof2) for i in range(pof2))
 
 
 def fold_in(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Sub:

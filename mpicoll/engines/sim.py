@@ -47,16 +47,33 @@ use) falls back to the per-rank engine.  Where it applies it gives the per-rank 
 clocks and counts bit for bit (``tests/unit/test_sim_vector.py`` checks every algorithm
 against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
-8190 rounds (33.5 M messages) in about a second.
+8190 rounds (33.5 M messages) in about a second.  A branch on the rank runs where every rank
+takes the same way (the rank vector's truth value is its lanes' common one: recursive
+doubling's fold on a power of two), and the group of every rank in order is the context itself.
+
+Other cost-only runs on a flat model without a network (rooted and segmented schedules, rank-
+dependent control flow) go to the **batch engine** (:func:`run_batch`): every rank's generator
+runs to its end first (nothing a schedule does depends on the clocks), recording its rounds and
+its local charges in order; the messages are matched per (source, destination) pair in post
+order with a sort; then the per-rank engine's own order of events is replayed one *generation*
+of its ready queue at a time (the ranks it holds at first, 0 .. p-1, then those whose round
+completed while the previous generation was served, in the order they completed): each resumes,
+posts its next round, and every message whose two ends are now posted is matched in the order
+the per-rank engine matches it (the later post's place in the queue, then the operation's place
+in its round), a port serving its messages in that order.  Messages that share no port are timed
+together with numpy; small generations (a pipeline's wavefront) one by one.  Its results equal
+the per-rank engine's bit for bit (``tests/unit/test_sim_batch.py``); a deadlock or a truncated
+message is handed back to the per-rank engine, which reports it.
 """
 
 from __future__ import annotations
 
+import copy
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -120,7 +137,8 @@ class SimResult:
         fabric: with a network, the :class:`~mpicoll.engines.network.Fabric` it ran on (its
             topology names the links; :meth:`busiest_link`).
         outputs: per-rank user buffers after the call (data mode only).
-        engine: ``"vector"`` (all ranks at once) or ``"rank"`` (per-rank generators).
+        engine: ``"vector"`` (all ranks at once), ``"batch"`` (per-rank generators walked
+            first, timed together) or ``"rank"`` (per-rank generators).
     """
 
     collective: str
@@ -174,14 +192,22 @@ class SimContext(Context):
         sim.unit = self.unit if self.derived else None  # what run() counts per element
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        self.sim.clock[self.rank] += self.sim.local.copy_time(self.nbytes(src))
+        t = self.sim.local.copy_time(self.nbytes(src))
+        if self.sim.record is None:
+            self.sim.clock[self.rank] += t
+        elif t:  # the batch engine's walk: charged later, in order (+ 0.0 changes no clock)
+            self.sim.record.append(t)
         if self.sim.data and src.size:
             if self.sim.inflight:
                 self.sim.check_inflight(src, dst)
             np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        self.sim.clock[self.rank] += self.sim.local.reduce_time(self.nbytes(inbuf))
+        t = self.sim.local.reduce_time(self.nbytes(inbuf))
+        if self.sim.record is None:
+            self.sim.clock[self.rank] += t
+        elif t:
+            self.sim.record.append(t)
         if self.sim.data and inbuf.size:
             if self.sim.inflight:
                 self.sim.check_inflight(inbuf, inoutbuf)
@@ -236,6 +262,9 @@ class Simulator:
         self.local = local
         #: per-rank clocks; before :meth:`run`, what the calls' argument copies charged
         self.clock = [0.0] * p
+        #: the batch engine's walk (:func:`run_batch`): the contexts append each local charge
+        #: here, in order, instead of adding it to their rank's clock
+        self.record: list[float] | None = None
         #: data mode, while an overlapped round's work runs: that round's buffers
         self.inflight: tuple[np.ndarray, ...] = ()
         k = self.model.ranks_per_node if isinstance(self.model, TwoLevel) else ranks_per_node
@@ -476,7 +505,7 @@ _Int = int | np.ndarray  # one value for every rank, or a vector of p values
 def _lanes(v: Any, p: int) -> _Int:
     """``v`` (an int, or an integer vector of p entries: one per rank) checked: an int or an
     int64 vector of p entries."""
-    if type(v) is np.ndarray and v.dtype == np.int64 and v.shape == (p,):
+    if isinstance(v, np.ndarray) and v.dtype == np.int64 and v.shape == (p,):
         return v  # the common case, fast
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         return int(v)
@@ -484,6 +513,21 @@ def _lanes(v: Any, p: int) -> _Int:
     if a.dtype.kind not in "iu" or a.shape != (p,):
         raise NotVectorizableError(f"not a per-rank integer: {v!r}")
     return a.astype(np.int64)
+
+
+class _Lanes(np.ndarray):
+    """The vector engine's rank (and what is computed from it): one lane per rank.  Its truth
+    value is the lanes' common one, so a branch on the rank runs where every rank takes the
+    same way (``if rank < 2 * rem`` with rem = 0 on a power of two); where they part, the
+    vector engine cannot follow (:class:`NotVectorizableError`)."""
+
+    def __bool__(self) -> bool:
+        if not self.size:
+            return False
+        first = bool(self.flat[0])
+        if self.size > 1 and not (self.view(np.ndarray) == self.flat[0]).all():
+            raise NotVectorizableError("a branch the ranks take different ways")
+        return first
 
 
 def _vector(v: _Int, p: int) -> np.ndarray:
@@ -543,7 +587,8 @@ class _Extents:
             a = min(a, length)
             b = max(min(b, length), a)
         else:
-            if np.min(a) < 0 or np.min(b) < 0:
+            if ((a < 0) if isinstance(a, int) else a.min() < 0) or (
+                    (b < 0) if isinstance(b, int) else b.min() < 0):
                 raise NotVectorizableError("negative slice bounds")
             a = np.minimum(a, length)
             b = np.maximum(np.minimum(b, length), a)
@@ -559,8 +604,8 @@ class _VectorContext(Context):
 
     def __init__(self, p: int, datatype: MPI.Datatype, dtype: np.dtype, local: Model,
                  nodes: tuple[int, ...] | None, segment_bytes: int) -> None:
-        super().__init__(np.arange(p), p, datatype, dtype, nodes,  # type: ignore[arg-type]
-                         segment_bytes)
+        super().__init__(np.arange(p).view(_Lanes), p, datatype, dtype,  # type: ignore[arg-type]
+                         nodes, segment_bytes)
         self.clock = np.zeros(p)
         self.local = local
         self.copies = bool(local.delta or local.copy_curve)
@@ -577,6 +622,15 @@ class _VectorContext(Context):
 
     def scratch(self, count: Any) -> Any:
         return _Extents.whole(count, self.dtype, self.size)
+
+    def group(self, members: Sequence[int]) -> Context:
+        """The group of every rank in rank order (a power of two's :func:`fold.group`): this
+        context as a group view sees it (no node map); any other group runs per rank."""
+        if len(members) != self.size or any(m != i for i, m in enumerate(members)):
+            raise NotVectorizableError("a group that is not every rank in order")
+        view = copy.copy(self)  # the same clocks
+        view.nodes = None
+        return view
 
     def pack(self, parts: Any) -> Any:
         raise NotVectorizableError("pack")
@@ -637,7 +691,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     zeros = np.zeros(p)
     send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
     i64 = np.int64
-    msent, bsent, mrecv, brecv, inter = (np.zeros(p, i64) for _ in range(5))
+    bsent, brecv, inter = (np.zeros(p, i64) for _ in range(3))
+    rounds = 0  # every rank sends and receives one message per round
     args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
     ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
     gen = schedule(ctx, *(_vectorised(a, p) for a in args))
@@ -663,7 +718,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             if not isinstance(snd.buf, _Extents) or not isinstance(rcv.buf, _Extents):
                 raise NotVectorizableError("a message buffer that is not per-rank")
             dest, src = _vector(_lanes(snd.peer, p), p), _vector(_lanes(rcv.peer, p), p)
-            if min(dest.min(), src.min()) < 0 or max(dest.max(), src.max()) >= p:
+            if (dest.view(np.uint64).max() >= p  # a negative peer is a huge unsigned one
+                    or src.view(np.uint64).max() >= p):
                 raise NotVectorizableError("peer out of range")
             if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
                 raise NotVectorizableError("messages not matched within the round")
@@ -705,9 +761,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             send_free[src] = busy
             recv_free[:] = busy
             np.maximum(rend, np.maximum(end, end[dest]), out=rend)
-            msent += 1
+            rounds += 1
             bsent += sbytes
-            mrecv += 1
             brecv += n
             if nd is not None:
                 inter += np.where(nd[dest] != nd, sbytes, 0)
@@ -716,9 +771,311 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     finally:
         gen.close()
     out = {
-        "clocks": ctx.clock, "messages_sent": msent, "bytes_sent": bsent,
-        "messages_recv": mrecv, "bytes_recv": brecv, "inter_bytes_sent": inter,
+        "clocks": ctx.clock, "messages_sent": np.full(p, rounds, i64), "bytes_sent": bsent,
+        "messages_recv": np.full(p, rounds, i64), "bytes_recv": brecv,
+        "inter_bytes_sent": inter,
     }
     if fab is not None:
         out["link_bytes"] = fab.link_bytes.copy()
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The batch engine: every rank's schedule walked first, then all ranks' rounds timed together.
+
+
+class _Walk(NamedTuple):
+    """Every rank's rounds of a cost-only run, as :func:`_walk` records them.
+
+    Rounds are numbered rank after rank (``rr``), each rank's ending with a terminal round of
+    no operation (what it does after its last round); operations are numbered in post order.
+    """
+
+    rr_rank: np.ndarray  # rank of each round
+    nops: np.ndarray  # operations of each round
+    pre_lo: np.ndarray  # charges[pre_lo:pre_hi]: local work before the round is posted
+    pre_hi: np.ndarray
+    dur_hi: np.ndarray  # charges[pre_hi:dur_hi]: an Overlap's work, while it is in flight
+    charges: np.ndarray  # seconds of each local operation, in order
+    op_rr: np.ndarray  # round of each operation
+    op_send: np.ndarray  # a send (else a receive)
+    op_peer: np.ndarray
+    op_bytes: np.ndarray  # bytes sent, or room to receive
+
+
+def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
+    """Run every rank's schedule generator to its end (cost-only, nothing a schedule does
+    depends on the clocks: the engines' rule), recording its rounds and the charges of its
+    local work (:attr:`Simulator.record`) in the order the per-rank engine makes them."""
+    unit = sim.unit
+    charges: list[float] = []
+    rr_rank, nops, pre_hi, dur_hi = array("q"), array("q"), array("q"), array("q")
+    op_send: list[bool] = []
+    op_peer: list[int] = []
+    op_bytes: list[int] = []
+    sim.record = charges
+    try:
+        for r, gen in enumerate(gens):
+            ops: list[Send | Recv] = []  # this rank's, in post order
+            while True:
+                try:
+                    item = next(gen)
+                except StopIteration:
+                    break
+                during = None
+                if isinstance(item, Overlap):
+                    rnd, during = item.ops, item.during
+                    if not rnd:  # nothing in flight: plain local work
+                        during()
+                        continue
+                else:
+                    rnd = item
+                    if not rnd:
+                        continue
+                rr_rank.append(r)
+                nops.append(len(rnd))
+                pre_hi.append(len(charges))
+                ops.extend(rnd)
+                if during is not None:
+                    during()
+                dur_hi.append(len(charges))
+            rr_rank.append(r)  # the terminal round: the work after the last round
+            nops.append(0)
+            pre_hi.append(len(charges))
+            dur_hi.append(len(charges))
+            op_send += [type(o) is not Recv for o in ops]
+            op_peer += [o.peer for o in ops]
+            op_bytes += ([o.buf.nbytes for o in ops] if unit is None
+                         else [o.buf.size * unit for o in ops])
+    finally:
+        sim.record = None
+    i64 = np.int64
+    dur = np.array(dur_hi, i64)
+    n = np.array(nops, i64)
+    return _Walk(np.array(rr_rank, i64), n,
+                 np.concatenate([np.zeros(1, i64), dur[:-1]]), np.array(pre_hi, i64), dur,
+                 np.array(charges, np.float64), np.repeat(np.arange(n.size), n),
+                 np.array(op_send, bool), np.array(op_peer, i64), np.array(op_bytes, i64))
+
+
+def _charge(c: np.ndarray, charges: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``c`` (clocks) plus each lane's charges ``charges[lo:hi]``, added one by one in order
+    (as the per-rank engine adds them: the same roundings)."""
+    n = hi - lo
+    if not n.size or not n.any():
+        return c
+    c = c.copy()
+    for i in range(int(n.max())):
+        sel = np.flatnonzero(n > i)
+        c[sel] += charges[lo[sel] + i]
+    return c
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] .. starts[i] + counts[i] - 1`` of every i, concatenated."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    offs = np.cumsum(counts) - counts
+    return np.repeat(starts - offs, counts) + np.arange(total)
+
+
+def _previous(keys: np.ndarray) -> np.ndarray:
+    """For each position, the previous position holding the same key (-1 if none)."""
+    order = np.argsort(keys, kind="stable")
+    prev = np.full(keys.size, -1, np.int64)
+    same = keys[order[1:]] == keys[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+#: the batch engine serves a generation of at most this many ranks one by one (the same
+#: arithmetic, in the same order), larger ones with numpy
+SMALL_GENERATION = 24
+
+
+def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]:
+    """:meth:`Simulator.run` of cost-only schedules, with the per-rank engine's results bit
+    for bit, at a few numpy operations per step of its ready queue instead of Python work per
+    message (see the module docstring).
+
+    First every rank's generator runs to its end (:func:`_walk`); the messages are matched
+    per (source, destination) pair in post order; then the per-rank engine's own order of
+    events is replayed a *generation* at a time: the ranks its ready queue holds (at first
+    0 .. p-1, then those whose round completed while the previous generation was served, in
+    the order they completed) each resume (local work, clock), post their next round, and
+    every message both of whose ends are now posted is matched, in the order the per-rank
+    engine matches it (the later of its two posts: that rank's place in the queue, then the
+    operation's place in its round).  A port serves its messages in that order; messages
+    that share no port are timed together.
+
+    Raises :class:`NotVectorizableError` where the per-rank engine must run the schedules
+    (data mode, a two-level model or a network, a trace; a deadlock or a truncation, whose
+    errors the per-rank engine reports): the generators are then spent.
+    """
+    if sim.data:
+        raise NotVectorizableError("data mode runs per rank")
+    if sim.fabric is not None or isinstance(sim.model, TwoLevel):
+        raise NotVectorizableError("a two-level model or a network runs per rank")
+    p = sim.p
+    w = _walk(sim, gens)
+    i64 = np.int64
+    send = w.op_send
+    nop = send.size
+    peer, op_rank = w.op_peer, w.rr_rank[w.op_rr]
+    if nop and (peer.min() < 0 or peer.max() >= p):
+        raise NotVectorizableError("a peer that is not a rank (the per-rank engine deadlocks)")
+    # match: the j-th send s -> d with the j-th receive at d from s (non-overtaking)
+    si, ri = np.flatnonzero(send), np.flatnonzero(~send)
+    if si.size != ri.size:
+        raise NotVectorizableError("unmatched messages (the per-rank engine deadlocks)")
+    ms, md = op_rank[si], peer[si]
+    os_ = np.lexsort((si, md, ms))
+    orr = np.lexsort((ri, op_rank[ri], peer[ri]))
+    ma, mb = si[os_], ri[orr]  # each message's send and receive operation
+    ms, md = ms[os_], md[os_]
+    if not ((peer[mb] == ms).all() and (op_rank[mb] == md).all()):
+        raise NotVectorizableError("unmatched messages (the per-rank engine deadlocks)")
+    mn = w.op_bytes[ma]
+    if (mn > w.op_bytes[mb]).any():
+        raise NotVectorizableError("a truncated message (the per-rank engine reports it)")
+    nmsg = ma.size
+    op_msg = np.empty(nop, i64)
+    op_msg[ma] = np.arange(nmsg)
+    op_msg[mb] = np.arange(nmsg)
+    partner = np.empty(nop, i64)
+    partner[ma], partner[mb] = mb, ma
+    rr_op0 = np.cumsum(w.nops) - w.nops
+    op_j = np.arange(nop) - rr_op0[w.op_rr]
+    jmul = int(w.nops.max()) + 1
+    m_rs, m_rd = w.op_rr[ma], w.op_rr[mb]
+    cost = _message(sim.model, mn).astype(np.float64, copy=False)
+    if cost.shape != mn.shape:
+        cost = np.full(nmsg, float(cost))
+    o_msg = sim.o_msg
+    nrr = w.nops.size
+    clock = np.array(sim.clock, np.float64) + sim.o_call
+    rend, send_free, recv_free = np.zeros(p), np.zeros(p), np.zeros(p)
+    post_t = np.zeros(nrr)
+    post_key = np.full(nrr, -1, i64)
+    pending = w.nops.copy()
+    cur = np.searchsorted(w.rr_rank, np.arange(p))  # each rank's next round
+    done = np.zeros(p, bool)
+    ranks = np.arange(p)  # the ready queue's generation, in order
+    g = 0
+    while ranks.size:
+        if ranks.size <= SMALL_GENERATION:  # the same steps one by one: fewer numpy calls
+            posted: list[int] = []
+            for r in ranks.tolist():
+                rr = cur[r]
+                c = max(clock[r], rend[r])
+                for x in w.charges[w.pre_lo[rr]:w.pre_hi[rr]]:
+                    c += x
+                clock[r] = c
+                k = w.nops[rr]
+                if not k:
+                    done[r] = True
+                    continue
+                t = c + k * o_msg
+                post_t[rr] = t
+                post_key[rr] = (g * p + len(posted)) * jmul
+                for x in w.charges[w.pre_hi[rr]:w.dur_hi[rr]]:
+                    t += x
+                clock[r] = t
+                posted.append(rr)
+            if not posted:
+                break
+            g += 1
+            found = []
+            for rr in posted:
+                for op in range(rr_op0[rr], rr_op0[rr] + w.nops[rr]):
+                    o = partner[op]
+                    okey = post_key[w.op_rr[o]]
+                    mine = post_key[rr] + op_j[op]
+                    if okey >= 0 and mine > okey + op_j[o]:
+                        found.append((mine, op_msg[op]))
+            found.sort()
+            nxt_l = []
+            for _, m in found:
+                s, d, a, b = ms[m], md[m], m_rs[m], m_rd[m]
+                end = max(max(post_t[a], post_t[b]), max(send_free[s], recv_free[d])) + cost[m]
+                send_free[s] = end
+                recv_free[d] = end
+                rend[s] = max(rend[s], end)
+                rend[d] = max(rend[d], end)
+                for x in (a, b):
+                    pending[x] -= 1
+                    if not pending[x]:
+                        nxt_l.append(x)
+            nxt = np.array(nxt_l, i64)
+            ranks = w.rr_rank[nxt]
+            cur[ranks] = nxt + 1
+            continue
+        rr = cur[ranks]
+        c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], w.pre_hi[rr])
+        k = w.nops[rr]
+        live = k > 0
+        clock[ranks] = c
+        done[ranks[~live]] = True
+        ranks, rr, k = ranks[live], rr[live], k[live]
+        if not ranks.size:
+            break
+        t = c[live] + k * o_msg  # busy posting the round
+        post_t[rr] = t
+        post_key[rr] = (g * p + np.arange(ranks.size)) * jmul
+        clock[ranks] = _charge(t, w.charges, w.pre_hi[rr], w.dur_hi[rr])
+        g += 1
+        ops = _ranges(rr_op0[rr], k)
+        other = partner[ops]
+        okey = post_key[w.op_rr[other]]
+        mine = post_key[w.op_rr[ops]] + op_j[ops]
+        hit = (okey >= 0) & (mine > okey + op_j[other])  # matched now, at this post
+        ops = ops[hit]
+        batch = op_msg[ops[np.argsort(mine[hit], kind="stable")]]
+        if batch.size:
+            s, d = ms[batch], md[batch]
+            ts = np.maximum(post_t[m_rs[batch]], post_t[m_rd[batch]])
+            mc = cost[batch]
+            prev_s, prev_d = _previous(s), _previous(d)
+            chained = bool((prev_s >= 0).any() or (prev_d >= 0).any())
+            left = np.ones(batch.size, bool)
+            while True:
+                if chained:
+                    sel = np.flatnonzero(left & ((prev_s < 0) | ~left[prev_s])
+                                         & ((prev_d < 0) | ~left[prev_d]))
+                    left[sel] = False
+                    ss, dd = s[sel], d[sel]
+                    start = np.maximum(ts[sel], np.maximum(send_free[ss], recv_free[dd]))
+                    end = start + mc[sel]
+                else:
+                    ss, dd = s, d
+                    end = np.maximum(ts, np.maximum(send_free[s], recv_free[d])) + mc
+                send_free[ss] = end
+                recv_free[dd] = end
+                rend[ss] = np.maximum(rend[ss], end)
+                rend[dd] = np.maximum(rend[dd], end)
+                if not chained or not left.any():
+                    break
+            ev = np.column_stack((m_rs[batch], m_rd[batch])).ravel()  # in match order
+            np.subtract.at(pending, ev, 1)
+            u, first = np.unique(ev[::-1], return_index=True)
+            full = pending[u] == 0
+            nxt = u[full][np.argsort(-first[full], kind="stable")]  # in completion order
+        else:
+            nxt = np.zeros(0, i64)
+        ranks = w.rr_rank[nxt]
+        cur[ranks] = nxt + 1
+    if not done.all():
+        raise NotVectorizableError("ranks never finish (the per-rank engine deadlocks)")
+    msent = np.bincount(ms, minlength=p).astype(i64)
+    mrecv = np.bincount(md, minlength=p).astype(i64)
+    bsent, brecv, inter = np.zeros(p, i64), np.zeros(p, i64), np.zeros(p, i64)
+    np.add.at(bsent, ms, mn)
+    np.add.at(brecv, md, mn)
+    if sim.nodes is not None and nmsg:
+        nd = np.asarray(sim.nodes)
+        x = nd[ms] != nd[md]
+        np.add.at(inter, ms[x], mn[x])
+    sim.clock = clock.tolist()
+    return {"clocks": clock, "messages_sent": msent, "bytes_sent": bsent,
+            "messages_recv": mrecv, "bytes_recv": brecv, "inter_bytes_sent": inter}

@@ -30,7 +30,14 @@ from ..algorithms.schedule import Schedule
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
 from ..engines.network import PLACEMENTS, Network, parse_topology
-from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel, run_vector
+from ..engines.sim import (
+    NotVectorizableError,
+    SimResult,
+    Simulator,
+    TwoLevel,
+    run_batch,
+    run_vector,
+)
 from ..model.alphabeta import Model
 from . import cases as _cases
 from . import dtypes as _dtypes
@@ -142,9 +149,10 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         network: a :class:`mpicoll.engines.network.Network` (topology, placement, link
             contention, gap); its placement gives the nodes (``nodes`` must be None).  The
             result then has ``link_bytes`` and :meth:`~SimResult.busiest_link`.
-        engine: ``"auto"`` (the vector engine where it applies, else per rank), ``"rank"``
-            (always per rank) or ``"vector"`` (raise :class:`NotVectorizableError` if it does not
-            apply).  Both give identical results; see the module docstring.
+        engine: ``"auto"`` (the vector engine where it applies, else the batch engine where
+            it applies, else per rank), ``"rank"`` (always per rank), ``"vector"`` or
+            ``"batch"`` (raise :class:`NotVectorizableError` if it does not apply).  All give
+            identical results; see :mod:`mpicoll.engines.sim`.
 
     Returns:
         a :class:`SimResult` (``engine`` says which engine ran).
@@ -155,16 +163,20 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         DeadlockError: the schedule never completes (a bug in an algorithm).
         NotVectorizableError: ``engine="vector"`` on a call the vector engine cannot run.
     """
-    if engine not in ("auto", "rank", "vector"):
-        raise ValueError(f"engine: expected 'auto', 'rank' or 'vector', got {engine!r}")
+    if engine not in ("auto", "rank", "vector", "batch"):
+        raise ValueError(f"engine: expected 'auto', 'rank', 'vector' or 'batch', got {engine!r}")
     if collective == "alltoallw" and args is not None and any(
             is_derived(t) for a in args for spec in a[:2] if isinstance(spec, list)
             for t in spec[-1]):
         raise TypeError("simulate: alltoallw with a derived datatype per peer is not "
                         "simulated (predefined ones are)")
     dt = np.dtype(dtype)
-    sim = Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
-                    segment_bytes=_env.segment_bytes(), network=network)
+
+    def simulator() -> Simulator:
+        return Simulator(p, model, data=data, nodes=nodes, ranks_per_node=_env.ranks_per_node(),
+                         segment_bytes=_env.segment_bytes(), network=network)
+
+    sim = simulator()
     p = sim.p  # a plain int
     shared: dict[tuple[str, int, str], np.ndarray] | None = None if data else {}
     parser = PARSERS[collective]
@@ -176,7 +188,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
                            in_place=in_place, uniform=uniform, shared=shared)
         return parser(p, rank, *a), out
 
-    if engine != "rank":
+    if engine in ("auto", "vector"):
         why = None
         if data or args is not None or collective not in SYMMETRIC:
             why = "data mode, given arguments and rooted or v-collectives run per rank"
@@ -210,6 +222,18 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
             outputs.append(out)
         return gens
 
+    if engine == "batch" or (engine == "auto" and not data and network is None
+                             and not isinstance(sim.model, TwoLevel)):
+        try:
+            stats = run_batch(sim, make(sim))
+        except NotVectorizableError as e:
+            if engine == "batch":
+                raise NotVectorizableError(f"{collective}/{algorithm} on {p} ranks: {e}") from e
+            sim = simulator()  # the walk spent the generators: the per-rank engine anew
+        else:
+            assert chosen_alg is not None
+            return _result(collective, chosen_alg.name, p, nbytes, stats,
+                           outputs if data else [], "batch", sim)
     stats = sim.run_schedules(make)
     assert chosen_alg is not None
     return _result(collective, chosen_alg.name, p, nbytes, stats, outputs if data else [],

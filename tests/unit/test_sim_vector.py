@@ -151,10 +151,11 @@ def test_uneven_blocks_skew_the_clocks_identically(model: Model) -> None:
 
 
 def test_what_runs_per_rank() -> None:
-    # rank-dependent control flow (recursive doubling folds ranks beyond 2^k)
-    with pytest.raises(NotVectorizableError, match="ambiguous"):
+    # rank-dependent control flow (recursive doubling folds ranks beyond 2^k): the batch
+    # engine (tests/unit/test_sim_batch.py) runs it
+    with pytest.raises(NotVectorizableError, match="different ways"):
         simulate("allreduce", 6, 100, algorithm="recursive_doubling", engine="vector")
-    assert simulate("allreduce", 6, 100, algorithm="recursive_doubling").engine == "rank"
+    assert simulate("allreduce", 6, 100, algorithm="recursive_doubling").engine == "batch"
     # rooted collectives, data mode, two-level model (shared NICs are served in order)
     with pytest.raises(NotVectorizableError):
         simulate("bcast", 8, 100, algorithm="binomial", engine="vector")
