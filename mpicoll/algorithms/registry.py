@@ -503,7 +503,7 @@ def get(collective: str, name: str) -> Algorithm:
     hit = table.get(name)
     if hit is not None:
         return hit
-    base, _, rest = name.partition(":")
+    base, sep, rest = name.partition(":")
     if base not in table:
         raise ValueError(
             f"unknown {collective} algorithm {name!r}; expected one of {sorted(table)} or 'auto'"
@@ -511,12 +511,13 @@ def get(collective: str, name: str) -> Algorithm:
     key = (collective, name)
     bound = _BOUND.get(key)
     if bound is None:
-        try:
-            values = tuple(int(v) for v in rest.split(":")) if rest else ()
-        except ValueError:
+        fields = rest.split(":") if sep else []  # "knomial:" is a typo, not the defaults
+        if all(re.fullmatch(r"-?[0-9]+", v) for v in fields):
+            values = tuple(int(v) for v in fields)
+        else:
             raise ValueError(f"{collective} algorithm {name!r}: parameters are integers after "
                              f"the name, ':'-separated ({base}:"
-                             f"{':'.join(q.name for q in table[base].params) or '-'})") from None
+                             f"{':'.join(q.name for q in table[base].params) or '-'})")
         bound = _BOUND[key] = table[base].bind(values)
     return bound
 

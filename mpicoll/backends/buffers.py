@@ -324,11 +324,15 @@ def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
     return arr
 
 
-def _flat(arr: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
-    """1-D view of ``arr``'s memory as ``dtype`` elements (no copy)."""
+def _flat(arr: np.ndarray, dtype: np.dtype, what: str, exact: bool = True) -> np.ndarray:
+    """1-D view of ``arr``'s memory as ``dtype`` elements (no copy).  ``exact=False`` (the
+    call gives the count): trailing bytes short of one element are left out, as MPI, which
+    reads only the count's elements, never sees them."""
     if arr.dtype == dtype:
         return arr.reshape(-1, order="A")
     raw = arr.reshape(-1, order="A").view(np.uint8)
+    if not exact and dtype.itemsize:
+        raw = raw[: raw.size - raw.size % dtype.itemsize]
     if dtype.itemsize == 0 or raw.size % dtype.itemsize:
         raise ValueError(
             f"{what}: message: cannot infer count, buffer length {raw.size} bytes is not a "
@@ -379,9 +383,10 @@ def _pair(x: Any, what: str) -> tuple[Any, Any]:
     return x[0], x[1]
 
 
-def _base(obj: Any, dt: Any, is_list: bool, what: str, writable: bool
+def _base(obj: Any, dt: Any, is_list: bool, what: str, writable: bool, exact: bool = True
           ) -> tuple[np.ndarray, MPI.Datatype, bool]:
-    """(1-D view of the buffer's elements, datatype, null buffer?) of message_basic."""
+    """(1-D view of the buffer's elements, datatype, null buffer?) of message_basic;
+    ``exact``: the count is inferred from the length (see :func:`_flat`)."""
     if (is_list or obj is not None) and _is_bottom(obj):  # the null buffer: needs a datatype
         if dt is None:
             raise KeyError(f"{what}: cannot map None to MPI datatype (a null buffer needs one)")
@@ -397,7 +402,7 @@ def _base(obj: Any, dt: Any, is_list: bool, what: str, writable: bool
     else:
         datatype = _datatype(dt, what)
         dtype = _np_dtype(datatype)
-    return _flat(arr, dtype, what), datatype, False
+    return _flat(arr, dtype, what, exact), datatype, False
 
 
 #: a typemap starting below this byte from ``MPI.BOTTOM`` cannot be absolute addresses (the
@@ -522,7 +527,7 @@ def parse(spec: Any, what: str, *, writable: bool = False, blocks: int = 1) -> B
             raise ValueError(f"{what}: message: negative count or displacement")
         return _parse_derived(_as_array(obj, what, writable), dt, count, displ, blocks, what,
                               writable)
-    flat, datatype, null = _base(obj, dt, is_list, what, writable)
+    flat, datatype, null = _base(obj, dt, is_list, what, writable, cnt is None)
     displ = 0
     if dsp is not None:
         displ = _index(dsp, what, "displacement")
@@ -903,7 +908,7 @@ def parse_v(spec: Any, what: str, size: int, *, writable: bool = False) -> VBuf:
                 f"{extent}; pass the counts"
             )
     else:
-        flat, datatype, null = _base(obj, dt, is_list, what, writable)
+        flat, datatype, null = _base(obj, dt, is_list, what, writable, counts_spec is None)
     if counts_spec is None:
         q, r = divmod(flat.size, size)
         counts = [q + (i < r) for i in range(size)]

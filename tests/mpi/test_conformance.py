@@ -473,6 +473,44 @@ def _(r: int, n: int) -> Built:
     return call("Allreduce", memoryview(s).cast("i"), memoryview(rb).cast("i"), bufs=[s, rb])
 
 
+# a buffer whose length is not a whole number of elements: with the count given, MPI reads only
+# the count's elements (the tail is never seen); without it, mpi4py cannot infer the count
+
+def _ints(vals: Any, tail: int = 2) -> bytearray:
+    return bytearray(np.asarray(vals, dtype=np.int32).tobytes() + b"\x07" * tail)
+
+
+@case("bcast_trailing_bytes_count")
+def _(r: int, n: int) -> Built:
+    b = _ints(x(3, 0)) if r == 0 else _ints(z(3))
+    return call("Bcast", [b, 3, MPI.INT], bufs=[b])
+
+
+@case("allreduce_trailing_bytes_count")
+def _(r: int, n: int) -> Built:
+    s, rb = _ints(x(4, r), 3), _ints(z(4), 1)
+    return call("Allreduce", [s, 4, MPI.INT], [rb, 4, MPI.INT], bufs=[s, rb])
+
+
+@case("allgather_trailing_bytes_count")
+def _(r: int, n: int) -> Built:
+    s, rb = _ints(x(2, r)), _ints(z(2 * n))
+    return call("Allgather", [s, 2, MPI.INT], [rb, 2, MPI.INT], bufs=[s, rb])
+
+
+@case("allgatherv_trailing_bytes_counts")
+def _(r: int, n: int) -> Built:
+    c = vcounts(n)
+    s, rb = _ints(x(c[r], r)), _ints(z(sum(c)), 3)
+    return call("Allgatherv", [s, c[r], MPI.INT], [rb, (c, None), MPI.INT], bufs=[s, rb])
+
+
+@case("bcast_trailing_bytes_no_count")
+def _(r: int, n: int) -> Built:
+    b = _ints(x(3, 0)) if r == 0 else _ints(z(3))
+    return call("Bcast", [b, MPI.INT], bufs=[b])
+
+
 @case("bcast_memoryview_of_numpy")
 def _(r: int, n: int) -> Built:
     b = x(4, r) if r == 0 else z(4)

@@ -35,7 +35,10 @@ def test_bare_name_is_the_defaults_and_a_suffix_binds() -> None:
 
 
 @pytest.mark.parametrize("name", ["pipeline:-1", "pipeline:2000000000", "pipeline:x",
-                                  "pipeline:1:2", "binomial:3", "nosuch:2"])
+                                  "pipeline:1:2", "binomial:3", "nosuch:2",
+                                  # an empty or non-decimal field: a typo, not the defaults
+                                  "pipeline:", "knomial:", "pipelined_tree:3:", "knomial: 3",
+                                  "knomial:+3", "knomial:3 "])
 def test_bad_parameters_raise_value_error(name: str) -> None:
     with pytest.raises(ValueError):
         registry.get("bcast", name)
