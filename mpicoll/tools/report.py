@@ -721,6 +721,7 @@ def write_ratio_plot(path: str, a: dict[str, Any], b: dict[str, Any],
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     colls: list[str] = []
     for r in rows:
@@ -729,27 +730,33 @@ def write_ratio_plot(path: str, a: dict[str, Any], b: dict[str, Any],
     n = max(1, len(colls))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False,
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.2 * nrows), squeeze=False,
                              layout="constrained")
     for k, coll in enumerate(colls):
         ax = axes[k // ncols][k % ncols]
         lines: dict[str, list[tuple[int, float]]] = {}
         for r in rows:
             if r["collective"] == coll and r["size_bytes"] > 0:
-                lines.setdefault(r["implementation"], []).append((r["size_bytes"], r["ratio"]))
-        for label, pts in lines.items():
+                tag = "" if r["pattern"] == "numpy" else f" [{r['pattern']}]"
+                lines.setdefault(r["implementation"] + tag, []).append((r["size_bytes"],
+                                                                         r["ratio"]))
+        for label, pts in lines.items():  # a line per implementation and buffer pattern
+            pts.sort()
             ax.plot([x for x, _ in pts], [y for _, y in pts], "-o" if label == "native"
-                    else "--.", label=label, markersize=4)
+                    else "--o", label=label, markersize=4)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
         sizes = sorted({x for pts in lines.values() for x, _ in pts})
         ax.set_xticks(sizes, [human_size(s) + "B" for s in sizes], rotation=45, fontsize=7)
         ax.set_title(coll, fontsize=10)
         ax.set_xlabel("message size S")
         ax.set_ylabel("B / A median (< 1: B faster)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="x-small")
+        ax.legend(fontsize="xx-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
     fig.suptitle(f"mpicoll report: B / A\nA: {_label(a)}\nB: {_label(b)}", fontsize=9)
