@@ -453,12 +453,7 @@ def _bottom(datatype: Any, count: int, displ: int, what: str, byte_offset: int =
         return np.empty(0, dtype), datatype
     if datatype.Get_extent()[1] <= 0:  # one element of a twin (as _twin_block): the same
         # typemap; the caller packs it (_parse_packed)
-        one = datatype.Create_contiguous(count)
-        try:
-            lb, true_extent = one.Get_true_extent()
-            twin = one.Create_resized(int(lb), max(1, int(true_extent))).Commit()
-        finally:
-            one.Free()
+        twin, _ = _twin_type(datatype, count)
         try:  # (the shifted type keeps what it needs of the twin)
             return _bottom(twin, 1, 0, what, byte_offset + displ * int(datatype.Get_extent()[1]))
         finally:
@@ -726,16 +721,23 @@ def _parse_derived(arr: np.ndarray, datatype: MPI.Datatype, count: int | None, d
     return Buf(typed_view(raw, origin, count, extent), datatype)
 
 
+def _twin_type(datatype: MPI.Datatype, count: int) -> tuple[MPI.Datatype, int]:
+    """``(twin, true extent)``: ``count`` elements of ``datatype`` as one committed element
+    whose extent is their true extent (at least 1), from their true lower bound; the caller
+    frees the twin."""
+    one = datatype.Create_contiguous(count)
+    try:
+        lb, true_extent = one.Get_true_extent()
+        return one.Create_resized(int(lb), max(1, int(true_extent))).Commit(), int(true_extent)
+    finally:
+        one.Free()
+
+
 def _twin_block(raw: np.ndarray, origin: int, count: int, datatype: MPI.Datatype
                 ) -> TypedView:
     """As :func:`_one_block`, the twin's extent its true extent (at least 1), so that the
     schedules' scratch buffers of several twins (a tree's relays) do not overlap."""
-    one = datatype.Create_contiguous(count)
-    try:
-        lb, true_extent = one.Get_true_extent()
-        twin = one.Create_resized(int(lb), max(1, int(true_extent))).Commit()
-    finally:
-        one.Free()
+    twin, true_extent = _twin_type(datatype, count)
     view = TypedView.of(typed_view(raw, origin, 1, max(1, int(true_extent))), twin)
     weakref.finalize(view, _free_type, twin).atexit = False
     return view
