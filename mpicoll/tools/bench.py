@@ -67,7 +67,9 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -844,6 +846,15 @@ def run(
     plain = comm.Dup() if label is None else None
     skipped: list[dict[str, Any]] = []
     partial: list[dict[str, Any]] = []  # the sizes done of the collective in progress
+    # Ctrl-C is rank 0's alone (mpiexec forwards it to every rank): a rank interrupted at a
+    # Python point leaves the collective in progress, and rank 0, blocked in MPI waiting for
+    # it, would never reach the code that writes the results; the others keep going until
+    # rank 0's MPI_Abort ends them
+    main = threading.current_thread() is threading.main_thread()
+    ignored = rank != 0 and main
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignored else None
+    # Open MPI's launcher answers Ctrl-C with SIGTERM to every rank: rank 0 takes it as one
+    term = signal.signal(signal.SIGTERM, _terminated) if rank == 0 and main else None
     try:
         for coll in plan.collectives if getattr(args, "objects", False) else ():
             if coll not in OBJECT_CALLS:
@@ -879,6 +890,10 @@ def run(
         _interrupted(args, comm, document(plan, prov, all_records + partial, skipped), out)
     finally:
         progress.clear()
+        if ignored:
+            signal.signal(signal.SIGINT, previous)
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
     guard.Free()
     if plain is not None:
         plain.Free()
@@ -1003,6 +1018,11 @@ def _child_args(argv: Sequence[str]) -> list[str]:
     from .launcher import child_args
     return child_args(argv, {"--native-algorithms", "-n", "--np", "--launch-timeout",
                              "--json", "--csv", "--plot"}, {"-q", "--quiet"})
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM on rank 0 during bench: handled as Ctrl-C (:func:`_interrupted`)."""
+    raise KeyboardInterrupt
 
 
 def _interrupted(args: argparse.Namespace, comm: Any, doc: dict[str, Any], out: TextIO

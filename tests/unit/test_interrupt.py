@@ -18,9 +18,14 @@ from _launch import REPO, job_env
 from _launch import launcher as find_mpiexec
 
 from mpicoll.tools import bench
+from mpicoll.tools.launcher import library
 
 
 @pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
+@pytest.mark.skipif(library()[0] == "openmpi",
+                    reason="Open MPI's launcher answers Ctrl-C by terminating every rank "
+                           "(SIGTERM, then SIGKILL within about a second), before rank 0 can "
+                           "write: documented in docs/bench.md")
 def test_ctrl_c_writes_the_results_so_far(tmp_path: Path) -> None:
     out, png = tmp_path / "b.json", tmp_path / "b.png"
     cmd = [*(find_mpiexec() or []), "-n", "2", sys.executable, "-m", "mpicoll", "bench", "-c",
