@@ -58,18 +58,21 @@ def recursive_doubling(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
         k=0: 0<->1  2<->3     k=1: 0<->2  1<->3        (p = 4; everyone has it all)
 
     Extra ranks beyond 2^k are folded in first and given the result at the end (MPICH).
-    The lower rank's data is always the left operand, so non-commutative ops are correct.
-    The short-message allreduce.
+    The lower rank's data is always the left operand, so non-commutative ops are correct;
+    a commutative op reduces into the rank's own vector whichever side it is on (MPICH's
+    ``is_commutative || dst < rank``: a op b and b op a are bit for bit equal there), so no
+    rank copies its result at the end.  The short-message allreduce.
     """
     newrank = yield from _pof2.fold_in(ctx, buf, op)
     if newrank >= 0:
         g = _pof2.group(ctx)
         acc, tmp = buf, ctx.scratch(buf.size)
+        commutative = op.is_commutative
         mask = 1
         while mask < g.size:
             partner = g.rank ^ mask
             yield g.sendrecv(acc, partner, tmp, partner)
-            if partner < g.rank:
+            if commutative or partner < g.rank:
                 ctx.reduce(tmp, acc, op)  # acc = theirs op mine
             else:
                 ctx.reduce(acc, tmp, op)  # tmp = mine op theirs

@@ -15,6 +15,7 @@ backend (see :mod:`mpicoll.algorithms.registry`); the native backend accepts onl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Self
 
 import numpy as np
@@ -32,8 +33,8 @@ from .frontdoor import (
     FrontDoor,
     UncacheableError,
     holds,
+    key_and_layout,
     key_of,
-    shape_of,
     unexported,
 )
 
@@ -196,10 +197,14 @@ class Collectives(CheckedMode):
         tag = self._take_tag() if self._tagged else None
         try:
             key: tuple[Any, ...] | None = None
+            shape = None
             # then the cache (by value: see mpicoll.backends.frontdoor)
             if algorithm is None or type(algorithm) is str:
                 try:
-                    key = key_of((collective, nonblocking, algorithm), args)
+                    if self._templated:  # the key and the layout in one pass
+                        key, shape = key_and_layout((collective, nonblocking, algorithm), args)
+                    else:
+                        key = key_of((collective, nonblocking, algorithm), args)
                 except UncacheableError:
                     pass
                 else:
@@ -225,7 +230,8 @@ class Collectives(CheckedMode):
                         if last is not None:
                             self._last[nonblocking][collective] = last
                         return out
-            return self._parse_and_run(collective, nonblocking, algorithm, args, tag, key)
+            return self._parse_and_run(collective, nonblocking, algorithm, args, tag, key,
+                                       shape)
         except BaseException:
             if tag is not None:
                 self._refuse(tag)
@@ -233,33 +239,39 @@ class Collectives(CheckedMode):
 
     def _parse_and_run(self, collective: str, nonblocking: bool, algorithm: Any,
                        args: tuple[Any, ...], tag: int | None,
-                       key: tuple[Any, ...] | None) -> Any:
-        """A call the cache does not hold (``key``: its key, None if not cacheable): checked
-        (in checked mode: agreed on), parsed, run, and stored under ``key``."""
+                       key: tuple[Any, ...] | None,
+                       shape: tuple[tuple[Any, ...], list[Any]] | None = None) -> Any:
+        """A call the cache does not hold (``key``: its key, None if not cacheable; ``shape``:
+        its layout where the key was made with it, :func:`key_and_layout`): checked (in
+        checked mode: agreed on), parsed, run, and stored under ``key``."""
         if self._freed:
             raise RuntimeError(f"this {self.name} backend was freed")
         if collective == "reduce_scatter" and args[2] is None:  # gather the counts first
             args = (*args[:2], self._recvcounts(args[0], args[1], None, algorithm,
                                                 nonblocking), *args[3:])
-            key = None  # the gathered counts may differ at the next call
+            key = shape = None  # the gathered counts may differ at the next call
         if self.check:
             return self._checked_call(collective, nonblocking, algorithm, args, tag)
         if algorithm is not None and not isinstance(algorithm, str):
             check_algorithm_type(algorithm)
         door = self.front_door
         door.misses += 1
-        shape = None
         run = None
         once = False
-        if key is not None and self._templated and not nonblocking:
-            # a layout seen before: its compiled plan, bound to these buffers (p2p)
-            shape = shape_of(key[:3], args)
-            if shape is not None:
-                run = self._from_template(shape, collective, args)
-                if run is not None and not door.again(key, args):
+        if nonblocking or key is None:
+            shape = None
+        elif shape is not None:
+            # a layout seen before: its compiled plan, for these buffers (p2p)
+            t = self._template(shape[0])
+            if t is not None:
+                parse = self._parser(collective)
+                if not door.again(key, args):
                     # not these buffers' second call in a row: run once, not stored (a
                     # program passing new arrays at every call would fill the cache)
+                    if t.run(shape[1], parse, args, tag):
+                        return None
                     key, once = None, True
+                run = t.bind(shape[1], parse, args)
         if run is None:
             run = self._runner(PARSERS[collective](self.size, self.rank,
                                                    *(args if key is None else unexported(args))),
@@ -272,7 +284,7 @@ class Collectives(CheckedMode):
             try:
                 return run(tag, *args)
             finally:
-                run.free()  # type: ignore[attr-defined]  # its traffic added up
+                run.free()  # type: ignore[union-attr]  # its traffic added up
         if not self._tagged:
             return run(*args)
         if nonblocking:
@@ -281,14 +293,19 @@ class Collectives(CheckedMode):
 
     #: the backend's runners take the call's tag first (p2p: ``run(tag, *args)``)
     _tagged = False
-    #: the backend makes runners from templates (:meth:`_from_template`; p2p)
+    #: the backend makes runners from templates (:meth:`_template`; p2p)
     _templated = False
 
-    def _from_template(self, shape: tuple[tuple[Any, ...], list[Any]], collective: str,
-                       args: tuple[Any, ...]) -> Callable[..., Any] | None:
-        """A runner for a call the cache does not hold, made without parsing it from the
-        template of its layout (:func:`~mpicoll.backends.frontdoor.shape_of`), or None."""
+    def _template(self, layout: tuple[Any, ...]) -> Any:
+        """The template of a layout seen before (p2p:
+        :class:`~mpicoll.engines.plan.Template`: ``run`` once or ``bind`` a runner for
+        other buffers of that layout), or None."""
         return None
+
+    def _parser(self, collective: str) -> Callable[..., Any]:
+        """The parser of ``collective``'s arguments on this communicator (a template's
+        runner parses only where a run needs it)."""
+        return partial(PARSERS[collective], self.size, self.rank)
 
     def _take_tag(self) -> int | None:
         """The tag of the next call (p2p), taken before its arguments are checked."""

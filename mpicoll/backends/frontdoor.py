@@ -75,7 +75,8 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = ["MISS", "PENDING", "PINNED_BYTES", "SIZE", "TEMPLATES", "FrontDoor", "Last",
-           "UncacheableError", "holds", "key_of", "last_of", "shape_of", "unexported"]
+           "UncacheableError", "holds", "key_and_layout", "key_of", "last_of", "shape_of",
+           "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -314,6 +315,26 @@ def shape_of(head: tuple[Any, ...], args: Any) -> tuple[tuple[Any, ...], list[np
                 return None
             add(part(a))
     return tuple(key), bufs
+
+
+def key_and_layout(head: tuple[Any, ...], args: Any
+                   ) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], list[np.ndarray]] | None]:
+    """A call's cache key and, where it has one, its layout (:func:`shape_of`) in one pass:
+    for a call with a layout the key is the layout's followed by each buffer's identity (an
+    array that owns its memory: its own; a view: its base's and its address), which holds
+    what :func:`key_of` would (the layout has every other item, each array's strides too);
+    else :func:`key_of`'s key and None.
+
+    Raises:
+        UncacheableError: as :func:`key_of`."""
+    shape = shape_of(head, args)
+    if shape is None:
+        return key_of(head, args), None
+    ids: list[Any] = []
+    for b in shape[1]:
+        base = b.base
+        ids.append(id(b) if base is None else (id(base), _address(b)))
+    return shape[0] + tuple(ids), shape
 
 
 #: a last call's record: ``hit(algorithm, args)`` runs the call (as its entry's runner would:

@@ -269,16 +269,19 @@ class P2P(P2PObjects, Collectives):
 
     _templated = True
 
-    def _from_template(self, shape: tuple[tuple[Any, ...], list[Any]], collective: str,
-                       args: tuple[Any, ...]) -> Callable[..., Any] | None:
-        """A blocking call of a layout seen before (:meth:`FrontDoor.note`): the first
-        runner of that layout compiled (if it was not yet) and made a
-        :class:`~mpicoll.engines.plan.Template`, bound to this call's buffers; its call is
-        parsed only if a run needs it.  None (the call is parsed) where there is none, under
-        a thread level below ``MPI_THREAD_MULTIPLE`` (no compiled plans), for buffers that
-        may overlap, or when the model changed since the template's ``auto`` choice."""
+    def _parser(self, collective: str) -> Callable[..., Call]:
+        parse = self._parsers.get(collective)
+        if parse is None:
+            parse = self._parsers[collective] = partial(PARSERS[collective], self.size,
+                                                        self.rank)
+        return parse
+
+    def _template(self, layout: tuple[Any, ...]) -> Template | None:
+        """The template of ``layout`` (made now from its first runner, compiled now if it
+        was not yet), or None (none can be made, or the model changed since its ``auto``
+        choice)."""
         templates = self.front_door.templates
-        t = templates.get(shape[0])
+        t = templates.get(layout)
         if t is None:
             return None
         if type(t) is tuple:  # the layout's first runner: made a template now
@@ -293,17 +296,13 @@ class P2P(P2PObjects, Collectives):
                     t = Template(source, bufs)
                 except NoTemplateError:
                     t = None
-            templates[shape[0]] = t
+            templates[layout] = t
             if t is None:
                 return None
         if isinstance(t.source, _AutoBlocking) and t.model is not alphabeta.current():
-            del templates[shape[0]]  # the model changed: auto may choose another algorithm
+            del templates[layout]  # the model changed: auto may choose another algorithm
             return None
-        parse = self._parsers.get(collective)
-        if parse is None:
-            parse = self._parsers[collective] = partial(PARSERS[collective], self.size,
-                                                        self.rank)
-        return t.bind(shape[1], parse, args)
+        return t
 
     def _run(self, call: Call, nonblocking: bool, algorithm: str | None,
              args: tuple[Any, ...], tag: int | None = None) -> Any:

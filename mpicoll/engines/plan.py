@@ -941,7 +941,7 @@ class Template:
     objects listed in :func:`_constant` or arrays other than numpy's own (a derived
     datatype's typed views)."""
 
-    __slots__ = ("_bind", "counts", "model", "source")
+    __slots__ = ("_bind", "_replayed", "counts", "model", "source")
 
     def __init__(self, source: BlockingRunner, bufs: Sequence[np.ndarray]) -> None:
         fast = source._fast
@@ -1018,6 +1018,8 @@ class Template:
         #: the cost model an ``auto`` source chose its algorithm with (None: named)
         self.model = source.model
         self.counts = source._replayed.counts
+        #: the traffic record of the calls :meth:`run` replays (made at its first)
+        self._replayed: Replayed | None = None
 
     def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
              args: tuple[Any, ...]) -> BlockingRunner | None:
@@ -1025,25 +1027,69 @@ class Template:
         the order of the template's), its plan already compiled and its call parsed only when
         a run needs it (``parse(*run_args)``); None if two of ``bufs`` may overlap (the call
         must then be parsed: the parse refuses aliased buffers)."""
-        if len(bufs) > 1:  # contiguous (their layout is the template's): byte ranges
-            try:
-                spans = [(at := int(_ADDRESS(b)), at + b.nbytes) for b in bufs]
-            except Exception:  # (no address mpi4py can read: the parse decides)
-                return None
-            for i in range(len(spans) - 1):
-                lo, hi = spans[i]
-                for j in range(i + 1, len(spans)):
-                    if lo < spans[j][1] and spans[j][0] < hi:
-                        return None
+        if len(bufs) > 1 and _may_overlap(bufs):
+            return None
+        return self._runner(self._bind(*bufs), parse, args, True)
+
+    def _runner(self, fast: tuple[Any, ...], parse: Callable[..., Call], args: tuple[Any, ...],
+                tracked: bool) -> BlockingRunner:
         src = self.source
         run = _clone(type(src))(src)
         run._call = None
         run._parse = parse
         run._args = args
         run._runs = 2
-        run._fast = self._bind(*bufs)
-        run._replayed = src.engine.traffic.track(self.counts)
+        run._fast = fast
+        run._replayed = src.engine.traffic.track(self.counts) if tracked else None
         return run
+
+    def run(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
+            args: tuple[Any, ...], tag: int) -> bool:
+        """Run the call ``args`` once on ``bufs`` on ``tag`` without making a runner: the
+        replay of a call of new buffers that the front door does not keep (its views made,
+        then the template's replay run on them: no runner copied, no traffic record made and
+        dropped per call; the call parsed only for an error's message).  False, having done
+        nothing, where :meth:`bind` must serve it instead (buffers that may overlap, a p2p
+        schedule in flight, a local truncation to raise).
+
+        Raises: as the runner's replay would (the first MPI error, with the collective and
+        the peer)."""
+        src = self.source
+        if _IN_FLIGHT[0] or src._truncated is not None or (len(bufs) > 1
+                                                            and _may_overlap(bufs)):
+            return False
+        engine = src.engine
+        if engine._refused:
+            engine._drain(tag)
+        fast = self._bind(*bufs)
+        failed = src._go(engine.comm, tag, *fast)
+        rec = self._replayed
+        if rec is None:
+            rec = self._replayed = engine.traffic.track(self.counts)
+        rec.runs += 1
+        if failed is not None:
+            self._runner(fast, parse, args, False)._raise(failed, args)
+        return True
+
+
+def _may_overlap(bufs: Sequence[np.ndarray]) -> bool:
+    """Whether two of ``bufs`` (contiguous: their layout is a template's) may share memory
+    (their byte ranges meet, or one has no address mpi4py can read: the parse decides).
+    Arrays that own their memory share none with another (two distinct ones never do)."""
+    if len(bufs) == 2:
+        a, b = bufs
+        if a.base is None and b.base is None:
+            return a is b
+    try:
+        spans = [(at := int(_ADDRESS(b)), at + b.nbytes) for b in bufs]
+    except Exception:
+        return True
+    for i in range(len(spans) - 1):
+        lo, hi = spans[i]
+        for j in range(i + 1, len(spans)):
+            if lo < spans[j][1] and spans[j][0] < hi:
+                return True
+    return False
 
 
 #: the :attr:`_Runner.model` of a runner whose algorithm was named (never chosen again)

@@ -373,3 +373,42 @@ def test_a_replayed_request_reports_its_error_at_every_wait(hand: mpicoll.P2P) -
     for _ in range(3):
         hand.Ibcast(good, root=0).Wait()
         assert np.array_equal(good, np.zeros(4))
+
+
+@pytest.mark.mpi
+def test_new_buffers_run_once_refuse_one_array_twice(hand: mpicoll.P2P) -> None:
+    """A call of new arrays at every call runs from its layout's template without a runner
+    (``Template.run``); the same array passed as both buffers (not ``MPI.IN_PLACE``) is
+    still refused, before any message, on every rank, and a later call is not disturbed."""
+    for i in range(4):
+        y = np.zeros(3)
+        hand.Allreduce(np.full(3, RANK + i + 0.0), y)
+        assert np.array_equal(y, np.full(3, sum(r + i + 0.0 for r in range(P))))
+    x = np.full(3, RANK + 0.0)
+    with pytest.raises(MPIValueError, match="overlap"):
+        hand.Allreduce(x, x)
+    y = np.zeros(3)
+    hand.Allreduce(np.full(3, RANK + 5.0), y)
+    assert np.array_equal(y, np.full(3, sum(r + 5.0 for r in range(P))))
+
+
+@pytest.mark.mpi
+def test_new_buffers_run_once_raise_mpis_error(hand: mpicoll.P2P) -> None:
+    """A ``Bcast`` of new arrays at every call whose last rank's buffer is short (MPI matches
+    type signatures: the others send more): that rank's run-once replay raises
+    ``MPI_ERR_TRUNCATE`` at every call, as the first, parsed call does; the others complete
+    with the root's values, and a correct call after it completes everywhere."""
+    short = P > 1 and RANK == P - 1
+    for i in range(5):
+        buf = np.full(2 if short else 4, float(i) if RANK == 0 else -1.0)
+        if short:
+            with pytest.raises(MPI.Exception) as info:
+                hand.Bcast(buf, root=0)
+            assert info.value.Get_error_class() == MPI.ERR_TRUNCATE
+        else:
+            hand.Bcast(buf, root=0)
+            assert np.array_equal(buf, np.full(4, float(i)))
+    for i in range(3):
+        good = np.full(4, float(RANK + i))
+        hand.Bcast(good, root=0)
+        assert np.array_equal(good, np.full(4, float(i)))
