@@ -517,7 +517,14 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
             return None
     inline = getattr(run, "inline", None)
     inline = inline() if inline is not None and take_tag is not None else None
-    extra: dict[str, Any] = {} if inline is None else inline[3]
+    extra: dict[str, Any] = {} if inline is None else dict(inline[3])
+    # the tag taken inline where the engine offers its steps as code (p2p)
+    tag_lines = getattr(getattr(take_tag, "__self__", None), "take_tag_lines", None)
+    if tag_lines is not None:
+        tag_lines, tag_names = tag_lines()
+        extra.update(tag_names)
+    else:
+        tag_lines = ["tag = take_tag()"]
     lines = ["def make(MISS, ND, ADDRESS, SAME_ITEMS, door, take_tag, refuse, run, algo"
              + "".join(f", k{i}" for i in range(len(checks.consts)))
              + "".join(f", {name}" for name in extra) + "):"]
@@ -539,7 +546,8 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
     if take_tag is None:
         lines.append(f"        return run({call})")
     else:
-        lines += ["        tag = take_tag()", "        try:"]
+        lines += [f"        {line}" for line in tag_lines]
+        lines.append("        try:")
         if inline is not None:  # the runner's replay, written here
             lines.append(f"            if {inline[0]}:")
             indent = "                "

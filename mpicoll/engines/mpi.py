@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -287,6 +288,14 @@ class Engine:
         if self.reserved and tag in self.reserved:
             tag = self._skip_reserved()
         return tag
+
+    def take_tag_lines(self) -> tuple[list[str], dict[str, Any]]:
+        """:meth:`take_tag` as lines of Python that set ``tag``, and the objects they read,
+        for a caller that writes its own code (the front door's last-call records: one
+        call less per call); the same steps, on this engine's counter and reserved tags."""
+        return (["tag = T_ENGINE.tag % T_UB + 1", "T_ENGINE.tag = tag",
+                 "if T_RESERVED and tag in T_RESERVED: tag = T_ENGINE._skip_reserved()"],
+                {"T_ENGINE": self, "T_UB": self.tag_ub, "T_RESERVED": self.reserved})
 
     def refused(self, tag: int) -> None:
         """Note that this rank refused the call of ``tag`` (its peers may have sent on it)."""

@@ -52,6 +52,7 @@ from ..algorithms.schedule import (
     Send,
     _ufunc_reduce,
 )
+from ..model import alphabeta as _alphabeta
 from ..model.alphabeta import current as _current_model
 from . import threads as _threads
 from .call import Call
@@ -590,10 +591,10 @@ class BlockingRunner(_Runner):
             return None
         unpack, body = _straight_lines(shape, "R_STEPS", "R_TAIL")
         guard = "R_RUN._fast is not R_FAST or R_IN_FLIGHT[0] or R_ENGINE._refused"
-        if self.model is not NAMED:
-            guard += " or R_MODEL() is not R_CHOSEN"
+        if self.model is not NAMED:  # (the model was read once: _current is the model now)
+            guard += " or R_MODEL._current is not R_CHOSEN"
         names = {"R_RUN": self, "R_FAST": fast, "R_STEPS": fast[0], "R_TAIL": fast[1],
-                 "R_IN_FLIGHT": _IN_FLIGHT, "R_ENGINE": self.engine, "R_MODEL": _current_model,
+                 "R_IN_FLIGHT": _IN_FLIGHT, "R_ENGINE": self.engine, "R_MODEL": _alphabeta,
                  "R_CHOSEN": self.model, "R_REPLAYED": self._replayed, "comm": self.engine.comm,
                  **_REPLAY_GLOBALS}
         return guard, unpack, [*body, "R_REPLAYED.runs += 1",
@@ -800,6 +801,53 @@ class NonblockingRunner(_Runner):
         if self._truncated is not None and req._error is None:
             req._error = truncated(_name(req._ctx), self._truncated)
         return req
+
+    def inline(self) -> tuple[str, list[str], list[str], dict[str, Any]] | None:
+        """This runner's restart of its pooled request as code for the front door to write
+        into a last call's record (as :meth:`BlockingRunner.inline`): for a plan of one round
+        (never listed in flight), the last request restarted on ``tag`` in place, its round
+        posted; the guard sends every other case to :meth:`__call__` (the plan dropped or
+        compiled again, no last request or one unfinished, unreported or held by anyone,
+        a refused call's messages to drain, schedules in flight, ``auto``'s model changed,
+        the request's claim taken).  None for a plan of more rounds, a local truncation to
+        raise, or where the pool cannot count references."""
+        fast = self._fast
+        if fast is None or self._truncated is not None or not _POOLED or len(fast[0]) != 1:
+            return None
+        local, recvs, sends, during = fast[0][0]
+
+        def triples(prefix: str, k: int) -> tuple[str, list[str]]:
+            names = [(f"{prefix}f{j}", f"{prefix}a{j}", f"{prefix}b{j}") for j in range(k)]
+            return ("(" + "".join(f"({f}, {a}, {b}), " for f, a, b in names) + ")",
+                    [f"{f}({a}, {b})" for f, a, b in names])
+
+        def pairs(prefix: str, k: int) -> tuple[str, list[str]]:
+            names = [(f"{prefix}{j}", f"{prefix}{j}p") for j in range(k)]
+            return "(" + "".join(f"({b}, {q}), " for b, q in names) + ")", [
+                f"{b}, {q}" for b, q in names]
+
+        ltarget, lcalls = triples("l", len(local))
+        dtarget, dcalls = triples("d", len(during))
+        rtarget, rposts = pairs("r", len(recvs))
+        starget, sposts = pairs("s", len(sends))
+        unpack = [f"(({ltarget}, {rtarget}, {starget}, {dtarget}), ) = R_STEPS"]
+        guard = ("R_RUN._fast is not R_FAST or (P := R_RUN._previous) is None or not P.done"
+                 " or not P._inactive or R_ENGINE._refused or R_ENGINE.active")
+        if self.model is not NAMED:
+            guard += " or R_MODEL._current is not R_CHOSEN"
+        guard += " or REFCOUNT(P) > UNHELD or not P._claim.acquire(False)"
+        posts = [f"comm.Irecv({x}, tag)" for x in rposts] + [
+            f"comm.Isend({x}, tag)" for x in sposts]
+        body = ["R_REPLAYED.runs += 1", "try:",
+                "    P._ctx.tag = tag", "    P.done = P._inactive = False", "    P._error = None",
+                *["    " + c for c in lcalls], f"    P._reqs = [{', '.join(posts)}]",
+                *["    " + c for c in dcalls], "    P._next = 1", "finally:",
+                "    P._claim.release()", "    if WAITERS[0]: NOTIFY()", "return P"]
+        names = {"R_RUN": self, "R_FAST": fast, "R_STEPS": fast[0], "R_ENGINE": self.engine,
+                 "R_MODEL": _alphabeta, "R_CHOSEN": self.model, "R_REPLAYED": self._replayed,
+                 "comm": self.engine.comm, "REFCOUNT": _refcount, "UNHELD": _UNHELD,
+                 "WAITERS": _WAITERS, "NOTIFY": _notify}
+        return guard, unpack, body, names
 
     def free(self) -> None:
         """Drop the compiled plan (the next runs compile it again)."""
