@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 from mpicoll import registry
 from mpicoll.model import alphabeta as model
@@ -129,17 +130,29 @@ def test_zero_overhead_terms_change_no_clock() -> None:
 
 @pytest.mark.parametrize("data", [True, False], ids=["data", "cost-only"])
 def test_recursive_doubling_pays_delta_for_each_byte_it_copies(data: bool) -> None:
-    """p = 2, n bytes: rank 0 copies its send buffer into its receive buffer, exchanges,
-    reduces into scratch (mine op theirs) and copies the result back: 2 n copied; rank 1
-    copies once and reduces into its receive buffer: n.  In place, each copies n less."""
+    """p = 2, n bytes: each rank copies its send buffer into its receive buffer, exchanges
+    and reduces into its receive buffer (a commutative op: theirs op mine on both sides, as
+    MPICH does): n copied each.  A non-commutative op keeps the lower rank on the left: rank 0
+    reduces into scratch (mine op theirs) and copies the result back, 2 n.  In place, each
+    copies n less."""
     n = 1024  # 128 float64
     c = A + n * B + n * G  # the exchange and the reduction
     m = Model(A, B, G, delta=D)
     r = simulate("allreduce", 2, 128, algorithm="recursive_doubling", model=m, data=data)
-    assert r.clocks.tolist() == [c + 2 * n * D, c + n * D]
+    assert r.clocks.tolist() == [c + n * D, c + n * D]
     r = simulate("allreduce", 2, 128, algorithm="recursive_doubling", model=m, data=data,
                  in_place=True)
-    assert r.clocks.tolist() == [c + n * D, c]
+    assert r.clocks.tolist() == [c, c]
+    noncommutative = MPI.Op.Create(lambda a, b, t: None, commute=False)
+    try:
+        r = simulate("allreduce", 2, 128, algorithm="recursive_doubling", model=m, data=False,
+                     op=noncommutative)
+        assert r.clocks.tolist() == [c + 2 * n * D, c + n * D]
+        r = simulate("allreduce", 2, 128, algorithm="recursive_doubling", model=m, data=False,
+                     op=noncommutative, in_place=True)
+        assert r.clocks.tolist() == [c + n * D, c]
+    finally:
+        noncommutative.Free()
 
 
 @pytest.mark.parametrize(("coll", "alg"), [("allreduce", "ring"), ("allgather", "ring"),
@@ -317,9 +330,9 @@ def test_both_engines_read_the_curves_alike(count: int) -> None:
     rank = simulate("allreduce", 4, count, algorithm="ring", model=m, data=False, engine="rank")
     assert vec.clocks.tolist() == rank.clocks.tolist()
     rd = simulate("allreduce", 2, count, algorithm="recursive_doubling", model=m)
-    n = count * 8
+    n = count * 8  # (a commutative op: each rank copies its send buffer once, no copy back)
     assert rd.time == pytest.approx(2 * O_MSG + m.message(n) + m.reduce_time(n)
-                                    + 2 * m.copy_time(n))
+                                    + m.copy_time(n))
 
 
 def test_the_skew_of_a_barrier_is_paid_once() -> None:
