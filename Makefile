@@ -111,6 +111,7 @@ pip_target = $(if $(call extras,$(1)),.[$(call extras,$(1))],.)
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
 .PHONY: help setup lint test test-unit test-mpi test-full test-large cluster-test bench verify \
+        scaling-plot \
         examples readme sweep clean distclean
 
 # ---- set-up -----------------------------------------------------------------------------------
@@ -184,6 +185,13 @@ sweep: $(call installed,plot)
 	    $(PY) -m mpicoll sweep \
 	    -n $(SWEEP_NP) --native $(SWEEP_NATIVE) --json results/sweep.json --csv results/sweep.csv \
 	    --plot results/sweep.png $(SWEEP_ARGS) -- $(SWEEP_BENCH_ARGS)
+
+## scaling-plot: the simulator's scaling plot of docs/simulator.md (allreduce at 1 MiB on a 4:1
+## oversubscribed fat tree, P = 4..1024; cost-only, a minute or two) -> docs/simulator-scaling.png
+scaling-plot: $(call installed,plot)
+	$(PY) -m mpicoll.tools.scaling -c allreduce -m 1M -n 4:1024 --topology fattree:16:4 \
+	    -a recursive_doubling ring rabenseifner swing_bandwidth circulant reduce_bcast \
+	    -o docs/simulator-scaling.png
 
 ## readme: regenerate the algorithm and twin tables in docs/algorithms.md (a unit test checks them)
 readme: $(call installed,base)
