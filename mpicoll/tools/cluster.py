@@ -89,12 +89,14 @@ __all__ = [
     "ClusterUnavailableError",
     "cleanup_stale",
     "launch_args",
+    "loaded",
     "main",
     "merge_runs",
     "missing_capabilities",
     "parse_rate",
     "plot_validation",
     "predict_bench",
+    "round_cost",
     "summary",
     "sustained_beta",
     "tcp_bytes_sent",
@@ -512,6 +514,44 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True,
     return rows
 
 
+def round_cost(comm: Any, ks: Sequence[int] = (1, 2, 4, 8), reps: int = 15) -> float:
+    """Seconds per round of a schedule on this host as it is loaded now, measured on ``comm``
+    (collective; the same value on every rank): every rank sends 8 bytes to rank + 1 and
+    receives 8 from rank - 1, k rounds back to back per call, each call timed as bench times
+    one (a barrier, the max over the ranks), the median over ``reps`` calls per k in ``ks``
+    (interleaved), and the least-squares slope against k.  Where the ranks outnumber the
+    cores (the emulated cluster's nodes share the host's), a round waits for its ranks to be
+    scheduled: milliseconds, set by the load of the moment, which a calibration of two ranks
+    taken at another time does not see."""
+    import numpy as np
+    from mpi4py import MPI
+
+    rank, p = comm.Get_rank(), comm.Get_size()
+    sbuf, rbuf = np.zeros(1), np.zeros(1)
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for _ in range(reps):
+        for k in ks:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(k):
+                MPI.Request.Waitall([comm.Irecv(rbuf, (rank - 1) % p, 5),
+                                     comm.Isend(sbuf, (rank + 1) % p, 5)])
+            times[k].append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    med = [float(np.median(times[k])) for k in ks]
+    return max(0.0, float(np.polyfit(np.array(ks, float), np.array(med), 1)[0]))
+
+
+def loaded(model: TwoLevel, round_s: float) -> TwoLevel:
+    """``model`` with its per-message overhead ``o_msg`` (a property of the ranks: the
+    intra-node model's) raised so that a round of one 8-byte send and receive between nodes
+    costs ``round_s`` (:func:`round_cost`): ``max(o_msg, (round_s - inter.message(8)) / 2)``,
+    a round posting a send and a receive.  Every round of a schedule then pays what a round
+    paid on the host when ``round_s`` was measured."""
+    o_msg = max(model.intra.o_msg, (round_s - float(model.inter.message(8))) / 2)
+    return TwoLevel(model.ranks_per_node, replace(model.intra, o_msg=o_msg),
+                    replace(model.inter, o_msg=o_msg))
+
+
 def merge_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of :func:`predict_bench` from repeated bench runs merged: one row per
     ``(P, collective, algorithm, size_bytes)``, in first-seen order, whose ``measured_us`` is
@@ -628,6 +668,9 @@ def predict_main(argv: Sequence[str]) -> int:
                     "port instead of the cluster:K network's link contention")
     ap.add_argument("--no-nic-floor", action="store_true", help="leave out the NICs' rate "
                     "floor (predict_bench's nic_beta: the inter calibration's sustained beta)")
+    ap.add_argument("--rounds", nargs="+", metavar="JSON", default=(),
+                    help="round costs measured beside the benches (`rounds -o FILE`): one per "
+                    "bench document, in order, else their median for all (see loaded())")
     ap.add_argument("--plot", metavar="PNG", help="measured against predicted, to this file")
     ap.add_argument("bench", nargs="+", help="bench --json documents from the cluster (repeated "
                     "runs of one case: their medians' median)")
@@ -637,8 +680,12 @@ def predict_main(argv: Sequence[str]) -> int:
         ap.error("no model in --intra or --inter")
     model = two_level(intra, inter, args.ranks_per_node)
     nic_beta = 0.0 if args.no_nic_floor else sustained_beta(inter)
-    rows = merge_runs([row for path in args.bench
-                       for row in predict_bench(json.loads(Path(path).read_text()), model,
+    costs = [float(json.loads(Path(f).read_text())["round_s"]) for f in args.rounds]
+    if costs and len(costs) != len(args.bench):
+        costs = [sorted(costs)[len(costs) // 2]] * len(args.bench)
+    rows = merge_runs([row for i, path in enumerate(args.bench)
+                       for row in predict_bench(json.loads(Path(path).read_text()),
+                                                loaded(model, costs[i]) if costs else model,
                                                 network=not args.no_network,
                                                 nic_beta=nic_beta)])
     print(f"# NICs' rate floor: {nic_beta * 1e9:.4g} ns/B (predicted = max(simulated, busiest "
@@ -666,12 +713,36 @@ def predict_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def rounds_main(argv: Sequence[str]) -> int:
+    """``mpiexec -n P python -m mpicoll.tools.cluster rounds -o FILE``: :func:`round_cost` on
+    all the ranks, saved by rank 0 as ``{"P", "round_s", "date"}`` (for ``predict
+    --rounds``)."""
+    from mpi4py import MPI
+
+    ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster rounds",
+                                 description="Seconds per round of a schedule on this host "
+                                 "now (run it beside the bench it is for).")
+    ap.add_argument("-o", "--output", required=True, metavar="JSON")
+    ap.add_argument("--reps", type=int, default=15, help="calls per round count (15)")
+    args = ap.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    r = round_cost(comm, reps=args.reps)
+    if comm.Get_rank() == 0:
+        doc = {"P": comm.Get_size(), "round_s": r,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        Path(args.output).write_text(json.dumps(doc) + "\n")
+        print(f"round cost at P = {comm.Get_size()}: {r * 1e6:.1f} us")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m mpicoll.tools.cluster [-N N] [-k K] [--rate R] -- COMMAND...``: COMMAND's
     exit status; :data:`SKIP` (77) where no cluster can be built here."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["predict"]:
         return predict_main(argv[1:])
+    if argv[:1] == ["rounds"]:
+        return rounds_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster",
                                  description="Run COMMAND with $MPIEXEC starting its ranks on "
                                  "an emulated cluster of network namespaces.")

@@ -229,6 +229,11 @@ def test_predict_command(tmp_path, capsys):
     # S = 64 KiB gathered: blocks of 16 KiB; the second round, 2 blocks each, crosses nodes
     assert rows[0]["inter_node_bytes"] == 4 * 2 * (1 << 14)
     assert rows[0]["predicted_us"] > 0
+    # --rounds: the round cost measured beside the bench raises every round's overhead
+    (tmp_path / "r.json").write_text(json.dumps({"P": 4, "round_s": 1e-3}))
+    assert cl.main([*args, "--rounds", str(tmp_path / "r.json")]) == 0
+    heavy = json.loads((tmp_path / "rows.json").read_text())
+    assert heavy[0]["predicted_us"] > rows[0]["predicted_us"] + 1e3  # 2 rounds of >= 1 ms
 
 
 def test_merge_runs_and_summary():
@@ -300,3 +305,33 @@ def test_nic_rate_floor():
         want = simulate("allreduce", 4, (1 << 16) // 8, algorithm="reduce_bcast", model=m,
                         network=Network("cluster:2", "block", 2) if network else None)
         assert rb["simulated_us"] == pytest.approx(want.time * 1e6)
+
+
+def test_loaded_model_pays_the_round_cost():
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    intra = Model(alpha=1e-6, beta=1e-10, gamma=2e-10, o_msg=1e-6)
+    inter = Model(alpha=5e-5, beta=8e-9)
+    m = cl.two_level(intra, inter, 2)
+    heavy = cl.loaded(m, 2e-3)
+    o_msg = (2e-3 - inter.message(8)) / 2
+    assert heavy.intra.o_msg == heavy.inter.o_msg == pytest.approx(o_msg)
+    assert (heavy.intra.alpha, heavy.inter.beta) == (intra.alpha, inter.beta)  # nothing else
+    assert cl.loaded(m, 1e-6).intra.o_msg == 1e-6  # a cheap round leaves o_msg as it is
+    # ring allreduce at P = 4: 6 rounds, each posting a send and a receive
+    t0, t1 = (simulate("allreduce", 4, 1024, algorithm="ring", model=x).time for x in (m, heavy))
+    assert t1 - t0 == pytest.approx(6 * 2 * (o_msg - 1e-6), rel=1e-6)
+
+
+def test_rounds_command(tmp_path, capsys):
+    import json
+    import math
+
+    out = tmp_path / "rounds.json"
+    assert cl.main(["rounds", "-o", str(out), "--reps", "3"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["P"] == 1
+    assert math.isfinite(doc["round_s"])
+    assert doc["round_s"] >= 0
+    assert "round cost at P = 1" in capsys.readouterr().out
