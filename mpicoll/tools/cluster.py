@@ -69,6 +69,7 @@ import argparse
 import atexit
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -607,17 +608,21 @@ def plot_validation(rows: Sequence[dict[str, Any]], path: str, title: str) -> No
 
     pts = [r for r in rows if r.get("predicted_us")]
     fig, ax = plt.subplots(figsize=(6.5, 5.5))
-    sizes = sorted({r["size_bytes"] for r in pts})
+
+    def kib(r: dict[str, Any]) -> int:  # the size's nearest power of two, KiB (allgather's
+        return 1 << round(math.log2(max(1, r["size_bytes"]) / 1024))  # S: whole blocks of P
+
+    sizes = sorted({kib(r) for r in pts})
     colours = plt.get_cmap("viridis")
     marks = {"allreduce": "o", "bcast": "s", "allgather": "^"}
     for i, size in enumerate(sizes):
         for coll, mk in marks.items():
-            sel = [r for r in pts if r["size_bytes"] == size and r["collective"] == coll]
+            sel = [r for r in pts if kib(r) == size and r["collective"] == coll]
             if sel:
                 ax.scatter([r["predicted_us"] / 1e3 for r in sel],
                            [r["measured_us"] / 1e3 for r in sel], marker=mk, s=22,
                            color=colours(i / max(1, len(sizes) - 1)), alpha=0.8,
-                           label=f"{coll} {size // 1024} KiB")
+                           label=f"{coll} {size} KiB")
     if pts:
         lo = min(min(r["predicted_us"], r["measured_us"]) for r in pts) / 1e3 / 1.5
         hi = max(max(r["predicted_us"], r["measured_us"]) for r in pts) / 1e3 * 1.5
