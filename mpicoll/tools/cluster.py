@@ -680,7 +680,8 @@ def predict_main(argv: Sequence[str]) -> int:
                     "floor (predict_bench's nic_beta: the inter calibration's sustained beta)")
     ap.add_argument("--rounds", nargs="+", metavar="JSON", default=(),
                     help="round costs measured beside the benches (`rounds -o FILE`): one per "
-                    "bench document, in order, else their median for all (see loaded())")
+                    "bench document, in order, or two (before, after: their mean), else their "
+                    "median for all (see loaded())")
     ap.add_argument("--plot", metavar="PNG", help="measured against predicted, to this file")
     ap.add_argument("bench", nargs="+", help="bench --json documents from the cluster (repeated "
                     "runs of one case: their medians' median)")
@@ -691,8 +692,11 @@ def predict_main(argv: Sequence[str]) -> int:
     model = two_level(intra, inter, args.ranks_per_node)
     nic_beta = 0.0 if args.no_nic_floor else sustained_beta(inter)
     costs = [float(json.loads(Path(f).read_text())["round_s"]) for f in args.rounds]
-    if costs and len(costs) != len(args.bench):
-        costs = [sorted(costs)[len(costs) // 2]] * len(args.bench)
+    n = len(args.bench)
+    if len(costs) == 2 * n:  # a probe before and one after each bench: their mean
+        costs = [(costs[2 * i] + costs[2 * i + 1]) / 2 for i in range(n)]
+    elif costs and len(costs) != n:
+        costs = [sorted(costs)[len(costs) // 2]] * n
     rows = merge_runs([row for i, path in enumerate(args.bench)
                        for row in predict_bench(json.loads(Path(path).read_text()),
                                                 loaded(model, costs[i]) if costs else model,

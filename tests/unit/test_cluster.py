@@ -234,6 +234,11 @@ def test_predict_command(tmp_path, capsys):
     assert cl.main([*args, "--rounds", str(tmp_path / "r.json")]) == 0
     heavy = json.loads((tmp_path / "rows.json").read_text())
     assert heavy[0]["predicted_us"] > rows[0]["predicted_us"] + 1e3  # 2 rounds of >= 1 ms
+    # two probes per bench (before, after): their mean, the same as one probe of the mean
+    (tmp_path / "a.json").write_text(json.dumps({"P": 4, "round_s": 0.5e-3}))
+    (tmp_path / "b.json").write_text(json.dumps({"P": 4, "round_s": 1.5e-3}))
+    assert cl.main([*args, "--rounds", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "rows.json").read_text()) == heavy
 
 
 def test_merge_runs_and_summary():
