@@ -51,6 +51,8 @@ CLUSTER_RATE  ?= 1gbit
 CLUSTER_TESTS ?= tests/mpi/test_collectives.py tests/mpi/test_nonblocking.py \
                  tests/mpi/test_persistent.py tests/mpi/test_smp.py tests/mpi/test_cluster.py
 CLUSTER_K     ?= allreduce or bcast or allgather or smp or cluster
+# its limit in seconds: Open MPI's run took 6 to 11 min on a loaded 2-core host (15 min hit)
+CLUSTER_TIMEOUT ?= 2400
 
 # ---- the MPI library and its launcher ---------------------------------------------------------
 ifeq ($(MPI),mpich)
@@ -111,6 +113,7 @@ pip_target = $(if $(call extras,$(1)),.[$(call extras,$(1))],.)
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
 .PHONY: help setup lint test test-unit test-mpi test-full test-large cluster-test bench verify \
+        scaling-plot \
         examples readme sweep clean distclean
 
 # ---- set-up -----------------------------------------------------------------------------------
@@ -158,7 +161,7 @@ test-large: $(TESTED)
 ## cluster-test: the allreduce, bcast, allgather and smp MPI tests on an emulated cluster of
 ## CLUSTER_NODES x CLUSTER_PPN ranks (network namespaces; needs root: docs/cluster.md)
 cluster-test: $(TESTED)
-	@$(TEST_MPI_ENV) PYTHON="$(PY)" RUN_TIMEOUT="$(RUN_TIMEOUT)" timeout -k 20 $(RUN_TIMEOUT) \
+	@$(TEST_MPI_ENV) PYTHON="$(PY)" RUN_TIMEOUT="$(CLUSTER_TIMEOUT)" timeout -k 20 $(CLUSTER_TIMEOUT) \
 	    $(PY) -m mpicoll.tools.cluster -N $(CLUSTER_NODES) -k $(CLUSTER_PPN) \
 	    --rate $(CLUSTER_RATE) --mpiexec "$(firstword $(MPIEXEC))" -- \
 	    bash tests/run_mpi.sh -n "$$(($(CLUSTER_NODES) * $(CLUSTER_PPN)))" -- -q \
@@ -184,6 +187,13 @@ sweep: $(call installed,plot)
 	    $(PY) -m mpicoll sweep \
 	    -n $(SWEEP_NP) --native $(SWEEP_NATIVE) --json results/sweep.json --csv results/sweep.csv \
 	    --plot results/sweep.png $(SWEEP_ARGS) -- $(SWEEP_BENCH_ARGS)
+
+## scaling-plot: the simulator's scaling plot of docs/simulator.md (allreduce at 1 MiB on a 4:1
+## oversubscribed fat tree, P = 4..1024; cost-only, a minute or two) -> docs/simulator-scaling.png
+scaling-plot: $(call installed,plot)
+	$(PY) -m mpicoll.tools.scaling -c allreduce -m 1M -n 4:1024 --topology fattree:16:4 \
+	    -a recursive_doubling ring rabenseifner swing_bandwidth circulant reduce_bcast \
+	    -o docs/simulator-scaling.png
 
 ## readme: regenerate the algorithm and twin tables in docs/algorithms.md (a unit test checks them)
 readme: $(call installed,base)

@@ -54,8 +54,13 @@ test_cluster.py`` runs only where it is set).
 Validation of the simulator (docs/cluster.md): :func:`two_level` makes the simulator's
 two-level model from an intra-node and an inter-node calibration on the cluster,
 :func:`predict_bench` sets a bench document measured there beside the simulator's prediction
-(``python -m mpicoll.tools.cluster predict --intra A --inter B -k K BENCH.json...``), and
-:func:`tcp_bytes_sent`, called in a rank, counts the TCP payload its node has sent.
+(``python -m mpicoll.tools.cluster predict --intra A --inter B -k K BENCH.json...``) with the
+NICs' rate floor (:func:`sustained_beta`: a ``tbf`` NIC passes a burst at the veth's speed,
+but not more than its rate over bench's back-to-back calls) and, measured beside each bench
+(``mpiexec -n P python -m mpicoll.tools.cluster rounds -o R.json``, :func:`round_cost`), the
+host's cost of a round as loaded then (:func:`loaded`); :func:`merge_runs` and
+:func:`summary` make the tables, :func:`plot_validation` the plot; :func:`tcp_bytes_sent`,
+called in a rank, counts the TCP payload its node has sent.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ import argparse
 import atexit
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -89,10 +95,16 @@ __all__ = [
     "ClusterUnavailableError",
     "cleanup_stale",
     "launch_args",
+    "loaded",
     "main",
+    "merge_runs",
     "missing_capabilities",
     "parse_rate",
+    "plot_validation",
     "predict_bench",
+    "round_cost",
+    "summary",
+    "sustained_beta",
     "tcp_bytes_sent",
     "two_level",
     "unavailable",
@@ -440,31 +452,54 @@ def two_level(intra: Model, inter: Model, ranks_per_node: int) -> TwoLevel:
                                                    message_curve=inter.message_curve))
 
 
-def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True
-                  ) -> list[dict[str, Any]]:
+def sustained_beta(inter: Model) -> float:
+    """Seconds per byte that a node's NIC carries in a long run: the slope of the inter-node
+    calibration's exchange curve between its two largest sizes (0 with fewer than two
+    points).  On the emulated cluster that is the ``tbf`` rate (with TCP/IP's headers): the
+    qdisc passes a burst of ``burst`` bytes at the veth's own speed, then holds the rest to
+    the rate, so a calibration's small exchanges (taken one at a time, the bucket refilled
+    between them) never see the rate, and its largest (MiBs, past the burst) see little
+    else."""
+    c = inter.message_curve
+    if len(c) < 2 or c[-1][0] <= c[-2][0]:
+        return 0.0
+    return max(0.0, (c[-1][1] - c[-2][1]) / (c[-1][0] - c[-2][0]))
+
+
+def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True,
+                  nic_beta: float = 0.0) -> list[dict[str, Any]]:
     """Measured against predicted for every blocking p2p result of a bench JSON document
     ``doc`` run on the cluster: each algorithm simulated at the bench's P and count, with
     ``network`` on ``cluster:K`` (K = ``model.ranks_per_node``, block placement, the NICs'
     contention), else with the two-level model's own node port (one inter-node send and one
     receive at a time per node).
 
+    ``nic_beta`` (seconds per byte, :func:`sustained_beta`; 0: none) adds the NICs' rate
+    floor: bench repeats a call back to back, so in its steady state no NIC can carry more
+    than its rate over a call, whatever burst it passed within one; the prediction is the
+    larger of the simulated time and ``nic_bytes * nic_beta``, ``nic_bytes`` the bytes of the
+    busiest NIC direction of one call (the most loaded link of ``cluster:K``).  Without it,
+    a call whose messages fit the burst is predicted at the veth's speed (the ring's 16 KiB
+    messages at 64 KiB: 0.6 ms predicted, 8 ms measured at 100 Mbit/s).
+
     Returns rows ``collective, algorithm, size_bytes, P, measured_us`` (bench's median),
-    ``predicted_us``, ``error`` (measured / predicted - 1) and ``inter_node_bytes`` (the
-    simulator's bytes between nodes per call, all ranks); native results as rows with
-    ``predicted_us`` None.
+    ``predicted_us``, ``error`` (measured / predicted - 1), ``inter_node_bytes`` (the
+    simulator's bytes between nodes per call, all ranks), ``simulated_us`` (the simulator's
+    time alone) and ``nic_bytes``; native results as rows with ``predicted_us`` None.
     """
     from .simulate import predict_rows
 
     k = model.ranks_per_node
     p = int(doc["provenance"]["P"])
-    net = Network(f"cluster:{k}", "block", k) if network else None
+    nics = Network(f"cluster:{k}", "block", k)
+    net = nics if network else None
     rows: list[dict[str, Any]] = []
     for r in doc["results"]:
         if r.get("status") != "ok" or not r.get("time_us") or r.get("persistent"):
             continue
         row = {"collective": r["collective"], "size_bytes": r["size_bytes"], "P": p,
                "measured_us": r["time_us"]["median"], "predicted_us": None, "error": None,
-               "inter_node_bytes": None}
+               "inter_node_bytes": None, "simulated_us": None, "nic_bytes": None}
         if r["backend"] == "native":
             rows.append({**row, "algorithm": "native"})
             continue
@@ -474,10 +509,138 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True
         sim = predict_rows(r["collective"], p, [r["size_bytes"]], model, [alg],
                            network=net)[0]
         if sim["status"] == "ok":
-            row.update(predicted_us=sim["time_us"], inter_node_bytes=sim["inter_node_bytes"],
-                       error=row["measured_us"] / sim["time_us"] - 1)
+            on_nics = sim if network else predict_rows(
+                r["collective"], p, [r["size_bytes"]], model, [alg], network=nics)[0]
+            nic_bytes = int(on_nics["busiest_link_bytes"] or 0)
+            t = max(sim["time_us"], nic_bytes * nic_beta * 1e6)
+            row.update(predicted_us=t, inter_node_bytes=sim["inter_node_bytes"],
+                       simulated_us=sim["time_us"], nic_bytes=nic_bytes,
+                       error=row["measured_us"] / t - 1)
         rows.append({**row, "algorithm": alg})
     return rows
+
+
+def round_cost(comm: Any, ks: Sequence[int] = (1, 2, 4, 8), reps: int = 15) -> float:
+    """Seconds per round of a schedule on this host as it is loaded now, measured on ``comm``
+    (collective; the same value on every rank): every rank sends 8 bytes to rank + 1 and
+    receives 8 from rank - 1, k rounds back to back per call, each call timed as bench times
+    one (a barrier, the max over the ranks), the median over ``reps`` calls per k in ``ks``
+    (interleaved), and the least-squares slope against k.  Where the ranks outnumber the
+    cores (the emulated cluster's nodes share the host's), a round waits for its ranks to be
+    scheduled: milliseconds, set by the load of the moment, which a calibration of two ranks
+    taken at another time does not see."""
+    import numpy as np
+    from mpi4py import MPI
+
+    rank, p = comm.Get_rank(), comm.Get_size()
+    sbuf, rbuf = np.zeros(1), np.zeros(1)
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for _ in range(reps):
+        for k in ks:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(k):
+                MPI.Request.Waitall([comm.Irecv(rbuf, (rank - 1) % p, 5),
+                                     comm.Isend(sbuf, (rank + 1) % p, 5)])
+            times[k].append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    med = [float(np.median(times[k])) for k in ks]
+    return max(0.0, float(np.polyfit(np.array(ks, float), np.array(med), 1)[0]))
+
+
+def loaded(model: TwoLevel, round_s: float) -> TwoLevel:
+    """``model`` with its per-message overhead ``o_msg`` (a property of the ranks: the
+    intra-node model's) raised so that a round of one 8-byte send and receive between nodes
+    costs ``round_s`` (:func:`round_cost`): ``max(o_msg, (round_s - inter.message(8)) / 2)``,
+    a round posting a send and a receive.  Every round of a schedule then pays what a round
+    paid on the host when ``round_s`` was measured."""
+    o_msg = max(model.intra.o_msg, (round_s - float(model.inter.message(8))) / 2)
+    return TwoLevel(model.ranks_per_node, replace(model.intra, o_msg=o_msg),
+                    replace(model.inter, o_msg=o_msg))
+
+
+def merge_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of :func:`predict_bench` from repeated bench runs merged: one row per
+    ``(P, collective, algorithm, size_bytes)``, in first-seen order, whose ``measured_us`` is
+    the median over the runs of bench's medians (the median of an even count: the mean of the
+    middle two), ``runs`` their number and ``error`` recomputed; the prediction is the
+    first row's (the same in every run)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["P"], r["collective"], r["algorithm"], r["size_bytes"]),
+                          []).append(r)
+    out = []
+    for rs in groups.values():
+        ms = sorted(r["measured_us"] for r in rs)
+        h = len(ms) // 2
+        med = ms[h] if len(ms) % 2 else (ms[h - 1] + ms[h]) / 2
+        pred = rs[0]["predicted_us"]
+        out.append({**rs[0], "measured_us": med, "runs": len(ms),
+                    "error": med / pred - 1 if pred else None})
+    return out
+
+
+def summary(rows: Sequence[dict[str, Any]], within: float = 0.25) -> list[dict[str, Any]]:
+    """Per ``(P, size_bytes, collective)`` of predicted ``rows``: ``n`` algorithms, ``ok``
+    how many are predicted within ``within`` (relative error of the measured time against the
+    predicted), ``median_abs_error``; in order of P, size, collective as first seen."""
+    groups: dict[tuple[int, int, str], list[float]] = {}
+    for r in rows:
+        if r.get("error") is not None:
+            groups.setdefault((r["P"], r["size_bytes"], r["collective"]), []).append(
+                abs(r["error"]))
+    out = []
+    for (p, size, coll), errs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        errs.sort()
+        h = len(errs) // 2
+        med = errs[h] if len(errs) % 2 else (errs[h - 1] + errs[h]) / 2
+        out.append({"P": p, "size_bytes": size, "collective": coll, "n": len(errs),
+                    "ok": sum(e <= within for e in errs), "median_abs_error": med})
+    return out
+
+
+def plot_validation(rows: Sequence[dict[str, Any]], path: str, title: str) -> None:
+    """Measured against predicted (ms, log-log), a marker per collective, a colour per size,
+    the diagonal and its 25 % band, to ``path`` (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [r for r in rows if r.get("predicted_us")]
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+
+    def kib(r: dict[str, Any]) -> int:  # the size's nearest power of two, KiB (allgather's
+        return 1 << round(math.log2(max(1, r["size_bytes"]) / 1024))  # S: whole blocks of P
+
+    sizes = sorted({kib(r) for r in pts})
+    colours = plt.get_cmap("viridis")
+    marks = {"allreduce": "o", "bcast": "s", "allgather": "^"}
+    for i, size in enumerate(sizes):
+        for coll, mk in marks.items():
+            sel = [r for r in pts if kib(r) == size and r["collective"] == coll]
+            if sel:
+                ax.scatter([r["predicted_us"] / 1e3 for r in sel],
+                           [r["measured_us"] / 1e3 for r in sel], marker=mk, s=22,
+                           color=colours(i / max(1, len(sizes) - 1)), alpha=0.8,
+                           label=f"{coll} {size} KiB")
+    if pts:
+        lo = min(min(r["predicted_us"], r["measured_us"]) for r in pts) / 1e3 / 1.5
+        hi = max(max(r["predicted_us"], r["measured_us"]) for r in pts) / 1e3 * 1.5
+        ax.plot([lo, hi], [lo, hi], "k-", lw=1)
+        ax.fill_between([lo, hi], [0.75 * lo, 0.75 * hi], [1.25 * lo, 1.25 * hi],
+                        color="grey", alpha=0.2, label="within 25 %")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted (ms)")
+    ax.set_ylabel("measured, bench's median (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def tcp_bytes_sent() -> int:
@@ -513,25 +676,76 @@ def predict_main(argv: Sequence[str]) -> int:
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--no-network", action="store_true", help="the two-level model's node "
                     "port instead of the cluster:K network's link contention")
-    ap.add_argument("bench", nargs="+", help="bench --json documents from the cluster")
+    ap.add_argument("--no-nic-floor", action="store_true", help="leave out the NICs' rate "
+                    "floor (predict_bench's nic_beta: the inter calibration's sustained beta)")
+    ap.add_argument("--rounds", nargs="+", metavar="JSON", default=(),
+                    help="round costs measured beside the benches (`rounds -o FILE`): one per "
+                    "bench document, in order, or two (before, after: their mean), else their "
+                    "median for all (see loaded())")
+    ap.add_argument("--plot", metavar="PNG", help="measured against predicted, to this file")
+    ap.add_argument("bench", nargs="+", help="bench --json documents from the cluster (repeated "
+                    "runs of one case: their medians' median)")
     args = ap.parse_args(argv)
     intra, inter = alphabeta.load(args.intra), alphabeta.load(args.inter)
     if intra is None or inter is None:
         ap.error("no model in --intra or --inter")
     model = two_level(intra, inter, args.ranks_per_node)
-    rows = [row for path in args.bench
-            for row in predict_bench(json.loads(Path(path).read_text()), model,
-                                     network=not args.no_network)]
+    nic_beta = 0.0 if args.no_nic_floor else sustained_beta(inter)
+    costs = [float(json.loads(Path(f).read_text())["round_s"]) for f in args.rounds]
+    n = len(args.bench)
+    if len(costs) == 2 * n:  # a probe before and one after each bench: their mean
+        costs = [(costs[2 * i] + costs[2 * i + 1]) / 2 for i in range(n)]
+    elif costs and len(costs) != n:
+        costs = [sorted(costs)[len(costs) // 2]] * n
+    rows = merge_runs([row for i, path in enumerate(args.bench)
+                       for row in predict_bench(json.loads(Path(path).read_text()),
+                                                loaded(model, costs[i]) if costs else model,
+                                                network=not args.no_network,
+                                                nic_beta=nic_beta)])
+    print(f"# NICs' rate floor: {nic_beta * 1e9:.4g} ns/B (predicted = max(simulated, busiest "
+          "NIC direction's bytes x that))" if nic_beta else "# no NIC rate floor")
     print(f"{'collective':10s} {'algorithm':28s} {'P':>2s} {'size (B)':>9s} "
-          f"{'measured':>10s} {'predicted':>10s} {'error':>7s} {'inter B':>10s}")
+          f"{'measured':>10s} {'predicted':>10s} {'error':>7s} {'inter B':>10s} "
+          f"{'simulated':>10s} {'NIC B':>9s}")
     for r in rows:
         pred = r["predicted_us"]
-        tail = (f"{pred / 1e3:8.2f}ms {100 * r['error']:+6.0f}% {r['inter_node_bytes']:10d}"
-                if pred else "")
+        tail = (f"{pred / 1e3:8.2f}ms {100 * r['error']:+6.0f}% {r['inter_node_bytes']:10d} "
+                f"{r['simulated_us'] / 1e3:8.2f}ms {r['nic_bytes']:9d}" if pred else "")
         print(f"{r['collective']:10s} {r['algorithm']:28s} {r['P']:2d} {r['size_bytes']:9d} "
               f"{r['measured_us'] / 1e3:8.2f}ms {tail}")
+    print(f"\n{'P':>2s} {'size (B)':>9s} {'collective':10s} {'within 25 %':>11s} "
+          f"{'median |error|':>14s}   (runs per case: {max(r['runs'] for r in rows)})")
+    for g in summary(rows):
+        print(f"{g['P']:2d} {g['size_bytes']:9d} {g['collective']:10s} "
+              f"{g['ok']:>5d}/{g['n']:<5d} {100 * g['median_abs_error']:13.0f}%")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=0) + "\n")
+    if args.plot:
+        p = rows[0]["P"] if rows else 0
+        plot_validation(rows, args.plot, f"emulated cluster, P = {p}, k = "
+                        f"{args.ranks_per_node} per node: measured against predicted")
+    return 0
+
+
+def rounds_main(argv: Sequence[str]) -> int:
+    """``mpiexec -n P python -m mpicoll.tools.cluster rounds -o FILE``: :func:`round_cost` on
+    all the ranks, saved by rank 0 as ``{"P", "round_s", "date"}`` (for ``predict
+    --rounds``)."""
+    from mpi4py import MPI
+
+    ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster rounds",
+                                 description="Seconds per round of a schedule on this host "
+                                 "now (run it beside the bench it is for).")
+    ap.add_argument("-o", "--output", required=True, metavar="JSON")
+    ap.add_argument("--reps", type=int, default=15, help="calls per round count (15)")
+    args = ap.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    r = round_cost(comm, reps=args.reps)
+    if comm.Get_rank() == 0:
+        doc = {"P": comm.Get_size(), "round_s": r,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        Path(args.output).write_text(json.dumps(doc) + "\n")
+        print(f"round cost at P = {comm.Get_size()}: {r * 1e6:.1f} us")
     return 0
 
 
@@ -541,6 +755,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["predict"]:
         return predict_main(argv[1:])
+    if argv[:1] == ["rounds"]:
+        return rounds_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster",
                                  description="Run COMMAND with $MPIEXEC starting its ranks on "
                                  "an emulated cluster of network namespaces.")

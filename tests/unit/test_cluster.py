@@ -229,3 +229,114 @@ def test_predict_command(tmp_path, capsys):
     # S = 64 KiB gathered: blocks of 16 KiB; the second round, 2 blocks each, crosses nodes
     assert rows[0]["inter_node_bytes"] == 4 * 2 * (1 << 14)
     assert rows[0]["predicted_us"] > 0
+    # --rounds: the round cost measured beside the bench raises every round's overhead
+    (tmp_path / "r.json").write_text(json.dumps({"P": 4, "round_s": 1e-3}))
+    assert cl.main([*args, "--rounds", str(tmp_path / "r.json")]) == 0
+    heavy = json.loads((tmp_path / "rows.json").read_text())
+    assert heavy[0]["predicted_us"] > rows[0]["predicted_us"] + 1e3  # 2 rounds of >= 1 ms
+    # two probes per bench (before, after): their mean, the same as one probe of the mean
+    (tmp_path / "a.json").write_text(json.dumps({"P": 4, "round_s": 0.5e-3}))
+    (tmp_path / "b.json").write_text(json.dumps({"P": 4, "round_s": 1.5e-3}))
+    assert cl.main([*args, "--rounds", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "rows.json").read_text()) == heavy
+
+
+def test_merge_runs_and_summary():
+    def row(alg, size, measured, predicted=100.0, coll="allreduce", p=4):
+        return {"P": p, "collective": coll, "algorithm": alg, "size_bytes": size,
+                "measured_us": measured, "predicted_us": predicted,
+                "error": measured / predicted - 1 if predicted else None,
+                "inter_node_bytes": 1}
+
+    rows = [row("ring", 1, 100.0), row("rd", 1, 300.0), row("native", 1, 50.0, None),
+            row("ring", 1, 140.0), row("rd", 1, 90.0), row("ring", 1, 120.0),
+            row("ring", 2, 130.0)]
+    merged = cl.merge_runs(rows)
+    assert [(r["algorithm"], r["size_bytes"], r["runs"]) for r in merged] == [
+        ("ring", 1, 3), ("rd", 1, 2), ("native", 1, 1), ("ring", 2, 1)]
+    assert merged[0]["measured_us"] == 120.0  # the median of 100, 140, 120
+    assert merged[1]["measured_us"] == 195.0  # of an even count: the middle two's mean
+    assert merged[0]["error"] == pytest.approx(0.2)
+    assert merged[2]["error"] is None
+    s = cl.summary(merged)
+    assert s == [{"P": 4, "size_bytes": 1, "collective": "allreduce", "n": 2, "ok": 1,
+                  "median_abs_error": pytest.approx((0.2 + 0.95) / 2)},
+                 {"P": 4, "size_bytes": 2, "collective": "allreduce", "n": 1, "ok": 0,
+                  "median_abs_error": pytest.approx(0.3)}]
+
+
+def test_plot_validation(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"P": 4, "collective": c, "algorithm": "x", "size_bytes": s, "measured_us": m,
+             "predicted_us": p} for c, s, m, p in (("allreduce", 65536, 900.0, 1000.0),
+                                                   ("bcast", 1 << 20, 5000.0, 4000.0),
+                                                   ("allgather", 65536, 10.0, None))]
+    cl.plot_validation(rows, str(tmp_path / "v.png"), "a test")
+    assert (tmp_path / "v.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_nic_rate_floor():
+    from mpicoll.engines.network import Network
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    # a token-bucket NIC: small exchanges at burst speed, the largest at the rate (8e-8 s/B)
+    inter = Model(alpha=5e-5, beta=1e-9, message_curve=(
+        (0, 5e-5), (16384, 1e-4), (1 << 20, (1 << 20) * 8e-8), (1 << 21, (1 << 21) * 8e-8)))
+    assert cl.sustained_beta(inter) == pytest.approx(8e-8)
+    assert cl.sustained_beta(Model(alpha=1e-6, beta=1e-9)) == 0.0  # no curve: no floor
+    intra = Model(alpha=1e-6, beta=1e-10, gamma=2e-10)
+    m = cl.two_level(intra, inter, 2)
+    doc = {"provenance": {"P": 4}, "results": [
+        {"backend": "p2p", "algorithm": alg, "auto_choice": None, "status": "ok",
+         "collective": "allreduce", "size_bytes": 1 << 16, "persistent": False,
+         "time_us": {"median": 8000.0}} for alg in ("ring", "reduce_bcast")]}
+    for network in (True, False):
+        plain = cl.predict_bench(doc, m, network=network)
+        floored = cl.predict_bench(doc, m, network=network, nic_beta=8e-8)
+        for a, b in zip(plain, floored, strict=True):
+            assert a["simulated_us"] == a["predicted_us"] == b["simulated_us"]
+            assert a["nic_bytes"] == b["nic_bytes"]
+            assert b["predicted_us"] == max(a["predicted_us"], b["nic_bytes"] * 8e-8 * 1e6)
+            assert b["error"] == pytest.approx(8000.0 / b["predicted_us"] - 1)
+        ring, rb = floored
+        # ring on 2 nodes of 2: each node's NIC sends one 16 KiB block in each of 6 rounds
+        assert ring["nic_bytes"] == 6 * (1 << 14)
+        # its messages fit the burst: the floor sets the prediction
+        assert ring["predicted_us"] == pytest.approx(6 * (1 << 14) * 8e-8 * 1e6)
+        assert ring["simulated_us"] < ring["predicted_us"]
+        # binomial reduce then bcast: 64 KiB up one NIC, then 64 KiB down the other
+        assert rb["nic_bytes"] == 1 << 16
+        want = simulate("allreduce", 4, (1 << 16) // 8, algorithm="reduce_bcast", model=m,
+                        network=Network("cluster:2", "block", 2) if network else None)
+        assert rb["simulated_us"] == pytest.approx(want.time * 1e6)
+
+
+def test_loaded_model_pays_the_round_cost():
+    from mpicoll.model.alphabeta import Model
+    from mpicoll.tools.simulate import simulate
+
+    intra = Model(alpha=1e-6, beta=1e-10, gamma=2e-10, o_msg=1e-6)
+    inter = Model(alpha=5e-5, beta=8e-9)
+    m = cl.two_level(intra, inter, 2)
+    heavy = cl.loaded(m, 2e-3)
+    o_msg = (2e-3 - inter.message(8)) / 2
+    assert heavy.intra.o_msg == heavy.inter.o_msg == pytest.approx(o_msg)
+    assert (heavy.intra.alpha, heavy.inter.beta) == (intra.alpha, inter.beta)  # nothing else
+    assert cl.loaded(m, 1e-6).intra.o_msg == 1e-6  # a cheap round leaves o_msg as it is
+    # ring allreduce at P = 4: 6 rounds, each posting a send and a receive
+    t0, t1 = (simulate("allreduce", 4, 1024, algorithm="ring", model=x).time for x in (m, heavy))
+    assert t1 - t0 == pytest.approx(6 * 2 * (o_msg - 1e-6), rel=1e-6)
+
+
+def test_rounds_command(tmp_path, capsys):
+    import json
+    import math
+
+    out = tmp_path / "rounds.json"
+    assert cl.main(["rounds", "-o", str(out), "--reps", "3"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["P"] == 1
+    assert math.isfinite(doc["round_s"])
+    assert doc["round_s"] >= 0
+    assert "round cost at P = 1" in capsys.readouterr().out
