@@ -33,6 +33,7 @@ __all__ = [
     "format_stats",
     "header",
     "human_size",
+    "size_label",
     "plot_problem",
     "size_meaning",
     "summarize",
@@ -59,6 +60,27 @@ def human_size(n: int) -> str:
         if n >= mult and n % mult == 0:
             return f"{n // mult}{unit}"
     return str(n)
+
+
+def size_label(n: int) -> str:
+    """A plot's size tick: ``8`` -> ``"8 B"``, ``4096`` -> ``"4 KiB"``, ``3 << 20`` ->
+    ``"3 MiB"`` (binary units, exact ones only)."""
+    for unit, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult} {unit}"
+    return f"{n} B"
+
+
+def _size_axis(ax: Any, sizes: Sequence[int]) -> None:
+    """A log2 x axis of message sizes, ticks at the measured sizes (at most about 12, evenly
+    thinned) labelled B/KiB/MiB, no minor ticks."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))
+    ticks = ticks[::max(1, math.ceil(len(ticks) / 12))]
+    ax.set_xticks(ticks, [size_label(t) for t in ticks], rotation=45, fontsize=7)
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def validate(doc: Any, schema: dict[str, Any] | None = None) -> list[str]:
@@ -490,17 +512,26 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
             pts = lines.setdefault(label, [])
             if r["status"] == "ok" and r.get(key) and r["size_bytes"] > 0:
                 pts.append((r["size_bytes"], r[key]["median"]))
+        ax.set_title(coll)
+        ax.set_ylabel("median latency (us)")
+        if not any(lines.values()):  # no size (barrier): one bar per implementation
+            bars = [(r["implementation"], r[key]["median"]) for r in doc["results"]
+                    if r["collective"] == coll and r["status"] == "ok" and r.get(key)]
+            if bars:
+                ax.bar([b for b, _ in bars], [t for _, t in bars])
+                ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+            ax.set_xlabel("implementation (no message)")
+            ax.grid(True, axis="y", alpha=0.3)
+            continue
         for label, pts in lines.items():
             if pts:
                 xs = [x for x, _ in pts]
                 ys = [y for _, y in pts]
                 style = "-o" if label == "native" else "--."
                 ax.plot(xs, ys, style, label=label, markersize=4)
-        ax.set_xscale("log", base=2)
+        _size_axis(ax, [x for pts in lines.values() for x, _ in pts])
         ax.set_yscale("log")
-        ax.set_title(coll)
-        ax.set_xlabel("message size S (bytes)")
-        ax.set_ylabel("median latency (us)")
+        ax.set_xlabel("message size S")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     for k, coll in enumerate(phased, start=len(colls)):
@@ -745,13 +776,12 @@ def write_ratio_plot(path: str, a: dict[str, Any], b: dict[str, Any],
             ax.plot([x for x, _ in pts], [y for _, y in pts], "-o" if label == "native"
                     else "--o", label=label, markersize=4)
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        plain = FuncFormatter(lambda v, _: f"{v:g}")
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain)
-        sizes = sorted({x for pts in lines.values() for x, _ in pts})
-        ax.set_xticks(sizes, [human_size(s) + "B" for s in sizes], rotation=45, fontsize=7)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        # minor ticks: only 2x and 5x labelled (0.8, 0.9, 1 overlapped)
+        ax.yaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "25" else ""))
+        _size_axis(ax, [x for pts in lines.values() for x, _ in pts])
         ax.set_title(coll, fontsize=10)
         ax.set_xlabel("message size S")
         ax.set_ylabel("B / A median (< 1: B faster)")

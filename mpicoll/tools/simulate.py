@@ -26,6 +26,7 @@ from mpi4py import MPI
 from ..algorithms import registry
 from ..algorithms.collectives import RECORDS
 from ..algorithms.datatypes import is_derived
+from ..algorithms.native_defaults import LIBRARIES, library_default
 from ..algorithms.schedule import Schedule
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from .cases import Case
 
 __all__ = [
+    "SCHEMA_PATH",
     "SIMULATE_PROGRESS_RANKS",
     "SYMMETRIC",
     "add_arguments",
@@ -65,6 +67,7 @@ __all__ = [
     "environment_problem",
     "case_of",
     "make_args",
+    "native_rows",
     "predict_rows",
     "predict_us",
     "run",
@@ -272,6 +275,9 @@ def predict_us(case: Case, algorithm: str, m: Model,
 # the simulate command: predicted time and traffic of every algorithm, no MPI needed
 
 
+#: The ``--json`` document's schema (``mpicoll-simulate/1``).
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "simulate.schema.json"
+
 #: From this many simulated ranks, ``simulate`` shows its progress on stderr even when stderr is
 #: not a terminal (each algorithm at each size may take seconds).
 SIMULATE_PROGRESS_RANKS = 256
@@ -293,6 +299,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"K/M/G suffixes (default {DEFAULT_SIZES})")
     g.add_argument("--dtype", default="float64", help="element type (default float64)")
     g.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
+    g.add_argument("--library", choices=[*LIBRARIES, "none"], default=None,
+                   help="whose default selection the 'native' column runs (the twin of the "
+                   "algorithm that library picks at each size; 'none': no native column); "
+                   "default: the library mpi4py is built on, else mpich")
     m = p.add_argument_group(
         "cost model (seconds per message, seconds per byte)",
         "Default: the calibrated model (mpicoll calibrate) if there is one, else the built-in "
@@ -507,6 +517,70 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     return rows
 
 
+def native_rows(collective: str, p: int, rows: Sequence[dict[str, Any]], library: str,
+                model: Model | TwoLevel, *, dtype: str = "float64", root: int = 0,
+                ranks_per_node: int = 1, per_rank: bool = False,
+                network: Network | None = None) -> list[dict[str, Any]]:
+    """The ``native`` rows of one collective: at each count of ``rows`` (:func:`predict_rows`'
+    rows), the algorithm ``library`` runs by default there
+    (:func:`mpicoll.algorithms.native_defaults.library_default`: ``native_algorithm``, its
+    p2p ``twin``, ``note``: what the twin does not match) simulated as :func:`predict_rows`
+    simulates the others (op SUM, not in place; the v-forms' uneven counts); ``status``
+    ``n/a`` with the ``reason`` where the library's pick has no twin.  ``best`` stays False:
+    the row is the library's, not a candidate."""
+    np_dtype = _dtypes.numpy_dtype(dtype)
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for r in rows:
+        if r["count"] in seen:
+            continue
+        seen.add(r["count"])
+        d = library_default(library, collective, p, r["count"], np_dtype.itemsize,
+                            uniform=collective not in _cases.V_COLLECTIVES,
+                            ranks_per_node=ranks_per_node)
+        row = {**dict.fromkeys(r), "collective": collective, "algorithm": "native",
+               "size_bytes": r["size_bytes"], "count": r["count"], "status": "n/a",
+               "best": False, "library": library, "native_algorithm": d.native,
+               "twin": d.p2p, "note": d.why, "source": d.source,
+               "reason": d.why}
+        if d.p2p is not None:
+            try:
+                [sim] = predict_rows(collective, p, [r["size_bytes"]], model, [d.p2p],
+                                     dtype=dtype, root=root, per_rank=per_rank,
+                                     network=network)
+            except ValueError as exc:
+                row["reason"] = str(exc)
+            else:
+                row.update({k: v for k, v in sim.items()
+                            if k not in ("algorithm", "best", "reason")},
+                           reason=sim["reason"] or d.why)
+        out.append(row)
+    return out
+
+
+def _native_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Footnotes of the native column: the library's pick at each run of sizes."""
+    native = [r for r in rows if r["algorithm"] == "native"]
+    if not native:
+        return []
+    runs: list[tuple[int, int, dict[str, Any]]] = []
+    for r in native:
+        key = (r["native_algorithm"], r["twin"], r["note"])
+        if runs and (runs[-1][2]["native_algorithm"], runs[-1][2]["twin"],
+                     runs[-1][2]["note"]) == key:
+            runs[-1] = (runs[-1][0], r["size_bytes"], runs[-1][2])
+        else:
+            runs.append((r["size_bytes"], r["size_bytes"], r))
+    lines = [f"#   native: what {native[0]['library']} runs by default ({native[0]['source']}"
+             "; docs: mpicoll.algorithms.native_defaults), simulated as its p2p twin:"]
+    for lo, hi, r in runs:
+        span = report.human_size(lo) + ("" if lo == hi else f"..{report.human_size(hi)}")
+        twin = f"twin {r['twin']}" if r["twin"] else "no twin: n/a"
+        note = f" ({r['note']})" if r["note"] else ""
+        lines.append(f"#     {span}B: {r['native_algorithm']} -> {twin}{note}")
+    return lines
+
+
 def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
                       two_level: bool, network: bool = False) -> str:
     """The text of one collective: predicted times (us) per size, ``*`` on the fastest, then
@@ -533,9 +607,10 @@ def simulation_tables(collective: str, rows: Sequence[dict[str, Any]],
         table.append(cells)
     na: dict[str, str] = {}
     for r in rows:
-        if r["status"] == "n/a":
+        if r["status"] == "n/a" and r["algorithm"] != "native":
             na.setdefault(r["algorithm"], r["reason"])
-    lines += report.table(heads, units, table, [f"#   {n}: n/a: {why}" for n, why in na.items()])
+    lines += report.table(heads, units, table, [f"#   {n}: n/a: {why}" for n, why in na.items()]
+                          + _native_notes(rows))
     size = max(by_size)
     last = by_size[size]
     lines.append("")
@@ -598,6 +673,17 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
         out.write(f"# network: {d['topology']}, {d['nodes']} nodes, {d['links']} links, "
                   f"{d['placement']} placement (up to {per_node} ranks per node); contention "
                   f"{contention}; gap {gap}; hop latency {d['hop_s'] * 1e6:.3g} us\n")
+    library = args.library
+    if library is None:
+        try:
+            from .launcher import library as _library
+            library = _library()[0]
+        except ImportError:
+            library = "mpich"
+        library = library if library in LIBRARIES else "mpich"
+    if library != "none":
+        out.write(f"# native: the algorithm {library} picks by default, run as its p2p twin "
+                  "(--library)\n")
     out.write("\n")
     all_rows: list[dict[str, Any]] = []
     for coll in args.collectives:
@@ -611,6 +697,10 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
                                 root=args.root, per_rank=bool(args.json),
                                 progress=lambda text: progress.show(f"[mpicoll simulate] {text}"),
                                 network=network)
+            if library != "none":
+                rows += native_rows(coll, p, rows, library, model, dtype=args.dtype,
+                                    root=args.root, ranks_per_node=args.ranks_per_node or 1,
+                                    per_rank=bool(args.json), network=network)
         finally:
             progress.clear()
         all_rows += rows
@@ -621,6 +711,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
             "schema": "mpicoll-simulate/1",
             "command_line": "mpicoll simulate " + " ".join(argv),
             "P": p, "dtype": args.dtype, "root": args.root, "sizes": args.sizes,
+            "library": None if library == "none" else library,
             "model": mdoc,
             "network": None if fabric is None else fabric.describe(),
             "rows": all_rows,

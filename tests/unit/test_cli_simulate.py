@@ -60,16 +60,21 @@ def test_table_shape_and_best_marker(capsys: pytest.CaptureFixture[str]) -> None
                                *FLAGS)
     assert status == 0, err
     names = [a.name for a in registry.algorithms("allreduce") if a.auto]
-    assert header(out, "size") == ["size", "count", *names, "best"]
+    assert header(out, "size") == ["size", "count", *names, "native", "best"]
     times, traffic = tables(out)
     sizes = bench.parse_sizes("8:64M")
     assert [int(r[0]) for r in times] == sizes
     assert [int(r[1]) for r in times] == [s // 8 for s in sizes]
+    assert "native: what mpich runs by default" in out or \
+        "native: what openmpi runs by default" in out
     for row in times:
         cells = row[2 : 2 + len(names)]
         starred = [n for n, c in zip(names, cells, strict=True) if c.endswith("*")]
         assert starred, row
-        assert row[2 + len(names)].rstrip(",") == starred[0]
+        assert row[3 + len(names)].rstrip(",") == starred[0]  # after the native column
+        # native: the time of one of the algorithms (the library's pick), never starred
+        native = row[2 + len(names)]
+        assert not native.endswith("*")
         values = [float(c.rstrip("*")) for c in cells]
         assert min(values) == pytest.approx(float(cells[names.index(starred[0])].rstrip("*")),
                                             rel=1e-3)
@@ -79,7 +84,7 @@ def test_table_shape_and_best_marker(capsys: pytest.CaptureFixture[str]) -> None
     assert "traffic at S = 64M (67108864 B)" in out
     assert header(out, "algorithm") == ["algorithm", "time", "msgs", "sent", "bytes", "sent",
                                          "msgs", "recv", "bytes", "recv"]
-    assert [r[0] for r in traffic] == names
+    assert [r[0] for r in traffic] == [*names, "native"]
     ring = next(r for r in traffic if r[0] == "ring")
     n = 64 << 20
     # the reduce-scatter half sends each n/8 block in segments of 64 KiB, the allgather whole
@@ -103,7 +108,7 @@ def test_json_has_every_row_with_per_rank_figures(
     assert doc["model"] == {"alpha": 1e-6, "beta": 1e-9, "gamma": 1e-10,
                             "source": "command line", "two_level": None}
     sizes = bench.parse_sizes("96:96K")
-    ar = [r for r in doc["rows"] if r["collective"] == "allreduce"]
+    ar = [r for r in doc["rows"] if r["collective"] == "allreduce" and r["algorithm"] != "native"]
     names = [a.name for a in registry.algorithms("allreduce") if a.auto]
     assert len(ar) == len(sizes) * len(names)
     for r in ar:
@@ -149,7 +154,11 @@ def test_ranks_per_node_adds_smp_and_inter_node_bytes(
     assert doc["model"]["two_level"] == {"ranks_per_node": 4, "nodes": 4, "inter_alpha": 5e-6,
                                          "inter_beta": 1e-8}
     rows = {r["algorithm"]: r for r in doc["rows"]}
-    assert set(rows) == {a.name for a in registry.algorithms("allreduce")}
+    assert set(rows) == {a.name for a in registry.algorithms("allreduce")} | {"native"}
+    # 4 nodes of 4, commutative: a node-aware composition (MPICH ch4 alpha, Open MPI han),
+    # run as smp
+    assert rows["native"]["twin"] == "smp"
+    assert rows["native"]["time_us"] == rows["smp"]["time_us"]
     n = 1 << 20
     # node-aware: each node sends its share 2 n (N-1)/N across nodes, once
     assert rows["smp"]["inter_node_bytes"] == 4 * 2 * n * 3 // 4
@@ -162,7 +171,7 @@ def test_ranks_per_node_adds_smp_and_inter_node_bytes(
     assert "inter-node" not in flat
     _, forced, _ = run_cli(capsys, "simulate", "-n", "16", "-c", "allreduce", "-m", "1M",
                            "-a", "ring,smp", *FLAGS)
-    assert header(forced, "size") == ["size", "count", "ring", "smp", "best"]
+    assert header(forced, "size") == ["size", "count", "ring", "smp", "native", "best"]
 
 
 def test_model_flags_scale_the_times(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -183,7 +192,8 @@ def test_model_flags_scale_the_times(capsys: pytest.CaptureFixture[str], tmp_pat
             assert t2 == pytest.approx(2 * t1)
     path = tmp_path / "alpha.json"
     run_cli(capsys, "simulate", "-n", "8", "-c", "allreduce", "-a", "ring", "-m", "1K",
-            "--alpha", "1e-6", "--beta", "0", "--gamma", "0", "--json", str(path))
+            "--alpha", "1e-6", "--beta", "0", "--gamma", "0", "--library", "none",
+            "--json", str(path))
     (row,) = json.loads(path.read_text())["rows"]
     assert row["time_us"] == pytest.approx(2 * 7 * 1.0)
 
@@ -296,7 +306,7 @@ def test_inter_node_terms_replace_a_measured_curve(
     path = tmp_path / "curved.json"
     model.save(model.Model(2e-6, 1e-10, 1e-10, message_curve=curve), path)
     argv = ["simulate", "-n", "8", "-c", "allreduce", "-a", "ring", "-m", "1M", "--model",
-            str(path), "--ranks-per-node", "4", "--json"]
+            str(path), "--ranks-per-node", "4", "--library", "none", "--json"]
     times = []
     for beta in ("1e-9", "1e-8"):
         out = tmp_path / f"sim-{beta}.json"
@@ -306,3 +316,60 @@ def test_inter_node_terms_replace_a_measured_curve(
         times.append(row["time_us"])
     # ring at P = 8 on 2 nodes: 2 (P-1) steps of n/P, each crossing a node boundary
     assert times[1] > times[0] * 2
+
+
+@pytest.mark.parametrize("library", ["mpich", "openmpi"])
+def test_native_column_is_the_library_pick_run_as_its_twin(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, library: str
+) -> None:
+    """P = 64, flat: the native row at each size is the library's default pick
+    (:func:`library_default`) simulated as its twin, the same time as that twin's own row;
+    never starred; the footnote names each pick; the JSON follows simulate's schema."""
+    from mpicoll.algorithms.native_defaults import library_default
+    from mpicoll.tools import report, simulate
+
+    m = model.Model(1e-6, 1e-9, 1e-10)
+    path = tmp_path / "sim.json"
+    status, out, err = run_cli(capsys, "simulate", "-n", "64", "-c", "allreduce", "bcast",
+                               "-a", "recursive_doubling,binomial", "-m", "8:4M", *FLAGS,
+                               "--library", library, "--json", str(path))
+    assert status == 0, err
+    doc = json.loads(path.read_text())
+    assert report.validate(doc, json.loads(simulate.SCHEMA_PATH.read_text())) == []
+    assert doc["library"] == library
+    assert f"native: what {library} runs by default" in out
+    for coll in ("allreduce", "bcast"):
+        rows = [r for r in doc["rows"] if r["collective"] == coll]
+        native = [r for r in rows if r["algorithm"] == "native"]
+        assert [r["size_bytes"] for r in native] == bench.parse_sizes("8:4M")
+        for r in native:
+            d = library_default(library, coll, 64, r["count"], 8)
+            assert (r["native_algorithm"], r["twin"]) == (d.native, d.p2p)
+            assert not r["best"]
+            twin = next((x for x in rows if x["algorithm"] == d.p2p
+                         and x["size_bytes"] == r["size_bytes"]), None)
+            if twin is None:  # not asked for with -a: simulate it here
+                [twin] = simulate.predict_rows(coll, 64, [r["size_bytes"]], m, [d.p2p])
+            assert r["status"] == "ok"
+            assert r["time_us"] == twin["time_us"]
+            assert f"{d.native} -> twin {d.p2p}" in out
+    # the picks change with the size (MPICH: recursive_doubling, then reduce_scatter_allgather)
+    picks = {r["native_algorithm"] for r in doc["rows"]
+             if r["collective"] == "allreduce" and r["algorithm"] == "native"}
+    assert len(picks) >= 2
+    status, out, _ = run_cli(capsys, "simulate", "-n", "4", "-c", "bcast", "-m", "8", *FLAGS,
+                             "--library", "none")
+    assert status == 0
+    assert "native" not in header(out, "size")
+
+
+def test_native_column_says_where_there_is_no_twin(capsys: pytest.CaptureFixture[str]) -> None:
+    """One node of 4 ranks under MPICH: bcast is POSIX release_gather, no twin: n/a, and the
+    footnote says why."""
+    status, out, err = run_cli(capsys, "simulate", "-n", "4", "-c", "bcast", "-m", "8:64",
+                               *FLAGS, "--ranks-per-node", "4", "--library", "mpich")
+    assert status == 0, err
+    times = tables(out)[0]
+    col = header(out, "size").index("native")
+    assert all(r[col] == "n/a" for r in times)
+    assert "release_gather -> no twin: n/a" in out

@@ -217,7 +217,7 @@ def test_simulate_shows_progress_on_stderr_for_many_ranks(
     p = simulate.SIMULATE_PROGRESS_RANKS
     path = tmp_path / "sim.json"
     argv = ["simulate", "-n", str(p), "-c", "bcast", "-a", "binomial", "pipeline", "-m", "8:16",
-            *FLAGS]
+            "--library", "none", *FLAGS]
     status, out, err = run_cli(capsys, *argv, "--json", str(path))
     assert status == 0, out + err
     lines = err.splitlines()  # not a terminal: one line per simulation as it starts
