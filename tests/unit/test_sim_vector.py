@@ -193,16 +193,19 @@ def test_one_extra_byte_is_counted_by_both_engines() -> None:
 
 
 #: butterflies over a power of two whose rank-dependent choices are arithmetic, not branches
-#: (fold.halving_reduce_scatter): the vector engine runs them where p is a power of two
-POF2_BRANCH_FREE = (("allreduce", "rabenseifner"),)
+#: (fold.halving_reduce_scatter, allgather.bine_peer): the vector engine runs them where p is
+#: a power of two
+POF2_BRANCH_FREE = (("allreduce", "rabenseifner"), ("allreduce", "swing_latency"),
+                    ("allreduce", "swing_bandwidth"))
 
 
 @MODELS
 @pytest.mark.parametrize(("coll", "name"), POF2_BRANCH_FREE)
 def test_halving_butterfly_runs_vectorised(coll: str, name: str, model: Model,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rabenseifner on a power of two runs on the vector engine (its 4096-rank, 64 MiB run
-    was 1000 rounds per rank walked rank by rank) and equals the per-rank engine bit for bit:
+    """Rabenseifner and Swing on a power of two run on the vector engine (Rabenseifner's
+    4096-rank, 64 MiB run was 1000 rounds per rank walked rank by rank) and equal the
+    per-rank engine bit for bit:
     uneven blocks (count not divisible by p, count < p), and halves of several segments
     (a 64-byte segment: the pipelined halving step, each segment reduced during the next);
     where the ranks' halves need different numbers of segments it hands the call over."""
