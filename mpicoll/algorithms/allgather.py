@@ -579,7 +579,7 @@ def bine_peer(r: int, s: int, p: int) -> int:
     recursive doubling goes 2^s).  De Sensi et al. (SC 2025): flipping the s+1 low digits
     of r's negabinary representation; their libbine's ``pi``."""
     rho = (1 - (-2) ** (s + 1)) // 3
-    return (r + rho) % p if r % 2 == 0 else (r - rho) % p
+    return (r + rho * (1 - 2 * (r % 2))) % p  # arithmetic, not a branch: the vector engine
 
 
 def bine_group(v: int, s: int, q: int) -> list[int]:

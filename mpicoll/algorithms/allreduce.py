@@ -520,7 +520,7 @@ def segmented_ring(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 0) -
 
 
 @lru_cache(maxsize=16)
-def _swing_layout(p: int) -> tuple[int, ...]:
+def _swing_layout(p: int) -> Table:
     """For p = 2^L ranks: the block each rank owns after Swing's reduce-scatter.
 
     The ranks a rank reaches through steps s..L-1 (itself, its step-s peer, their step-s+1
@@ -549,7 +549,7 @@ def _swing_layout(p: int) -> tuple[int, ...]:
     pos = [0] * p
     for i, r in enumerate(order[0]):
         pos[r] = i
-    return tuple(pos)
+    return Table(pos)  # indexable by every rank at once (the simulator's vector engine)
 
 
 @algorithm(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -123,6 +124,20 @@ def fold_out(ctx: Context, buf: np.ndarray) -> Generator[Round, None, None]:
             yield (ctx.recv(buf, r + 1),)
 
 
+def _step_segments(g: Context, kept: Any, given: Any) -> int:
+    """Segments of a halving step: those of its larger half (the partner's kept half is this
+    rank's given, so both ends agree).  Per-rank sizes (numpy vectors: the simulator's vector
+    engine) must give every rank the same number; ValueError otherwise (that engine then
+    hands the call to another)."""
+    if type(kept) is int and type(given) is int:
+        return segments(g, max(kept, given))
+    top = np.maximum(kept, given)
+    n = segments(g, top)  # the largest rank's
+    if n != segments(g, int(np.min(top))):
+        raise ValueError("the ranks' halving steps differ in their number of segments")
+    return n
+
+
 def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
                            displs: Sequence[int], op: MPI.Op
                            ) -> Generator[Round | Overlap, None, None]:
@@ -151,10 +166,14 @@ def halving_reduce_scatter(g: Context, buf: np.ndarray, counts: Sequence[int],
     while dist:
         mid = (lo + hi) // 2
         partner = g.rank ^ dist
-        keep, give = ((mid, hi), (lo, mid)) if g.rank & dist else ((lo, mid), (mid, hi))
+        # the upper half if the rank's bit is set, else the lower; arithmetic, not a branch,
+        # so that the simulator's vector engine runs every rank at once (lo, hi per rank)
+        up = (g.rank & dist) // dist
+        keep = (lo + up * (mid - lo), mid + up * (hi - mid))
+        give = (mid - up * (mid - lo), hi - up * (hi - mid))
         kept = span(buf, counts, displs, *keep)
         given = span(buf, counts, displs, *give)
-        nseg = segments(g, max(kept.size, given.size))  # the partner's too: its kept is given
+        nseg = _step_segments(g, kept.size, given.size)
         pipe.flush()  # the next step sends part of what this one reduced: no overlap between
         if nseg == 1:
             incoming = tmp[: kept.size]

@@ -412,7 +412,8 @@ class Table(tuple[int, ...]):
                 arr = self._array
             except AttributeError:
                 arr = self._array = np.array(self, dtype=np.int64)
-            return arr[i]
+            out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
+            return out if type(i) is np.ndarray else out.view(type(i))
 
 
 @lru_cache(maxsize=64)

@@ -49,7 +49,12 @@ against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
 8190 rounds (33.5 M messages) in about a second.  A branch on the rank runs where every rank
 takes the same way (the rank vector's truth value is its lanes' common one: recursive
-doubling's fold on a power of two), and the group of every rank in order is the context itself.
+doubling's fold on a power of two; a :class:`~mpicoll.algorithms.schedule.Table`'s entries at
+the rank vector keep that truth value), and the group of every rank in order is the context
+itself.  A choice written as arithmetic on the rank instead of a branch (Rabenseifner's halving
+step keeps the upper half if the rank's bit is set; Swing's and Bine's peer is ``r + rho`` or
+``r - rho`` by parity) runs on every lane: on a power of two Rabenseifner's 4096-rank, 64 MiB
+allreduce (a thousand pipelined rounds) takes 0.4 s instead of a minute walked per rank.
 
 Other cost-only runs on a flat model without a network (rooted and segmented schedules, rank-
 dependent control flow) go to the **batch engine** (:func:`run_batch`): every rank's generator
@@ -751,8 +756,10 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             if fab is not None:  # the network's terms, as Simulator.run charges them
                 assert crossing is not None
                 f, h = fab.round(src, ranks, n)
-                b = np.where(crossing, b_out, b_in)
-                cost = cost + h * hop + (f - 1.0) * n * b
+                b = b_in if b_in == b_out else np.where(crossing, b_out, b_in)
+                if hop:  # + 0.0 changes no (non-negative) time: skipped
+                    cost = cost + h * hop
+                cost = cost + (f - 1.0) * n * b
                 if gap is not None:
                     busy = start + np.maximum(gap, n * b * f)
             end = start + cost

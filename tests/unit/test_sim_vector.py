@@ -190,3 +190,54 @@ def test_one_extra_byte_is_counted_by_both_engines() -> None:
         assert np.array_equal(vec[f], per_rank[f]), f
     assert (vec["bytes_sent"] == 88).all()
     assert (vec["messages_sent"] == 1).all()
+
+
+#: butterflies over a power of two whose rank-dependent choices are arithmetic, not branches
+#: (fold.halving_reduce_scatter, allgather.bine_peer): the vector engine runs them where p is
+#: a power of two
+POF2_BRANCH_FREE = (("allreduce", "rabenseifner"), ("allreduce", "swing_latency"),
+                    ("allreduce", "swing_bandwidth"))
+
+
+@MODELS
+@pytest.mark.parametrize(("coll", "name"), POF2_BRANCH_FREE)
+def test_halving_butterfly_runs_vectorised(coll: str, name: str, model: Model,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rabenseifner and Swing on a power of two run on the vector engine (Rabenseifner's
+    4096-rank, 64 MiB run was 1000 rounds per rank walked rank by rank) and equal the
+    per-rank engine bit for bit:
+    uneven blocks (count not divisible by p, count < p), and halves of several segments
+    (a 64-byte segment: the pipelined halving step, each segment reduced during the next);
+    where the ranks' halves need different numbers of segments it hands the call over."""
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "64")  # 8 float64 elements a segment
+    for p in (2, 4, 8, 16, 32):
+        for count in (0, 1, 5, 64, 1000, 1003, 64 * p, 64 * p + 3):
+            engine = _both(coll, p, count, algorithm=name, model=model)  # equal if vector
+            # one segment per step, or every block alike: every rank takes as many segments
+            if count <= 8 or count % p == 0:
+                assert engine == "vector", (p, count)
+            else:  # halves whose segments differ by rank: the batch engine runs those
+                assert engine in ("vector", "batch"), (p, count)
+    # not a power of two: the fold branches on the rank, the batch engine runs it
+    assert _both(coll, 12, 100, algorithm=name, model=model) == "batch"
+
+
+@pytest.mark.parametrize("spec", ["torus:4x4", "fattree:4:2"])
+def test_halving_butterfly_on_a_network(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vectorised halving butterfly under a topology (routes, contention, gap): the same
+    clocks, counts and link bytes as the per-rank engine."""
+    from mpicoll.engines.network import Network
+
+    monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", "64")
+    for gap in (None, 2e-6):
+        net = Network(spec, "block", 1, True, gap, 1e-7)
+        for count in (7, 1024):  # one segment a step; 64 a rank, 8 a segment
+            ref = simulate("allreduce", 16, count, algorithm="rabenseifner", model=MODEL,
+                           network=net, engine="rank")
+            got = simulate("allreduce", 16, count, algorithm="rabenseifner", model=MODEL,
+                           network=net)
+            assert got.engine == "vector"
+            _same(ref, got, (spec, gap, count))
+            assert ref.link_bytes is not None
+            assert got.link_bytes is not None
+            assert np.array_equal(ref.link_bytes, got.link_bytes)
