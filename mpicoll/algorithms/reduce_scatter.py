@@ -536,9 +536,24 @@ def reduce_scatterv(ctx: Context, sendbuf: np.ndarray, recvbuf: np.ndarray,
 
 @default_rule(*_BOTH)
 def _auto(p: int, nbytes: int, commutative: bool) -> str:
-    # MPICH: recursive halving for short vectors, pairwise for long ones (commutative ops).
+    """MPICH's thresholds (``maint/tuning/coll/mpir/generic.json``): for a commutative op,
+    recursive halving below 512 KiB, pairwise above.
+
+    For a non-commutative op, MPICH's ``noncommutative`` butterfly on a power of two (lg p
+    rounds, (p-1)/p n bytes), else Open MPI's ``butterfly`` (the fold, then the same
+    butterfly), not reduce + scatterv (a whole vector through rank 0, then p-1 sends from
+    it).  The simulator's default model (2 us, 10 GB/s, 0.25 ns/B), reduce_scatterv over the
+    best at 8 B .. 8 MiB: 1.7-2.2x at p = 2, 2.2-2.8x at p = 4, 2.7-3.6x at p = 8, 4.7-11x
+    at p = 64; butterfly is within 1.25x of the best at every p up to 64 that is not a
+    power of two, where MPICH's recursive doubling (its pick there) is up to 1.9x off
+    (p = 24, 8 MiB).  Measured here (MPICH 5.0.2, 2 cores under load ~24, a non-commutative
+    Python op, candidates interleaved, median over 20 rounds of t / t_native), at 1 MiB:
+    reduce_scatterv 3.7x (p = 2) and 7.6x (p = 4), noncommutative 0.66x and 0.89x,
+    butterfly 0.65x and 0.87x (reduce_scatter_block; reduce_scatter alike); at 8 B and
+    64 KiB the load's noise (native's minimum 0.2-9 ms) hid any difference.
+    """
     if not commutative:
-        return "reduce_scatterv"
+        return "noncommutative" if p & (p - 1) == 0 else "butterfly"
     if nbytes <= 524288:
         return "recursive_halving"
     return "pairwise"
