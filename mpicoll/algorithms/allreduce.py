@@ -60,14 +60,17 @@ def recursive_doubling(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     Extra ranks beyond 2^k are folded in first and given the result at the end (MPICH).
     The lower rank's data is always the left operand, so non-commutative ops are correct;
     a commutative op reduces into the rank's own vector whichever side it is on (MPICH's
-    ``is_commutative || dst < rank``: a op b and b op a are bit for bit equal there), so no
-    rank copies its result at the end.  The short-message allreduce.
+    ``is_commutative || dst < rank``: a op b and b op a are bit for bit equal there, but for
+    MAX and MIN, whose pick among a NaN or signed zeros depends on the order), so no rank
+    copies its result at the end.  The short-message allreduce.
     """
     newrank = yield from _pof2.fold_in(ctx, buf, op)
     if newrank >= 0:
         g = _pof2.group(ctx)
         acc, tmp = buf, ctx.scratch(buf.size)
-        commutative = op.is_commutative
+        # predefined MAX and MIN pick an operand by comparison: with a NaN or signed zeros
+        # the pick depends on the order, which must then be every rank's
+        commutative = op.is_commutative and op != MPI.MAX and op != MPI.MIN
         mask = 1
         while mask < g.size:
             partner = g.rank ^ mask
@@ -570,7 +573,12 @@ def swing_latency(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
 
     Whole vectors are exchanged and reduced each step (lg p steps).  A valid butterfly only
     for a power of two: extra ranks are folded in first (:mod:`~mpicoll.algorithms.fold`).
-    The groups combined are not ranges of ranks: needs a commutative op.  Bine's allreduce
+    The groups combined are not ranges of ranks: needs a commutative op.  Nor are they
+    nested alike on every rank (p = 8: after step 1 rank 0 holds 0 1 6 7, rank 1 holds
+    0 1 2 3), so each rank brackets the reduction its own way: from 8 ranks on, results of
+    an op that is not exactly associative (floating-point SUM, PROD) may differ between ranks
+    in their last bits, which MPI recommends against (MPI 4.1, 6.9.1) and every other
+    allreduce here avoids; exact for integer and logical data.  Bine's allreduce
     (SC 2025) runs this butterfly: libbine's peer function is this rho, so Bine's latency and
     bandwidth allreduce are :func:`swing_latency` and :func:`swing_bandwidth`.
     """
