@@ -747,7 +747,8 @@ def format_comparison(a: dict[str, Any], b: dict[str, Any], rows: Sequence[dict[
 def write_ratio_plot(path: str, a: dict[str, Any], b: dict[str, Any],
                      rows: Sequence[dict[str, Any]]) -> None:
     """One panel per collective: B's median over A's against size, a line per
-    implementation (log-x; 1 = no change)."""
+    implementation (log-x; log-y where the ratios span more than 4x, else linear; 1 = no
+    change)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -776,11 +777,14 @@ def write_ratio_plot(path: str, a: dict[str, Any], b: dict[str, Any],
             ax.plot([x for x, _ in pts], [y for _, y in pts], "-o" if label == "native"
                     else "--o", label=label, markersize=4)
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        # minor ticks: only 2x and 5x labelled (0.8, 0.9, 1 overlapped)
-        ax.yaxis.set_minor_formatter(FuncFormatter(
-            lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "25" else ""))
+        ratios = [y for pts in lines.values() for _, y in pts if y > 0] + [1.0]
+        if max(ratios) / min(ratios) > 4:  # a wide span: log, labelled at 1, 2, 5, 10, ...
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            # minor ticks: only 2x and 5x labelled (0.8, 0.9, 1 overlapped)
+            ax.yaxis.set_minor_formatter(FuncFormatter(
+                lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "25" else ""))
+        # (a narrow one, the common case, stays linear: a log axis there has no label but 1)
         _size_axis(ax, [x for pts in lines.values() for x, _ in pts])
         ax.set_title(coll, fontsize=10)
         ax.set_xlabel("message size S")
