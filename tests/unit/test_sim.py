@@ -140,12 +140,13 @@ def test_message_counts(p: int) -> None:
 
 def test_cost_only_mode_scales(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cost-only: no data is touched, one allocation stands for every rank's buffer; the
-    batch engine at 4096 ranks (rabenseifner has rank-dependent control flow), in one
-    segment (a 64 MiB segment size: segments multiply the rounds, see test_overlap.py)."""
+    vector engine at 4096 ranks (rabenseifner's halving picks its half by arithmetic on the
+    rank bit, so every rank runs one program), in one segment (a 64 MiB segment size:
+    segments multiply the rounds, see test_overlap.py)."""
     p, n = 4096, 64 << 20
     monkeypatch.setenv("MPICOLL_SEGMENT_SIZE", str(n))
     r = simulate("allreduce", p, n // 8, algorithm="rabenseifner")  # 64 MiB per rank
-    assert r.engine == "batch"
+    assert r.engine == "vector"
     assert r.nbytes == n
     assert (r.messages_sent == 2 * 12).all()  # 2 lg p
     assert (r.bytes_sent == 2 * n * (p - 1) // p).all()
