@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,3 +65,28 @@ def test_few_sizes(n: int) -> None:
     report._size_axis(ax, [64 << k for k in range(n)])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64 B", "128 B"][:n]
     plt.close(fig)
+
+
+@pytest.mark.parametrize(("ratios", "scale"), [((0.8, 1.15), "linear"), ((0.3, 6.0), "log")])
+def test_ratio_plot_axis_reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                               ratios: tuple[float, float], scale: str) -> None:
+    """The B/A plot's y axis: linear where the ratios span 4x or less (a log axis there has
+    no label but 1), log above; its tick labels are numbers either way."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown: list[Any] = []
+    monkeypatch.setattr(plt, "close", lambda fig: shown.append(fig))
+    rows = [{"collective": "allreduce", "size_bytes": s, "pattern": "numpy",
+             "implementation": "native", "ratio": r} for s, r in zip((8, 64), ratios, strict=True)]
+    doc = {"provenance": {"mpi_vendor": "MPICH", "P": 2, "date": "today"}, "results": []}
+    report.write_ratio_plot(str(tmp_path / "ratio.png"), doc, doc, rows)
+    ax = shown[0].axes[0]
+    assert ax.get_yscale() == scale
+    shown[0].canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() + ax.yaxis.get_minorticklabels()
+              if t.get_text()]
+    assert len(labels) >= 2, labels
+    matplotlib.pyplot.close("all")
