@@ -481,8 +481,12 @@ def plot_problem(path: str) -> str | None:
 
 
 def write_plot(path: str, doc: dict[str, Any]) -> None:
-    """Latency (median, us) against message size, log-log: one panel per collective, one line
-    per implementation.  WRONG / n/a points are left out."""
+    """Latency (median, us, with its p10..p90 spread shaded) against message size, log-log:
+    one panel per collective, one line per implementation (a collective without a message
+    size, barrier: one bar each); then two summary panels over the collectives: the speedup
+    of the best p2p implementation over native (native / best p2p median, > 1: hand-rolled
+    faster) and native's busbw (GB/s), against size; ``--phases`` adds a stacked bar per
+    algorithm.  WRONG / n/a points are left out; legends stand beside their panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -494,24 +498,31 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
             colls.append(r["collective"])
     phased = [c for c in colls if any(r.get("phases") for r in doc["results"]
                                       if r["collective"] == c)]
-    n = max(1, len(colls) + len(phased))
+    key = "pure_us" if doc["settings"]["nonblocking"] else "time_us"
+    sized = [r for r in doc["results"] if r["status"] == "ok" and r.get(key)
+             and r["size_bytes"] > 0]
+    summary = 2 if sized else 0
+    n = max(1, len(colls) + summary + len(phased))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 3.9 * nrows), squeeze=False,
+                             layout="constrained")
     prov = doc["provenance"]
-    key = "pure_us" if doc["settings"]["nonblocking"] else "time_us"
+    patterns = len(doc["settings"].get("patterns", ["numpy"])) > 1
     for k, coll in enumerate(colls):
         ax = axes[k // ncols][k % ncols]
-        lines: dict[str, list[tuple[int, float]]] = {}
+        lines: dict[str, list[tuple[int, float, float, float]]] = {}
         for r in doc["results"]:
             if r["collective"] != coll:
                 continue
             label = r["implementation"]
-            if len(doc["settings"].get("patterns", ["numpy"])) > 1:
+            if patterns:
                 label += f" [{r.get('pattern', 'numpy')}]"
             pts = lines.setdefault(label, [])
             if r["status"] == "ok" and r.get(key) and r["size_bytes"] > 0:
-                pts.append((r["size_bytes"], r[key]["median"]))
+                t = r[key]
+                pts.append((r["size_bytes"], t["median"], t.get("p10", t["median"]),
+                            t.get("p90", t["median"])))
         ax.set_title(coll)
         ax.set_ylabel("median latency (us)")
         if not any(lines.values()):  # no size (barrier): one bar per implementation
@@ -525,26 +536,79 @@ def write_plot(path: str, doc: dict[str, Any]) -> None:
             continue
         for label, pts in lines.items():
             if pts:
-                xs = [x for x, _ in pts]
-                ys = [y for _, y in pts]
-                style = "-o" if label == "native" else "--."
-                ax.plot(xs, ys, style, label=label, markersize=4)
-        _size_axis(ax, [x for pts in lines.values() for x, _ in pts])
+                pts.sort()
+                xs = [x for x, *_ in pts]
+                style = "-o" if label.startswith("native") else "--."
+                (line,) = ax.plot(xs, [m for _, m, _, _ in pts], style, label=label,
+                                  markersize=4)
+                ax.fill_between(xs, [lo for *_, lo, _ in pts], [hi for *_, hi in pts],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
+        _size_axis(ax, [x for pts in lines.values() for x, *_ in pts])
         ax.set_yscale("log")
         ax.set_xlabel("message size S")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
-    for k, coll in enumerate(phased, start=len(colls)):
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside
+    if summary:
+        _summary_panels(axes, len(colls), ncols, colls, sized, key)
+    for k, coll in enumerate(phased, start=len(colls) + summary):
         _phase_bars(axes[k // ncols][k % ncols], coll, doc["results"])
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    fig.suptitle(
-        f"mpicoll bench: P={prov['P']}, {prov['mpi_vendor']}, {doc['settings']['dtype']}, "
-        f"{'non-blocking (pure communication)' if doc['settings']['nonblocking'] else 'blocking'}"
-    )
-    fig.tight_layout()
+    if doc["settings"]["nonblocking"]:
+        mode = "non-blocking (pure communication)"
+    elif doc["settings"].get("persistent"):
+        mode = "blocking and persistent (X:init)"
+    else:
+        mode = "blocking"
+    fig.suptitle(f"mpicoll bench: P={prov['P']}, {prov['mpi_vendor']}, "
+                 f"{doc['settings']['dtype']}, {mode}; shaded: p10..p90")
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _summary_panels(axes: Any, first: int, ncols: int, colls: Sequence[str],
+                    rows: Sequence[dict[str, Any]], key: str) -> None:
+    """The two summary panels of :func:`write_plot`: per collective (and buffer pattern),
+    native's median over the best p2p implementation's at each size, and native's busbw."""
+    best: dict[tuple[str, str, int], float] = {}
+    native: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for r in rows:
+        if r.get("persistent"):
+            continue  # the blocking calls (X:init curves are beside them in the panels)
+        where = (r["collective"], r.get("pattern", "numpy"), r["size_bytes"])
+        if r["backend"] == "native":
+            native[where] = r
+        elif r["backend"] == "p2p":
+            t = r[key]["median"]
+            best[where] = min(t, best.get(where, t))
+    speed, bw = axes[first // ncols][first % ncols], \
+        axes[(first + 1) // ncols][(first + 1) % ncols]
+    sizes: list[int] = []
+    for coll in colls:
+        for pattern in sorted({p for c, p, _ in native if c == coll}):
+            at = sorted(s for c, p, s in native if c == coll and p == pattern)
+            label = coll if pattern == "numpy" else f"{coll} [{pattern}]"
+            ratio = [(s, native[coll, pattern, s][key]["median"] / best[coll, pattern, s])
+                     for s in at if best.get((coll, pattern, s))]
+            if ratio:
+                speed.plot([s for s, _ in ratio], [v for _, v in ratio], "-o", markersize=3,
+                           label=label)
+            gb = [(s, native[coll, pattern, s].get("busbw_gbps")) for s in at]
+            gb = [(s, v) for s, v in gb if v]
+            if gb:
+                bw.plot([s for s, _ in gb], [v for _, v in gb], "-o", markersize=3, label=label)
+            sizes += at
+    speed.axhline(1.0, color="grey", linewidth=0.8)
+    speed.set_title("speedup of the best p2p over native")
+    speed.set_ylabel("native / best p2p (> 1: p2p faster)")
+    bw.set_title("native busbw")
+    bw.set_ylabel("busbw (GB/s)")
+    for ax in (speed, bw):
+        _size_axis(ax, sizes)
+        ax.set_xlabel("message size S")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def phase_groups(times: Sequence[float], labels: Sequence[str]) -> list[tuple[str, float]]:

@@ -90,3 +90,34 @@ def test_ratio_plot_axis_reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
               if t.get_text()]
     assert len(labels) >= 2, labels
     matplotlib.pyplot.close("all")
+
+
+def test_bench_plot_names_what_it_draws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+                                        ) -> None:
+    """bench's plot: the title names the persistent curves when they are drawn, each line
+    has its p10..p90 spread shaded, and two summary panels follow the collectives (the best
+    p2p's speedup over native, native's busbw), each with a line per collective."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = tmp_path / "b.json"
+    assert cli.main(["bench", "-c", "allreduce", "bcast", "-m", "8:64", "-i", "2", "-x", "0",
+                     "--persistent", "-q", "--json", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    shown: list[Any] = []
+    monkeypatch.setattr(plt, "close", lambda fig: shown.append(fig))
+    report.write_plot(str(tmp_path / "bench.png"), doc)
+    fig = shown[0]
+    assert "persistent" in fig._suptitle.get_text()
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert titles[:2] == ["allreduce", "bcast"]
+    assert "speedup of the best p2p over native" in titles
+    assert "native busbw" in titles
+    for ax in fig.axes[:2]:
+        assert ax.collections, "no p10..p90 band"
+    speed = fig.axes[titles.index("speedup of the best p2p over native")]
+    assert sorted(line.get_label() for line in speed.get_lines()
+                  if not line.get_label().startswith("_")) == ["allreduce", "bcast"]
+    matplotlib.pyplot.close("all")
