@@ -142,6 +142,7 @@ class Collectives(CheckedMode):
         self.front_door = FrontDoor()
         self._entries = self.front_door.entries  # read at every call
         self._last = self.front_door.last
+        self._fresh_records = self.front_door.fresh
 
     def __repr__(self) -> str:
         return f"<mpicoll.{self.name} rank {self.rank} of {self.size}>"
@@ -186,6 +187,12 @@ class Collectives(CheckedMode):
             out = hit(algorithm, args)
             if out is not MISS:
                 return out
+        if not nonblocking:  # new buffers of the layout a template last served (p2p)
+            hit = self._fresh_records.get(collective)
+            if hit is not None:
+                out = hit(algorithm, args)
+                if out is not MISS:
+                    return out
         return self._cached_call(collective, nonblocking, algorithm, args)
 
     def _cached_call(self, collective: str, nonblocking: bool, algorithm: Any,
@@ -265,10 +272,11 @@ class Collectives(CheckedMode):
             t = self._template(shape[0])
             if t is not None:
                 parse = self._parser(collective)
-                if not door.again(key, args):
+                if not door.again(key, args, shape[1][0] if shape[1] else None):
                     # not these buffers' second call in a row: run once, not stored (a
                     # program passing new arrays at every call would fill the cache)
                     if t.run(shape[1], parse, args, tag):
+                        self._fresh(collective, algorithm, args, t, parse)
                         return None
                     key, once = None, True
                 run = t.bind(shape[1], parse, args)
@@ -301,6 +309,11 @@ class Collectives(CheckedMode):
         :class:`~mpicoll.engines.plan.Template`: ``run`` once or ``bind`` a runner for
         other buffers of that layout), or None."""
         return None
+
+    def _fresh(self, collective: str, algorithm: Any, args: tuple[Any, ...], t: Any,
+               parse: Callable[..., Any]) -> None:
+        """The template ``t`` just served ``args`` (p2p): make it serve the next calls of
+        ``collective`` of that layout from its fresh-buffers record."""
 
     def _parser(self, collective: str) -> Callable[..., Any]:
         """The parser of ``collective``'s arguments on this communicator (a template's

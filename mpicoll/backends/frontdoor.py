@@ -75,8 +75,8 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = ["MISS", "PENDING", "PINNED_BYTES", "SIZE", "TEMPLATES", "FrontDoor", "Last",
-           "UncacheableError", "holds", "key_and_layout", "key_of", "last_of", "shape_of",
-           "unexported"]
+           "UncacheableError", "fresh_of", "holds", "key_and_layout", "key_of", "last_of",
+           "shape_of", "unexported"]
 
 #: entries per backend (each keeps its arguments' buffers alive)
 SIZE = 64
@@ -431,6 +431,43 @@ class _Checks:
             return True
         return self.part(self.same(x, a), a, False, maps)
 
+    def fresh(self, x: str, a: Any, bufs: list[str]) -> bool:
+        """The checks of the argument ``a`` (read as ``x``) of a fresh-buffers record
+        (:func:`fresh_of`): each numpy buffer (bare, or a list spec's first item) by its
+        layout alone (type, shape, dtype, strides, flags: :func:`shape_of`'s), named in
+        ``bufs``; everything else as a last call checks it.  False if ``a`` cannot be part of
+        one (a bare 0-d array: a root or a count read by value; a spec whose buffer is not an
+        ndarray; counts given as an ndarray)."""
+        t = type(a)
+        if t is _ND:
+            if not a.ndim:
+                return False
+            self.layout(x, a)
+            bufs.append(x)
+            return True
+        if t is list or t is tuple:
+            if not a or type(a[0]) is not _ND:
+                return False
+            self.miss(f"type({x}) is not {self.const(t)} or len({x}) != {len(a)}")
+            y = f"{x}_0"
+            self.lines.append(f"        {y} = {x}[0]")
+            self.layout(y, a[0])
+            bufs.append(y)
+            for j in range(1, len(a)):
+                v = a[j]
+                y = f"{x}_{j}"
+                self.lines.append(f"        {y} = {x}[{j}]")
+                if not self.part(self.same(y, v), v, False, False):
+                    return False
+            return True
+        return self.part(self.same(x, a), a, False, False)
+
+    def layout(self, x: str, a: np.ndarray) -> None:
+        """``x`` is an ndarray of ``a``'s layout: shape, dtype, strides and flags."""
+        self.miss(f"type({x}) is not ND or {x}.shape != {self.const(a.shape)} or {x}.dtype "
+                  f"is not {self.const(a.dtype)} or {x}.strides != {self.const(a.strides)} "
+                  f"or {x}.flags.num != {a.flags.num}")
+
     def part(self, k: str, a: Any, buffer: bool, maps: bool) -> bool:
         """What must be checked of ``a``, the last call's own object (the constant ``k``):
         the state of an array (a spec's buffer: ``buffer``), the handle of a user-defined op
@@ -575,6 +612,91 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
     return hit
 
 
+def fresh_of(args: tuple[Any, ...], algorithm: Any,
+             serve: Callable[..., Any], door: FrontDoor,
+             take_tag: Callable[[], int | None],
+             refuse: Callable[[int], None],
+             guard: tuple[str, dict[str, Any]] | None = None,
+             inline: Callable[[list[str]], tuple[str, list[str], dict[str, Any]] | None]
+             | None = None) -> Last | None:
+    """The *fresh-buffers record* of a blocking call that a layout's template served (new
+    arrays at every call: ``Allreduce(np.ones(n), out)``, a spec list of a new array), or
+    None if its arguments cannot make one (see :meth:`_Checks.fresh`): a :data:`Last`-like
+    function ``fresh(algorithm, args)`` for the next calls of its collective that the last
+    call's record misses.  It checks ``algorithm`` by identity, each numpy buffer by its
+    layout (:func:`shape_of`'s: type, shape, dtype, strides, flags, never its identity or
+    address) and everything else as a last call's record does (by identity; ints by value;
+    a user-defined op's or derived datatype's handle), then ``guard`` (an expression true
+    where the template may no longer serve: ``auto``'s model changed; its names), so that a
+    call it takes has the template's layout key: exactly the calls that would reach the
+    template through the key.  It misses a call whose first buffer is that of the last
+    call a record served (:attr:`FrontDoor.held`, kept alive until the next, so its id stays
+    its own): the same buffers again go through the cache, which stores them
+    (:meth:`FrontDoor.again`).
+    On a match it counts a miss in ``door`` (as the parse path would), takes the tag and
+    returns ``serve(args, tag, *buffers)`` (on an exception ``refuse(tag)``, then raised);
+    ``inline(buffer names)``, where given and not None, is that serving written out
+    (``(guard, body, names)``: where ``guard`` holds, ``serve`` is called instead; see
+    :meth:`~mpicoll.engines.plan.Template.inline`).
+    One function per structure, compiled once (:data:`_MADE`), as :func:`last_of`'s."""
+    checks = _Checks()
+    names = [f"a{i}" for i in range(len(args))]
+    bufs: list[str] = []
+    for x, a in zip(names, args, strict=True):
+        if not checks.fresh(x, a, bufs):
+            return None
+    if not bufs:
+        return None
+    tag_lines = getattr(getattr(take_tag, "__self__", None), "take_tag_lines", None)
+    extra: dict[str, Any] = {}
+    if tag_lines is not None:
+        tag_lines, tag_names = tag_lines()
+        extra.update(tag_names)
+    else:
+        tag_lines = ["tag = take_tag()"]
+    if guard is not None:
+        extra.update(guard[1])
+    written = inline(bufs) if inline is not None else None
+    if written is not None:
+        extra.update(written[2])
+    lines = ["def make(MISS, ND, door, take_tag, refuse, serve, algo, HELD"
+             + "".join(f", k{i}" for i in range(len(checks.consts)))
+             + "".join(f", {name}" for name in extra) + "):",
+             "    def fresh(algorithm, args):",
+             "        if algorithm is not algo: return MISS"]
+    lines.append(f"        {', '.join(names)}, = args")
+    lines += checks.lines
+    lines.append(f"        if {bufs[0]} is HELD[1]: return MISS")
+    if guard is not None:
+        lines.append(f"        if {guard[0]}: return MISS")
+    lines.append("        door.misses += 1")
+    lines += [f"        {line}" for line in tag_lines]
+    lines.append("        try:")
+    served = f"out = serve(args, tag, {', '.join(bufs)})"
+    if written is None:
+        lines.append(f"            {served}")
+    else:
+        lines += [f"            if {written[0]}:", f"                {served}",
+                  "            else:", *[f"                {line}" for line in written[1]]]
+    lines += ["        except BaseException:",
+              "            refuse(tag)",
+              "            raise",
+              f"        HELD[0] = args; HELD[1] = {bufs[0]}",
+              "        return out",
+              "    return fresh"]
+    src = "\n".join(lines)
+    make = _MADE.get(src)
+    if make is None:
+        if len(_MADE) >= _MADE_SIZE:
+            del _MADE[next(iter(_MADE))]
+        scope: dict[str, Any] = {}
+        exec(src, scope)  # one function per structure of record
+        make = _MADE[src] = scope["make"]
+    fresh: Any = make(MISS, _ND, door, take_tag, refuse, serve, algorithm, door.held,
+                      *checks.consts, *extra.values())
+    return fresh
+
+
 _NUMPY_INTS = frozenset(t for t in _PARTS if t not in (list, tuple) and t.__module__ == "numpy")
 
 
@@ -639,12 +761,19 @@ class FrontDoor:
             non-blocking (``last[True]``), by collective name.
     """
 
-    __slots__ = ("_once", "_sizes", "entries", "hits", "last", "misses", "pinned", "templates")
+    __slots__ = ("_once", "_sizes", "entries", "fresh", "held", "hits", "last", "misses",
+                 "pinned", "templates")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...],
                            tuple[tuple[Any, ...], Callable[..., Any], Last | None]] = {}
         self.last: tuple[dict[str, Last], dict[str, Last]] = ({}, {})
+        #: the fresh-buffers record of each collective's last call that a template served
+        #: (:func:`fresh_of`; blocking calls), by collective name
+        self.fresh: dict[str, Last] = {}
+        #: the arguments and first buffer of the last call a fresh-buffers record served
+        #: (kept alive, so the buffer's id stays its own; see :meth:`again`)
+        self.held: list[Any] = [None, None]
         self.hits = 0
         self.misses = 0
         #: bytes of the entries' buffers
@@ -671,15 +800,19 @@ class FrontDoor:
             del templates[next(iter(templates))]
         templates[shape[0]] = (run, shape[1], args)
 
-    def again(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> bool:
+    def again(self, key: tuple[Any, ...], args: tuple[Any, ...], first: Any = None) -> bool:
         """Whether a call of ``key`` that a template serves (:meth:`note`) is the second in a
         row with these very buffers: only then is it stored.  The last such call that was
         not stored is remembered, its arguments kept alive (so their ids are theirs: an array
         freed and another made at its address is never taken for it); a program passing new
-        arrays at every call keeps one call's buffers alive, not the cache's 64."""
+        arrays at every call keeps one call's buffers alive, not the cache's 64.  A call
+        whose first buffer ``first`` is that of the last call a fresh-buffers record served
+        (:attr:`held`) counts as a second call too (the record's miss on that buffer is what
+        sent it here; storing a call is never wrong, only a use of room)."""
         once = self._once
-        if once is not None and once[0] == key:
-            self._once = None
+        if (once is not None and once[0] == key) or (first is not None
+                                                     and first is self.held[1]):
+            self._once = None  # (held stays: the records leave these buffers to the cache)
             return True
         self._once = (key, args)
         return False
@@ -730,6 +863,8 @@ class FrontDoor:
         self._sizes.clear()
         for lasts in self.last:
             lasts.clear()
+        self.fresh.clear()
+        self.held[0] = self.held[1] = None
         self.templates.clear()
         self._once = None
         self.hits = self.misses = self.pinned = 0

@@ -40,6 +40,7 @@ from ..algorithms.registry import RestrictionError
 from ..engines import threads as _threads
 from ..engines.mpi import CompletedRequest, Engine, Traffic, check_thread
 from ..engines.plan import (
+    NAMED,
     BlockingRunner,
     NonblockingRunner,
     NoTemplateError,
@@ -53,6 +54,7 @@ from .args import PARSERS, Call
 from .base import Collectives
 from .checked import agree_on_construction
 from .env import algorithm_var
+from .frontdoor import fresh_of
 from .objects import P2PObjects
 
 __all__ = ["P2P", "ZERO_SIZE_COLLECTIVES", "moves_nothing", "p2p"]
@@ -275,6 +277,31 @@ class P2P(P2PObjects, Collectives):
             parse = self._parsers[collective] = partial(PARSERS[collective], self.size,
                                                         self.rank)
         return parse
+
+    def _fresh(self, collective: str, algorithm: Any, args: tuple[Any, ...], t: Any,
+               parse: Callable[..., Any]) -> None:
+        """Make ``t``'s fresh-buffers record (:func:`~mpicoll.backends.frontdoor.fresh_of`,
+        once per template) the one of ``collective``: the next call of new buffers of this
+        layout runs the template without its key; where :meth:`Template.run` declines (the
+        buffers may overlap, a schedule in flight) the call goes the parse's way on its
+        tag, as it would from the key."""
+        record = t.record
+        if record is None:
+            run = t.run
+
+            def serve(args: tuple[Any, ...], tag: int, *bufs: Any) -> None:
+                if run(bufs, parse, args, tag):
+                    return None
+                return self._parse_and_run(collective, False, algorithm, args, tag, None)
+
+            guard = (None if t.model is NAMED else
+                     ("F_MODEL._current is not F_CHOSEN",
+                      {"F_MODEL": alphabeta, "F_CHOSEN": t.model}))
+            record = t.record = fresh_of(args, algorithm, serve, self.front_door,
+                                         self._take_tag, self._refuse, guard,
+                                         partial(t.inline, parse=parse)) or False
+        if record:
+            self.front_door.fresh[collective] = record
 
     def _template(self, layout: tuple[Any, ...]) -> Template | None:
         """The template of ``layout`` (made now from its first runner, compiled now if it

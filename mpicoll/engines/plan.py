@@ -989,7 +989,7 @@ class Template:
     objects listed in :func:`_constant` or arrays other than numpy's own (a derived
     datatype's typed views)."""
 
-    __slots__ = ("_bind", "_replayed", "counts", "model", "source")
+    __slots__ = ("_bind", "_replayed", "counts", "model", "record", "source")
 
     def __init__(self, source: BlockingRunner, bufs: Sequence[np.ndarray]) -> None:
         fast = source._fast
@@ -1068,6 +1068,9 @@ class Template:
         self.counts = source._replayed.counts
         #: the traffic record of the calls :meth:`run` replays (made at its first)
         self._replayed: Replayed | None = None
+        #: the front door's fresh-buffers record of this template (made at its first
+        #: :meth:`run`: :func:`mpicoll.backends.frontdoor.fresh_of`; False: none can be)
+        self.record: Any = None
 
     def bind(self, bufs: Sequence[np.ndarray], parse: Callable[..., Call],
              args: tuple[Any, ...]) -> BlockingRunner | None:
@@ -1116,8 +1119,42 @@ class Template:
             rec = self._replayed = engine.traffic.track(self.counts)
         rec.runs += 1
         if failed is not None:
-            self._runner(fast, parse, args, False)._raise(failed, args)
+            self.fail(parse, fast, failed, args)
         return True
+
+    def fail(self, parse: Callable[..., Call], fast: tuple[Any, ...], failed: Any,
+             args: tuple[Any, ...]) -> None:
+        """Raise the MPI error ``failed`` of a run of the call ``args`` on the bound steps
+        ``fast``, as that call's runner would (the collective and the peer named)."""
+        self._runner(fast, parse, args, False)._raise(failed, args)
+
+    def inline(self, bufs: Sequence[str], parse: Callable[..., Call]
+               ) -> tuple[str, list[str], dict[str, Any]] | None:
+        """:meth:`run` as code for the front door to write into a fresh-buffers record
+        (:func:`~mpicoll.backends.frontdoor.fresh_of`), the buffers named ``bufs``:
+        ``(guard, body, names)``; ``guard`` is true where :meth:`run` must serve the call
+        instead (a schedule in flight, a refused call's messages to drain, buffers that may
+        overlap: a view, or one array passed twice); ``body`` binds and replays (it reads
+        ``tag`` and ``args``, sets ``out``); ``names`` the objects they read.  None before
+        the first :meth:`run` or for a plan with a local truncation to raise."""
+        if self._replayed is None or self.source._truncated is not None:
+            return None
+        guard = "X_IN_FLIGHT[0] or X_ENGINE._refused"
+        if len(bufs) == 2:
+            guard += f" or {bufs[0]}.base is not None or {bufs[1]}.base is not None " \
+                     f"or {bufs[0]} is {bufs[1]}"
+        elif len(bufs) > 2:
+            guard += f" or X_OVERLAP(({', '.join(bufs)},))"
+        body = [f"fast = X_BIND({', '.join(bufs)})",
+                "failed = X_SOURCE._go(X_COMM, tag, *fast)",
+                "X_REPLAYED.runs += 1",
+                "if failed is not None: X_TEMPLATE.fail(X_PARSE, fast, failed, args)",
+                "out = None"]
+        src = self.source
+        names = {"X_IN_FLIGHT": _IN_FLIGHT, "X_ENGINE": src.engine, "X_OVERLAP": _may_overlap,
+                 "X_BIND": self._bind, "X_SOURCE": src, "X_COMM": src.engine.comm,
+                 "X_REPLAYED": self._replayed, "X_TEMPLATE": self, "X_PARSE": parse}
+        return guard, body, names
 
 
 def _may_overlap(bufs: Sequence[np.ndarray]) -> bool:

@@ -26,6 +26,7 @@ from mpi4py import MPI
 import mpicoll
 from mpicoll.backends import args as args_module
 from mpicoll.backends.buffers import MPIValueError
+from mpicoll.backends.frontdoor import MISS
 from mpicoll.engines.plan import Template
 
 WORLD = MPI.COMM_WORLD
@@ -412,3 +413,127 @@ def test_new_buffers_run_once_raise_mpis_error(hand: mpicoll.P2P) -> None:
         good = np.full(4, float(RANK + i))
         hand.Bcast(good, root=0)
         assert np.array_equal(good, np.full(4, float(i)))
+
+
+def _outcome(comm: Any, call: Callable[[Any], np.ndarray]) -> Any:
+    """``call(comm)``'s output, or the type of what it raised."""
+    try:
+        return call(comm)
+    except Exception as exc:  # the same refusal on both sides is what is compared
+        return type(exc)
+
+
+@pytest.mark.mpi
+def test_the_fresh_buffers_record_serves_only_its_layout(hand: mpicoll.P2P) -> None:
+    """New arrays at every call run from the fresh-buffers record of the layout a template
+    last served (``frontdoor.fresh_of``), without a key; a call differing in anything the
+    layout holds (count, dtype, strides, flags, spec form, op, ``algorithm=``) or whose
+    buffers may overlap is not taken by it, and every result (or refusal) equals plain
+    mpi4py's; ``auto``'s model changed: the record steps aside."""
+    from mpicoll.model import alphabeta
+
+    door = hand.front_door
+    taken: list[bool] = []
+
+    def spy() -> None:  # count the record's answers (a slow call may put it back)
+        record = door.fresh.get("allreduce")
+        if record is None or getattr(record, "spied", False):
+            return
+
+        def counted(algorithm: Any, args: tuple[Any, ...]) -> Any:
+            out = record(algorithm, args)
+            taken.append(out is not MISS)
+            return out
+
+        counted.spied = True  # type: ignore[attr-defined]
+        door.fresh["allreduce"] = counted
+
+    def new(i: int, **kw: Any) -> Callable[[Any], np.ndarray]:
+        def call(comm: Any) -> np.ndarray:
+            y = np.zeros(3)
+            comm.Allreduce(np.full(3, RANK + i + 0.0), y, **kw)
+            return y
+        return call
+
+    for i in range(3):  # the layout's template, then its record
+        assert np.array_equal(new(i)(hand), new(i)(WORLD))
+    if P == 1:
+        return  # (one rank: a plan of no rounds, no template)
+    assert "allreduce" in door.fresh
+    spy()
+    misses = door.misses
+    assert np.array_equal(new(5)(hand), new(5)(WORLD))
+    assert taken == [True]  # served,
+    assert door.misses == misses + 1  # counted as a miss
+
+    def readonly(comm: Any) -> np.ndarray:
+        x = np.full(3, RANK + 1.0)
+        x.flags.writeable = False
+        y = np.zeros(3)
+        comm.Allreduce(x, y)
+        return y
+
+    def readonly_out(comm: Any) -> np.ndarray:
+        y = np.zeros(3)
+        y.flags.writeable = False
+        comm.Allreduce(np.full(3, RANK + 1.0), y)
+        return y
+
+    def spec(comm: Any) -> np.ndarray:
+        y = np.zeros(3)
+        comm.Allreduce([np.full(3, RANK + 2.0), MPI.DOUBLE], [y, MPI.DOUBLE])
+        return y
+
+    def count(comm: Any) -> np.ndarray:
+        y = np.zeros(4)
+        comm.Allreduce(np.full(4, RANK + 3.0), y)
+        return y
+
+    def single(comm: Any) -> np.ndarray:
+        y = np.zeros(3, np.float32)
+        comm.Allreduce(np.full(3, RANK + 4.0, np.float32), y)
+        return y
+
+    def strided(comm: Any) -> np.ndarray:
+        y = np.zeros(6)[::2]
+        comm.Allreduce(np.full(3, RANK + 5.0), y)
+        return y
+
+    def overlapping(comm: Any) -> np.ndarray:
+        base = np.arange(5.0) + RANK
+        comm.Allreduce(base[0:3], base[2:5])
+        return base
+
+    def twice(comm: Any) -> np.ndarray:
+        x = np.full(3, RANK + 6.0)
+        comm.Allreduce(x, x)
+        return x
+
+    others: list[tuple[Callable[[Any], Any], Callable[[Any], Any]]] = [
+        (c, c) for c in (readonly, readonly_out, spec, count, single, strided,
+                         new(7, op=MPI.MAX))]
+    others.append((new(8, algorithm="recursive_doubling"), new(8)))
+    for call, plain in others:
+        taken.clear()
+        spy()
+        got, want = _outcome(hand, call), _outcome(WORLD, plain)
+        assert taken in ([], [False]), call.__name__  # the record did not take it
+        if isinstance(want, np.ndarray):
+            assert np.array_equal(got, want), (call.__name__, got, want)
+        else:
+            assert isinstance(got, type), (call.__name__, got)  # refused as by mpi4py
+        assert np.array_equal(new(9)(hand), new(9)(WORLD))  # and the layout again
+    for call in (overlapping, twice):  # the layout's own, refused by the parse
+        spy()
+        with pytest.raises(MPIValueError, match="overlap"):
+            call(hand)
+        assert np.array_equal(new(10)(hand), new(10)(WORLD))
+    try:  # auto's model changed: the record steps aside; a new template serves the layout
+        record = door.fresh["allreduce"]
+        alphabeta.use(alphabeta.Model(alpha=1e-3, beta=1e-12))
+        for i in range(11, 15):
+            assert np.array_equal(new(i)(hand), new(i)(WORLD))
+        assert door.fresh["allreduce"] is not record
+    finally:
+        alphabeta.use(None)
+    assert np.array_equal(new(15)(hand), new(15)(WORLD))
