@@ -755,9 +755,11 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
     tops = [max(tr.height) for tr in trees]  # the roots' heights
     last = max(tops[t] + max(trees[t].depth) + nch[t] for t in (0, 1))
 
+    bounds = [[segment(lo, size, nch[t], c) for c in range(nch[t])]
+              for t, (lo, size) in enumerate(halves)]  # (start, stop) of each chunk, once
+
     def chunk(t: int, c: int) -> tuple[int, int]:
-        lo, size = halves[t]
-        return segment(lo, size, nch[t], c)
+        return bounds[t][c]
 
     for step in range(last):
         ops: list[Recv | Send] = []
