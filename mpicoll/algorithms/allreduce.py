@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -37,7 +37,6 @@ from .schedule import (
     Schedule,
     Send,
     Table,
-    block,
     block_counts,
     displacements,
     equal_blocks,
@@ -756,9 +755,11 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
     tops = [max(tr.height) for tr in trees]  # the roots' heights
     last = max(tops[t] + max(trees[t].depth) + nch[t] for t in (0, 1))
 
+    bounds = [[segment(lo, size, nch[t], c) for c in range(nch[t])]
+              for t, (lo, size) in enumerate(halves)]  # (start, stop) of each chunk, once
+
     def chunk(t: int, c: int) -> tuple[int, int]:
-        lo, size = halves[t]
-        return segment(lo, size, nch[t], c)
+        return bounds[t][c]
 
     for step in range(last):
         ops: list[Recv | Send] = []
@@ -814,30 +815,33 @@ def circulant(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
     hands the upper ones to rank + s_k, for which they are blocks j - s_k < s_k, and keeps
     the lower ones.  Each rank sends and receives 2 n (p-1)/p bytes in 2 ceil(lg p)
     messages, like Rabenseifner's but without folding the extra ranks.  The blocks are held
-    rotated (block rank first) so that every message is one span.  Needs a commutative op.
+    rotated (block rank first: two copies in, two out) so that every message is one span.
+    Needs a commutative op.
     """
     p, r, n = ctx.size, ctx.rank, buf.size
     counts = block_counts(n, p)
     displs = displacements(counts)
-    rot = Table(counts[(r + j) % p] for j in range(p))  # block (r + j) mod p at relative j
-    offs = displacements(rot)
-    work = ctx.scratch(n)
-    for j in range(p):
-        ctx.copy(block(buf, counts, displs, (r + j) % p), block(work, rot, offs, j))
+    mine = displs[r]
+
+    def at(q: int) -> Any:  # where place q (block (r + q) % p) starts in the rotated vector
+        return n if q == p else displs[(r + q) % p] - mine + n * (r + q >= p)
+
+    work = ctx.scratch(n)  # blocks r .. p-1, then 0 .. r-1: two copies each way
+    ctx.copy(buf[mine:], work[: n - mine])
+    ctx.copy(buf[:mine], work[n - mine :])
     skips = halving_skips(p)
-    tmp = ctx.scratch(span(work, rot, offs, 0, p - skips[-2]).size if p > 1 else 0)
+    tmp = ctx.scratch(at(p - skips[-2]) if p > 1 else 0)
     for k in range(len(skips) - 2, -1, -1):  # reduce-scatter: skips p/2, p/4, ..., 1
         lo, hi = skips[k], skips[k + 1]
-        into = span(work, rot, offs, 0, hi - lo)
-        yield ctx.sendrecv(span(work, rot, offs, lo, hi), (r + lo) % p, tmp[: into.size],
-                           (r - lo) % p)
+        into = work[: at(hi - lo)]
+        yield ctx.sendrecv(work[at(lo) : at(hi)], (r + lo) % p, tmp[: into.size], (r - lo) % p)
         ctx.reduce(tmp[: into.size], into, op)
     for k in range(len(skips) - 1):  # allgather: skips 1, 2, ..., the mirror
         lo, hi = skips[k], skips[k + 1]
-        yield ctx.sendrecv(span(work, rot, offs, 0, hi - lo), (r - lo) % p,
-                           span(work, rot, offs, lo, hi), (r + lo) % p)
-    for j in range(p):
-        ctx.copy(block(work, rot, offs, j), block(buf, counts, displs, (r + j) % p))
+        yield ctx.sendrecv(work[: at(hi - lo)], (r - lo) % p, work[at(lo) : at(hi)],
+                           (r + lo) % p)
+    ctx.copy(work[: n - mine], buf[mine:])
+    ctx.copy(work[n - mine :], buf[:mine])
 
 
 @default_rule("allreduce")

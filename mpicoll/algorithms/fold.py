@@ -244,7 +244,8 @@ def _radix_senders(r: int, p: int, k: int) -> tuple[int, list[int]]:
         if r % k != k - 1:
             return min(r + k - 1 - r % k, t), []  # a partial last group folds into rank t
         return -1, list(range(r - k + 1, r))
-    if r == t and t >= 1 and (t - 1) % k != k - 1:
+    if t >= 1 and r == t and (t - 1) % k != k - 1:  # t first: with t = 0 (p a power of k),
+        # every rank of the vector engine's rank vector takes the same way
         return -1, list(range(t - (t - 1) % k - 1, t))
     return -1, []
 

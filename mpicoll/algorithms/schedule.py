@@ -392,7 +392,9 @@ class _Relative(_View):
 
 class Table(tuple[int, ...]):
     """A tuple of per-block integers (counts, displacements) that can also be indexed by an
-    integer numpy array of block indices, giving the array of entries.
+    integer numpy array of block indices, giving the array of entries (or, where the table's
+    entries are all alike, that one int: the vector engine takes an int as every rank's value,
+    and skips the per-rank arithmetic).
 
     Plain ``int`` indexing and slicing behave exactly as a tuple's.  The array form is what
     lets the simulator's vector engine run a schedule once for all ranks at the same time
@@ -401,6 +403,7 @@ class Table(tuple[int, ...]):
     """
 
     _array: np.ndarray
+    _same: int | None  # the one entry of a table whose entries are all alike, else None
 
     def __getitem__(self, i: Any) -> Any:
         try:
@@ -409,9 +412,16 @@ class Table(tuple[int, ...]):
             if not isinstance(i, np.ndarray):
                 raise
             try:
-                arr = self._array
+                arr, same = self._array, self._same
             except AttributeError:
                 arr = self._array = np.array(self, dtype=np.int64)
+                same = self._same = (int(arr[0]) if arr.size and (arr == arr[0]).all()
+                                     else None)
+            if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
+                v = i.view(np.ndarray)  # every entry alike: one int stands for them all
+                if v.max() >= arr.size or v.min() < -arr.size:
+                    raise IndexError(f"index out of range for a table of {arr.size}") from None
+                return same
             out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
             return out if type(i) is np.ndarray else out.view(type(i))
 

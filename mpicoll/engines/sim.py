@@ -55,6 +55,11 @@ itself.  A choice written as arithmetic on the rank instead of a branch (Rabense
 step keeps the upper half if the rank's bit is set; Swing's and Bine's peer is ``r + rho`` or
 ``r - rho`` by parity) runs on every lane: on a power of two Rabenseifner's 4096-rank, 64 MiB
 allreduce (a thousand pipelined rounds) takes 0.4 s instead of a minute walked per rank.
+While every rank's clock is the same and a round's messages all have one size (a ring of
+equal blocks; any schedule's rounds until uneven blocks part the ranks), under one model
+without a network, the round is timed once, on one number: the same arithmetic as on p equal
+numbers, so the same bits.  A rank's ports are free when it posts (its last round ended), so
+only a gap, which keeps a port busy past its message's end, makes the engine follow them.
 
 Other cost-only runs on a flat model without a network (rooted and segmented schedules, rank-
 dependent control flow) go to the **batch engine** (:func:`run_batch`): every rank's generator
@@ -520,6 +525,14 @@ def _lanes(v: Any, p: int) -> _Int:
     return a.astype(np.int64)
 
 
+def _bound(v: Any, p: int) -> _Int:
+    """A slice bound: :func:`_lanes`, a rank vector as a plain one (its arithmetic is faster)."""
+    if type(v) is int:
+        return v
+    v = _lanes(v, p)
+    return v.view(np.ndarray) if type(v) is _Lanes else v
+
+
 class _Lanes(np.ndarray):
     """The vector engine's rank (and what is computed from it): one lane per rank.  Its truth
     value is the lanes' common one, so a branch on the rank runs where every rank takes the
@@ -533,6 +546,21 @@ class _Lanes(np.ndarray):
         if self.size > 1 and not (self.view(np.ndarray) == self.flat[0]).all():
             raise NotVectorizableError("a branch the ranks take different ways")
         return first
+
+    def __mod__(self, other: Any) -> Any:
+        # ``(rank + k) % p``, a ring's peer and block index: the same values as numpy's
+        # remainder (floor division's, as Python's), without its integer division
+        if type(other) is int and other > 0 and self.dtype == np.int64:
+            a = self.view(np.ndarray)
+            if not other & (other - 1):  # a power of two: two's complement's low bits
+                return (a & (other - 1)).view(_Lanes)
+            lo, hi = a.min(), a.max()
+            if -other <= lo and hi < 2 * other:
+                out = a.copy() if lo >= 0 else a + other * (a < 0)
+                if hi >= other:
+                    out -= other * (out >= other)
+                return out.view(_Lanes)
+        return super().__mod__(other)
 
 
 def _vector(v: _Int, p: int) -> np.ndarray:
@@ -564,7 +592,8 @@ class _Extents:
 
     @property
     def size(self) -> _Int:
-        return _uniform(self.stop - self.start)
+        n = _uniform(self.stop - self.start)
+        return n if isinstance(n, int) else n.view(_Lanes)  # a branch on it: the lanes' way
 
     @property
     def nbytes(self) -> _Int:
@@ -583,9 +612,10 @@ class _Extents:
     def __getitem__(self, key: Any) -> _Extents:
         if type(key) is not slice or key.step not in (None, 1):
             raise NotVectorizableError(f"buffer index {key!r} (only [a:b] slices are vectorised)")
-        length = self.stop - self.start
-        a = 0 if key.start is None else _lanes(key.start, self.p)
-        b = length if key.stop is None else _lanes(key.stop, self.p)
+        start = self.start
+        length = self.stop - start
+        a = 0 if key.start is None else _bound(key.start, self.p)
+        b = length if key.stop is None else _bound(key.stop, self.p)
         if isinstance(a, int) and isinstance(b, int) and isinstance(length, int):
             if a < 0 or b < 0:
                 raise NotVectorizableError("negative slice bounds")
@@ -597,7 +627,9 @@ class _Extents:
                 raise NotVectorizableError("negative slice bounds")
             a = np.minimum(a, length)
             b = np.maximum(np.minimum(b, length), a)
-        return _Extents(self.start + a, self.start + b, self.dtype, self.p)
+        if type(start) is int and start == 0:  # a whole buffer's slice (the common case)
+            return _Extents(a, b, self.dtype, self.p)
+        return _Extents(start + a, start + b, self.dtype, self.p)
 
     @classmethod
     def whole(cls, n: Any, dtype: np.dtype, p: int) -> _Extents:
@@ -611,13 +643,24 @@ class _VectorContext(Context):
                  nodes: tuple[int, ...] | None, segment_bytes: int) -> None:
         super().__init__(np.arange(p).view(_Lanes), p, datatype, dtype,  # type: ignore[arg-type]
                          nodes, segment_bytes)
-        self.clock = np.zeros(p)
+        #: the clocks, shared with the group views of :meth:`group`: one float while every
+        #: rank's is the same (the same arithmetic on one number as on p equal ones), else
+        #: the vector of p
+        self._clock: list[Any] = [0.0]
         self.local = local
         self.copies = bool(local.delta or local.copy_curve)
 
+    @property
+    def clock(self) -> Any:
+        return self._clock[0]
+
+    @clock.setter
+    def clock(self, value: Any) -> None:
+        self._clock[0] = value
+
     def copy(self, src: Any, dst: Any) -> None:
         if self.copies:  # cost-only: a copy is only its charge
-            n = src.lengths() if isinstance(src, _Extents) else np.size(src)
+            n = src.size if isinstance(src, _Extents) else np.size(src)
             self.clock += self.local.copy_time(n * self.unit)
 
     def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
@@ -693,17 +736,35 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     if nd is not None:
         node_index = np.unique(nd, return_inverse=True)[1]  # node ids as 0..N-1
     ranks = np.arange(p)
-    zeros = np.zeros(p)
-    send_free, recv_free, rend = zeros.copy(), zeros.copy(), zeros.copy()
+    # The ports' and the messages' times: one float while every rank's is the same (a
+    # round of messages of one size, under one model, leaves them so: the same arithmetic
+    # as on p equal numbers, done once), else vectors of p.  A rank posts a round once its
+    # last one ended (its clock is then at least ``rend``, the end of each of its messages),
+    # so a port that is busy until its message ends is always free by then: the ports are
+    # followed only where a gap keeps them busy longer.
+    ports = gap is not None
+    send_free: Any = 0.0
+    recv_free: Any = 0.0
+    rend: Any = 0.0
+    one_cost = fab is None and nic_user is None and len(levels) == 1  # cost depends on n alone
     i64 = np.int64
     bsent, brecv, inter = (np.zeros(p, i64) for _ in range(3))
+    same_bytes = 0  # bytes every rank sent (and received) in the rounds timed as one
     rounds = 0  # every rank sends and receives one message per round
+    peers: tuple[Any, Any, np.ndarray, np.ndarray] | None = None  # the last round's, checked
     args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
     ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
     gen = schedule(ctx, *(_vectorised(a, p) for a in args))
     try:
         while True:
-            np.maximum(ctx.clock, rend, out=ctx.clock)
+            c = ctx.clock
+            if isinstance(c, np.ndarray):
+                np.maximum(c, rend, out=c)
+            elif isinstance(rend, float):
+                if rend > c:
+                    ctx.clock = rend
+            else:
+                ctx.clock = np.maximum(c, rend)
             try:
                 item = next(gen)
             except StopIteration:
@@ -722,20 +783,55 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             snd, rcv = (rnd[0], rnd[1]) if type(rnd[0]) is Send else (rnd[1], rnd[0])
             if not isinstance(snd.buf, _Extents) or not isinstance(rcv.buf, _Extents):
                 raise NotVectorizableError("a message buffer that is not per-rank")
-            dest, src = _vector(_lanes(snd.peer, p), p), _vector(_lanes(rcv.peer, p), p)
-            if (dest.view(np.uint64).max() >= p  # a negative peer is a huge unsigned one
-                    or src.view(np.uint64).max() >= p):
-                raise NotVectorizableError("peer out of range")
-            if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
-                raise NotVectorizableError("messages not matched within the round")
+            if peers is not None and snd.peer is peers[0] and rcv.peer is peers[1]:
+                dest, src = peers[2], peers[3]  # the same (read-only) peer vectors: checked
+            else:
+                dest, src = _vector(_lanes(snd.peer, p), p), _vector(_lanes(rcv.peer, p), p)
+                if (dest.view(np.uint64).max() >= p  # a negative peer is a huge unsigned one
+                        or src.view(np.uint64).max() >= p):
+                    raise NotVectorizableError("peer out of range")
+                if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
+                    raise NotVectorizableError("messages not matched within the round")
+                peers = None
+                if isinstance(snd.peer, np.ndarray) and isinstance(rcv.peer, np.ndarray):
+                    snd.peer.flags.writeable = False  # so that the same object is the same
+                    rcv.peer.flags.writeable = False  # peers in a later round
+                    peers = (snd.peer, rcv.peer, dest, src)
             isz = ctx.unit  # bytes per element on the wire (the datatype's size)
-            sbytes = _vector(snd.buf.lengths(), p) * isz
+            slen, rlen = snd.buf.lengths(), rcv.buf.lengths()
+            if one_cost and isinstance(ctx.clock, float) and isinstance(rend, float):
+                slen, rlen = _uniform(slen), _uniform(rlen)
+                if isinstance(slen, int) and isinstance(rlen, int):
+                    # every rank alike: the arithmetic below, on one number for all
+                    nb = slen * isz
+                    if nb > rlen * isz:
+                        raise NotVectorizableError("truncation (the per-rank engine reports it)")
+                    t = ctx.clock = ctx.clock + post
+                    rend = t + levels[0].message(nb)  # its start is t: ports free, all alike
+                    rounds += 1
+                    same_bytes += nb
+                    if nd is not None:
+                        inter += np.where(nd[dest] != nd, nb, 0)
+                    if during is not None:
+                        during()
+                    continue
+            if not isinstance(ctx.clock, np.ndarray):  # from here on, per rank
+                ctx.clock = np.full(p, ctx.clock)
+            if not isinstance(rend, np.ndarray):
+                rend = np.full(p, rend)
+            if ports and not isinstance(send_free, np.ndarray):
+                send_free = np.full(p, send_free)
+                recv_free = np.full(p, recv_free)
+            sbytes = _vector(slen, p) * isz
             n = sbytes[src]  # bytes arriving at each rank
-            if (n > rcv.buf.lengths() * isz).any():
+            if (n > rlen * isz).any():
                 raise NotVectorizableError("truncation (the per-rank engine reports it)")
-            ctx.clock += post
+            if post:  # + 0.0 changes no (non-negative) clock: skipped
+                ctx.clock += post
             t = ctx.clock
-            start = np.maximum(np.maximum(t[src], t), np.maximum(send_free[src], recv_free))
+            start = np.maximum(t[src], t)
+            if ports:
+                start = np.maximum(start, np.maximum(send_free[src], recv_free))
             crossing = None if nd is None else nd[src] != nd
             if nic_user is not None:
                 assert crossing is not None
@@ -765,9 +861,10 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             end = start + cost
             if busy is None:
                 busy = end
-            send_free[src] = busy
-            recv_free[:] = busy
-            np.maximum(rend, np.maximum(end, end[dest]), out=rend)
+            if ports:
+                send_free[src] = busy
+                recv_free[:] = busy
+            rend = np.maximum(end, end[dest])  # at least the last rend: the clock was
             rounds += 1
             bsent += sbytes
             brecv += n
@@ -777,10 +874,11 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                 during()
     finally:
         gen.close()
+    clocks = ctx.clock if isinstance(ctx.clock, np.ndarray) else np.full(p, ctx.clock)
     out = {
-        "clocks": ctx.clock, "messages_sent": np.full(p, rounds, i64), "bytes_sent": bsent,
-        "messages_recv": np.full(p, rounds, i64), "bytes_recv": brecv,
-        "inter_bytes_sent": inter,
+        "clocks": clocks, "messages_sent": np.full(p, rounds, i64),
+        "bytes_sent": bsent + same_bytes, "messages_recv": np.full(p, rounds, i64),
+        "bytes_recv": brecv + same_bytes, "inter_bytes_sent": inter,
     }
     if fab is not None:
         out["link_bytes"] = fab.link_bytes.copy()

@@ -531,6 +531,7 @@ def native_rows(collective: str, p: int, rows: Sequence[dict[str, Any]], library
     np_dtype = _dtypes.numpy_dtype(dtype)
     out: list[dict[str, Any]] = []
     seen: set[int] = set()
+    done = {(r["algorithm"], r["count"]): r for r in rows}  # the twin's own row, if simulated
     for r in rows:
         if r["count"] in seen:
             continue
@@ -545,9 +546,11 @@ def native_rows(collective: str, p: int, rows: Sequence[dict[str, Any]], library
                "reason": d.why}
         if d.p2p is not None:
             try:
-                [sim] = predict_rows(collective, p, [r["size_bytes"]], model, [d.p2p],
-                                     dtype=dtype, root=root, per_rank=per_rank,
-                                     network=network)
+                sim = done.get((d.p2p, r["count"]))  # the same simulation: not run twice
+                if sim is None or (per_rank and sim["per_rank"] is None):
+                    [sim] = predict_rows(collective, p, [r["size_bytes"]], model, [d.p2p],
+                                         dtype=dtype, root=root, per_rank=per_rank,
+                                         network=network)
             except ValueError as exc:
                 row["reason"] = str(exc)
             else:

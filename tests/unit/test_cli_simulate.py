@@ -373,3 +373,32 @@ def test_native_column_says_where_there_is_no_twin(capsys: pytest.CaptureFixture
     col = header(out, "size").index("native")
     assert all(r[col] == "n/a" for r in times)
     assert "release_gather -> no twin: n/a" in out
+
+
+def test_native_column_reuses_the_twins_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native column at a size where its twin is one of the algorithms compared is that
+    algorithm's row (the same simulation, not run twice); elsewhere it is simulated."""
+    from mpicoll.algorithms.native_defaults import library_default
+    from mpicoll.tools import simulate as sim_tool
+
+    m = model.Model(alpha=1e-6, beta=1e-9, gamma=1e-10)
+    sizes = [8, 1 << 20]
+    twins = {library_default("mpich", "allreduce", 8, c, 8, uniform=True).p2p
+             for c in (1, (1 << 20) // 8)}
+    rows = sim_tool.predict_rows("allreduce", 8, sizes, m, sorted(twins))
+    ring = sim_tool.predict_rows("allreduce", 8, sizes, m, ["ring"])
+    calls = []
+    real = sim_tool.simulate
+    monkeypatch.setattr(sim_tool, "simulate", lambda *a, **k: calls.append(a) or real(*a, **k))
+    native = sim_tool.native_rows("allreduce", 8, rows, "mpich", m)
+    assert not calls  # every twin's row was there
+    for row in native:
+        twin = next(r for r in rows if r["algorithm"] == row["twin"]
+                    and r["count"] == row["count"])
+        assert row["time_us"] == twin["time_us"]
+        assert row["bytes_sent"] == twin["bytes_sent"]
+        assert row["best"] is False
+    assert not twins & {"ring"}
+    again = sim_tool.native_rows("allreduce", 8, ring, "mpich", m)
+    assert len(calls) == len(sizes)  # no twin's row among ring's: each size simulated
+    assert [r["time_us"] for r in again] == [r["time_us"] for r in native]

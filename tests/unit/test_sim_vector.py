@@ -26,6 +26,7 @@ BRANCH_FREE = {
     ("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
     ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"),
     ("reduce_scatter_block", "circulant"), ("reduce_scatter", "circulant"),
+    ("allreduce", "circulant"),
     ("alltoall", "pairwise"), ("barrier", "dissemination"),
 }
 # A model whose three terms differ in magnitude, so a swapped term changes the clocks.
@@ -196,7 +197,7 @@ def test_one_extra_byte_is_counted_by_both_engines() -> None:
 #: (fold.halving_reduce_scatter, allgather.bine_peer): the vector engine runs them where p is
 #: a power of two
 POF2_BRANCH_FREE = (("allreduce", "rabenseifner"), ("allreduce", "swing_latency"),
-                    ("allreduce", "swing_bandwidth"))
+                    ("allreduce", "swing_bandwidth"), ("allreduce", "k_reduce_scatter_allgather"))
 
 
 @MODELS
@@ -241,3 +242,61 @@ def test_halving_butterfly_on_a_network(spec: str, monkeypatch: pytest.MonkeyPat
             assert ref.link_bytes is not None
             assert got.link_bytes is not None
             assert np.array_equal(ref.link_bytes, got.link_bytes)
+
+
+#: a model of measured curves (message, reduction and copy times at sizes, interpolated): the
+#: vector engine's one-number rounds take the curve at an int, its per-rank rounds at a vector
+CURVES = Model(alpha=3e-6, beta=7e-10, gamma=1.3e-10,
+               message_curve=((8, 2.1e-6), (1024, 3.3e-6), (65536, 9.7e-6)),
+               reduce_curve=((8, 1e-8), (65536, 3e-5)), copy_curve=((8, 1e-8), (65536, 2e-5)))
+
+
+@pytest.mark.parametrize("model", [MODEL, MODEL_O, CURVES], ids=["abg", "abg+o", "curves"])
+def test_rounds_alike_on_every_rank_are_timed_once(model: Model) -> None:
+    """Every rank's clock alike and a round of messages of one size (blocks of n/p, count 0):
+    the vector engine times the round once, on one number; its clocks equal the per-rank
+    engine's bit for bit, where the ranks stay alike (count a multiple of p) and where they
+    part (uneven blocks after alike rounds), on powers of two and not."""
+    for name in ("ring", "segmented_ring", "circulant", "rabenseifner", "swing_bandwidth",
+                 "k_reduce_scatter_allgather", "allgather_reduce"):
+        for p in (3, 5, 8, 12, 16):
+            for count in (0, 1, 7 * p, 64 * p, 64 * p + 5):
+                engine = _both("allreduce", p, count, algorithm=name, model=model)
+                if (("allreduce", name) in BRANCH_FREE
+                        or (p & (p - 1) == 0 and ("allreduce", name) in POF2_BRANCH_FREE)):
+                    assert engine == "vector", (name, p, count)
+    alike = simulate("allreduce", 16, 64 * 16, algorithm="ring", model=model)
+    assert np.ptp(alike.clocks) == 0
+    assert (alike.bytes_sent == 2 * 15 * 64 * 8).all()
+
+
+def test_rank_arithmetic_of_the_vector_engine() -> None:
+    """The rank vector's remainder (a ring's peer and block: no integer division) equals
+    numpy's, negative values included; a Table whose entries are all alike gives that int
+    for a vector of indices (every rank's value), and refuses an index out of range."""
+    from mpicoll.algorithms.schedule import Table
+    from mpicoll.engines.sim import _Lanes
+
+    rng = np.random.default_rng(7)
+    for p in (1, 2, 3, 5, 8, 13, 4095, 4096):
+        for lo, hi in ((0, p), (-p, p), (-p, 2 * p), (-3 * p, 3 * p)):
+            a = rng.integers(lo, hi, 500).astype(np.int64)
+            got = a.view(_Lanes) % p
+            assert type(got) is _Lanes
+            assert np.array_equal(got.view(np.ndarray), a % p), (p, lo, hi)
+    idx = np.arange(4).view(_Lanes)
+    assert Table((3, 3, 3, 3))[idx] == 3
+    assert np.array_equal(Table((1, 2, 3, 4))[idx], [1, 2, 3, 4])
+    with pytest.raises(IndexError):
+        Table((3, 3, 3))[idx]
+
+
+def test_allreduce_at_4096_ranks_runs_vectorised() -> None:
+    """Issue 22's scale: circulant (any p) and the radix-2 reduce-scatter + allgather run on
+    the vector engine at 4096 ranks, with exact bandwidth-optimal traffic."""
+    p, n = 4096, 64 << 20
+    for name in ("circulant", "k_reduce_scatter_allgather"):
+        r = simulate("allreduce", p, n // 8, algorithm=name, model=MODEL)
+        assert r.engine == "vector", name
+        assert (r.bytes_sent == 2 * n * (p - 1) // p).all(), name
+        assert np.ptp(r.clocks) == 0
