@@ -41,8 +41,10 @@ PIP_FLAGS     ?= --progress-bar off
 # library's default against 5 of its algorithms forced and 3 + 2 of mpicoll's + auto)
 SWEEP_NP         ?= 2 3 4
 SWEEP_ARGS       ?=
-SWEEP_BENCH_ARGS ?= -c allreduce bcast -a auto ring recursive_doubling rabenseifner binomial \
-                    scatter_ring_allgather -m 8:256K:8 --time-budget 0.01
+SWEEP_BENCH_ARGS ?= -c allreduce bcast -a auto ring recursive_doubling rabenseifner \
+                    $(SWEEP_BINOMIAL) scatter_ring_allgather -m 8:256K:8 --time-budget 0.01
+# the p2p twin of the library's binomial bcast: Open MPI's tree is the bmtree (MPICH's mirror)
+SWEEP_BINOMIAL   ?= $(if $(filter openmpi,$(MPI))$(IS_OMPI),bmtree,binomial)
 
 # `make cluster-test`: nodes, ranks per node, each NIC's rate (tc's units), the tests, -k
 CLUSTER_NODES ?= 2

@@ -50,6 +50,33 @@ def binomial(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
 
 
 @algorithm(
+    "bcast", "bmtree",
+    cost=Cost("clg(p)*(alpha + n*beta)"),
+    source="Open MPI coll_base_bcast.c ompi_coll_base_bcast_intra_binomial (tuned bcast 6, "
+           "unsegmented; coll_base_topo.c ompi_coll_base_topo_build_bmtree)",
+)
+def bmtree(ctx: Context, buf: np.ndarray, root: int) -> Schedule:
+    """Open MPI's binomial-tree broadcast: the mirror of :func:`binomial`.  Rank vr receives
+    from vr with its highest set bit cleared, then sends to ``vr + 2^j`` for each ``2^j``
+    above its highest bit, nearest first (:func:`~mpicoll.algorithms.tree.bm_children`;
+    ranks relative to the root)::
+
+        round 1:   0 -> 1            (p = 8)
+        round 2:   0 -> 2, 1 -> 3
+        round 3:   0 -> 4, 1 -> 5, 2 -> 6, 3 -> 7
+
+    Rank vr has the data after bit_length(vr) messages.  The same rounds and volume as
+    :func:`binomial`, other partners: at p = 4, 1 -> 3 where binomial sends 2 -> 3.  Open
+    MPI posts a rank's sends together (``ompi_coll_base_bcast_intra_generic``); its port
+    sends them in this order.  libnbc's ibcast binomial builds the same tree for root 0 (it
+    swaps ranks 0 and root where this rotates them).
+    """
+    c = ctx.relative(root)
+    vr, p = c.rank, c.size
+    yield from tree.send_down(c, buf, tree.bm_parent(vr), tree.bm_children(vr, p))
+
+
+@algorithm(
     "bcast", "scatter_allgather",
     cost=Cost("2*lg(p)*alpha + 2*(p-1)/p*n*beta", exact=("even",), bound=0.1),
     restrictions=("pof2",),

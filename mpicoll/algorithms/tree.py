@@ -1,6 +1,7 @@
 """The trees the rooted algorithms walk (bcast, scatter, gather, reduce), each written once:
-the binomial tree below, then the k-nomial, k-ary, chain and in-order binary shapes and the
-two walks (:func:`send_down`, :func:`reduce_up`) the tree broadcasts and reduces share.
+the binomial tree below and its mirror (Open MPI's bmtree), then the k-nomial, k-ary, chain
+and in-order binary shapes and the two walks (:func:`send_down`, :func:`reduce_up`) the tree
+broadcasts and reduces share.
 
 Ranks are relative to the root (``vr = (rank - root) mod p``, see
 :meth:`~mpicoll.algorithms.schedule.Context.relative`).  Rank ``vr`` hangs below
@@ -30,8 +31,8 @@ from mpi4py import MPI
 
 from .schedule import Context, Recv, Round, Schedule, Send, span
 
-__all__ = ["chain_children", "chain_parent", "chains", "children", "circulant_recv",
-           "circulant_rounds", "circulant_skips", "down_sends", "gather_blocks",
+__all__ = ["bm_children", "bm_parent", "chain_children", "chain_parent", "chains", "children",
+           "circulant_recv", "circulant_rounds", "circulant_skips", "down_sends", "gather_blocks",
            "in_order_children", "kary_children", "kary_level", "kary_parent",
            "knomial_children", "knomial_parent", "parent", "reduce_up", "scatter_blocks",
            "send_down", "subtree", "up_rounds"]
@@ -49,6 +50,36 @@ def children(vr: int, p: int) -> list[int]:
     while mask < p and not vr & mask:
         if vr + mask >= p:
             break
+        out.append(vr + mask)
+        mask <<= 1
+    return out
+
+
+def bm_parent(vr: int) -> int:
+    """The parent of relative rank ``vr`` in Open MPI's ``bmtree`` (-1 for the root): ``vr``
+    with its highest set bit cleared, where :func:`parent` clears the lowest."""
+    return vr - (1 << (vr.bit_length() - 1)) if vr else -1
+
+
+def bm_children(vr: int, p: int) -> list[int]:
+    """The children of relative rank ``vr`` among ``p`` ranks in Open MPI's ``bmtree``
+    (``ompi_coll_base_topo_build_bmtree``), nearest first: ``vr + 2^j`` for every ``2^j``
+    above ``vr``'s highest set bit (every ``2^j < p`` at the root) that is below p.  For p a
+    power of two it is the tree of :func:`children` on bit-reversed ranks.  The subtree of
+    ``vr > 0`` is the ranks equal to ``vr`` modulo ``2^bit_length(vr)``, so the nearest child
+    holds the largest subtree (the odd ranks below the root) and the farthest the smallest::
+
+        p = 8:            0
+                       /  |  \\
+                      1   2   4
+                     / \\  |
+                    3   5 6
+                    |
+                    7
+    """
+    out = []
+    mask = 1 << vr.bit_length()
+    while vr + mask < p:
         out.append(vr + mask)
         mask <<= 1
     return out

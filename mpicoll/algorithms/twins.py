@@ -205,7 +205,11 @@ TWINS: dict[tuple[str, str], tuple[str | None, int | None]] = {
     ("barrier", "double_ring"): (None, 2),
     ("barrier", "recursive_doubling"): (None, 3),
     ("barrier", "tree"): (None, 6),
-    ("bcast", "binomial"): ("binomial", 6),
+    # MPICH's binomial tree (parent: clear the lowest set bit); Open MPI's binomial (tuned 6,
+    # libnbc 2) walks its mirror, the bmtree (clear the highest): p2p bmtree (libnbc's ibcast
+    # swaps ranks 0 and root where tuned and p2p rotate: the same partners at root 0 only)
+    ("bcast", "binomial"): ("binomial", None),
+    ("bcast", "bmtree"): (None, 6),
     ("bcast", "scatter_allgather"): ("scatter_recursive_doubling_allgather", 8),
     ("bcast", "scatter_ring_allgather"): ("scatter_ring_allgather", 9),
     ("bcast", "pipeline"): (None, 3),

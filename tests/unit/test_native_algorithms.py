@@ -189,17 +189,19 @@ _BENCH_NAMES = {"mpich": ("reduce_scatter_allgather", "binomial", "brucks"),
                     reason="no mpiexec, or a library mpicoll cannot force")
 def test_forced_algorithms_ran_in_bench(tmp_path: Path) -> None:
     """``bench --native-algorithms`` at P = 4, one forced algorithm per collective (allreduce
-    rabenseifner's twin, bcast binomial, allgather bruck's twin), each in its own launch: the
+    rabenseifner's twin, bcast binomial's, allgather bruck's), each in its own launch: the
     forced name ran at the sizes it can run, and the library's fallback is recorded at 1 and
     2 elements, where it cannot (needs count >= 4 = pof2(P)): MPICH's own notice, Open MPI's
     coll/base rule (its launch's coll_base_verbose shows tuned selected); the JSON validates;
     the ratios pair the twins."""
     allreduce, bcast_name, allgather = _BENCH_NAMES[KIND]
+    # the p2p twin of the library's binomial: binomial (MPICH), bmtree (Open MPI's tree)
+    bcast_p2p = twins.p2p_twin("bcast", bcast_name, KIND)
     out = tmp_path / "n.json"
     r = subprocess.run(
         [sys.executable, "-m", "mpicoll", "bench", "--native-algorithms",
          allreduce, bcast_name, allgather, "-n", "4",
-         "-c", "allreduce,bcast,allgather", "-a", "rabenseifner,binomial,bruck",
+         "-c", "allreduce,bcast,allgather", "-a", f"rabenseifner,{bcast_p2p},bruck",
          "-m", "8:64", "-i", "2", "-x", "1", "--json", str(out), "-q"],
         capture_output=True, text=True, timeout=TIMEOUT, env=job_env(), check=False)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -224,7 +226,7 @@ def test_forced_algorithms_ran_in_bench(tmp_path: Path) -> None:
                      ("allgather", f"native:{allgather}")}
     pairs = {(x["collective"], x["p2p"], x["native"]) for x in doc["native_algorithms"]["ratios"]}
     assert pairs == {("allreduce", "rabenseifner", f"native:{allreduce}"),
-                     ("bcast", "binomial", f"native:{bcast_name}"),
+                     ("bcast", bcast_p2p, f"native:{bcast_name}"),
                      ("allgather", "bruck", f"native:{allgather}")}
     n = sum(1 for c, _, _ in forced if c == "allgather")
     assert f"native:{allgather} ran as forced at {n} of {n} size(s)" in r.stdout

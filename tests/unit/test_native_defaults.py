@@ -112,9 +112,9 @@ def test_mpich_nodes() -> None:
     # barrier: P < 8 -> 1 linear (fixed.c:484-485); P < 256 -> 4 bruck (fixed.c:488-489)
     ("barrier", 5, 0, {}, "linear", "linear"),
     ("barrier", 64, 0, {}, "bruck", "dissemination"),
-    # bcast P < 8: S < 128 -> 6 binomial (fixed.c:564-565); S >= 1 MiB -> 2 chain, fanout 0
-    # built as 1 (fixed.c:572-573)
-    ("bcast", 6, 8, {}, "binomial", "binomial"),
+    # bcast P < 8: S < 128 -> 6 binomial (fixed.c:564-565), Open MPI's bmtree; S >= 1 MiB ->
+    # 2 chain, fanout 0 built as 1 (fixed.c:572-573)
+    ("bcast", 6, 8, {}, "binomial", "bmtree"),
     ("bcast", 6, 1 << 17, {}, "chain", "chain:1"),
     # alltoall P == 2: 64 <= S < 256 -> 2 pairwise (fixed.c:262-263)
     ("alltoall", 2, 16, {}, "pairwise", "pairwise"),

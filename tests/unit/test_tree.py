@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+from array import array
 
-from mpicoll.algorithms import tree
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpicoll.algorithms import registry, tree
+from mpicoll.engines.sim import Simulator
 
 
 @pytest.mark.parametrize("p", [*range(1, 18), 31, 32, 33, 100])
@@ -43,9 +48,10 @@ SHAPES = {
                     lambda vr, p, k=k: tree.kary_children(vr, p, k)) for k in (1, 2, 3, 4)},
     **{f"chain{f}": (lambda vr, p, f=f: tree.chain_parent(vr, p, f),
                      lambda vr, p, f=f: tree.chain_children(vr, p, f)) for f in (1, 2, 4, 8)},
+    "bmtree": (lambda vr, p: tree.bm_parent(vr), tree.bm_children),
 }
 #: the shapes whose subtrees are ranges of ranks starting at their node (rank-order safe)
-RANGES = {name for name in SHAPES if not name.startswith("kary")} | {"kary1"}
+RANGES = {name for name in SHAPES if not name.startswith(("kary", "bmtree"))} | {"kary1"}
 
 
 def _subtree(kids, vr: int, p: int) -> list[int]:
@@ -151,3 +157,99 @@ def test_every_rank_gets_its_blocks_once_per_phase(p: int) -> None:
         base = [b for b in got if b >= 0]
         assert len(base) == 1
         assert sorted(got) == sorted({-q + i for i in range(q)} - {base[0] - q} | set(base))
+
+
+# --- Open MPI's bmtree, against a transcription of its builder ---------------------------------
+
+
+def _ompi_bmtree(rank: int, size: int, root: int) -> tuple[int, list[int]]:
+    """(tree_prev, tree_next) of ``rank``: ompi/mca/coll/base/coll_base_topo.c
+    ``ompi_coll_base_topo_build_bmtree`` line by line (tree_prev is root at the root);
+    ``opal_next_poweroftwo(v)``, the least power of two above v, is ``1 << v.bit_length()``."""
+    index = rank - root
+    if index < 0:
+        index += size
+    mask = 1 << index.bit_length()
+    if root == rank:
+        prev = root
+    else:
+        prev = (index ^ (mask >> 1)) + root
+        if prev >= size:
+            prev -= size
+    nxt = []
+    while mask < size:
+        remote = index ^ mask
+        if remote >= size:
+            break
+        remote += root
+        if remote >= size:
+            remote -= size
+        nxt.append(remote)
+        mask <<= 1
+    return prev, nxt
+
+
+def test_the_bmtree_picture() -> None:
+    """coll_base_topo.c's own picture, p = 8: 0 -> 1, 2, 4; 1 -> 3, 5; 2 -> 6; 3 -> 7."""
+    assert [tree.bm_children(vr, 8) for vr in range(8)] == [
+        [1, 2, 4], [3, 5], [6], [7], [], [], [], []]
+    assert [tree.bm_parent(vr) for vr in range(8)] == [-1, 0, 0, 1, 0, 1, 2, 3]
+    assert tree.down_sends(8, lambda vr: tree.bm_children(vr, 8)) == 3
+
+
+@pytest.mark.parametrize("p", [*range(1, 10), 13])
+def test_bmtree_bcast_sends_what_open_mpi_sends(p: int) -> None:
+    """p2p ``bmtree`` run in the simulator, every root: each rank sends one message to each
+    of Open MPI's ``tree_next`` of it, in that order (the order its bcast posts them), and
+    receives one from its ``tree_prev``; nothing else.  p2p ``binomial`` differs from p = 4
+    on (MPICH's tree: 2 -> 3 where Open MPI's sends 1 -> 3)."""
+    alg = registry.get("bcast", "bmtree")
+    for root in range(p):
+        sim = Simulator(p, data=False)
+        gens = [alg.schedule(sim.context(r, MPI.DOUBLE, np.dtype(np.float64)), np.zeros(4),
+                             root) for r in range(p)]
+        trace = array("q")
+        sim.run(gens, trace=trace)
+        msgs = sorted(zip(trace[0::4], trace[1::4], trace[2::4], strict=True))
+        sent = {r: [d for _, s, d in msgs if s == r] for r in range(p)}
+        want = {r: _ompi_bmtree(r, p, root)[1] for r in range(p)}
+        assert sent == want, (p, root)
+        assert sorted(d for _, _, d in msgs) == sorted(set(range(p)) - {root})
+        for _, s, d in msgs:
+            assert _ompi_bmtree(d, p, root)[0] == s
+    if p >= 4:
+        mpich = {(vr, ch) for vr in range(p) for ch in tree.children(vr, p)}
+        assert (1, 3) not in mpich
+        assert (2, 3) in mpich
+
+
+def _ompi_in_order_bmtree(rank: int, size: int, root: int) -> tuple[int, list[int]]:
+    """(tree_prev, tree_next) of ``rank``: coll_base_topo.c
+    ``ompi_coll_base_topo_build_in_order_bmtree`` line by line (tree_prev is root at the
+    root), the tree of Open MPI's binomial reduce, gather and scatter."""
+    vrank = (rank - root + size) % size
+    prev = root if root == rank else -1
+    nxt = []
+    mask = 1
+    while mask < size:
+        remote = vrank ^ mask
+        if remote < vrank:
+            prev = (remote + root) % size
+            break
+        if remote < size:
+            nxt.append((remote + root) % size)
+        mask <<= 1
+    return prev, nxt
+
+
+@pytest.mark.parametrize("p", [*range(1, 10), 13])
+def test_open_mpis_in_order_bmtree_is_the_binomial_tree(p: int) -> None:
+    """Open MPI's reduce, gather and scatter walk its in-order bmtree: that is
+    :func:`tree.parent` / :func:`tree.children` (MPICH's tree), children nearest first, so
+    their p2p ``binomial`` twins need no mirror (bcast's does: :func:`tree.bm_children`)."""
+    for root in range(p):
+        for r in range(p):
+            vr = (r - root) % p
+            prev, nxt = _ompi_in_order_bmtree(r, p, root)
+            assert [(ch - root) % p for ch in nxt] == tree.children(vr, p)
+            assert (prev - root) % p == (tree.parent(vr) if vr else 0)
