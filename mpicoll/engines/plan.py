@@ -204,18 +204,13 @@ def _nbytes(ctx: Context, buf: np.ndarray) -> int:
 
 
 def _spec(buf: np.ndarray, datatype: MPI.Datatype) -> Any:
-    """The message spec of ``buf``, as the engine posts it (``[buf, len(buf), datatype]``),
-    or ``buf`` itself where mpi4py infers that very datatype from it (a contiguous numpy array
-    whose typecode maps to ``datatype``: mpi4py then parses no spec at each post)."""
+    """The message spec of ``buf``, as the engine posts it: ``[buf, len(buf), datatype]``
+    (a typed view: its own datatype), built once.  Always the explicit spec, even where mpi4py
+    could infer the datatype from a bare array: mpi4py 4.1 then looks the buffer's typecode
+    up at every post, about 45 ns a buffer more than reading the spec's three items (Sendrecv
+    of 8 B on MPICH 5.0: 650 ns bare, 565 ns with specs)."""
     if type(buf) is TypedView:
         return [buf, buf.size, buf.datatype]
-    if type(buf) is np.ndarray and buf.flags.c_contiguous and buf.dtype.isnative:
-        try:
-            inferred = MPI.Datatype.fromcode(buf.dtype.char)
-        except (ValueError, TypeError):
-            inferred = None
-        if inferred is not None and inferred == datatype:
-            return buf
     return [buf, buf.size, datatype]
 
 
