@@ -27,6 +27,9 @@ TEST_TIMEOUT  ?= 120
 LARGE_TIMEOUT ?= 900
 RUN_TIMEOUT   ?= 900
 BENCH_TIMEOUT ?= 3600
+# pytest-xdist workers of the unit tests (single-process tests, some starting a small
+# mpiexec: two at once keep 2 cores busy; 0 runs them one after the other)
+UNIT_JOBS     ?= 2
 # extra arguments: pytest (e.g. -k allreduce), `mpicoll bench`, `mpicoll verify`
 PYTEST_ARGS   ?=
 BENCH_ARGS    ?=
@@ -142,7 +145,8 @@ lint: $(TESTED)
 
 ## test-unit: the single-process tests (tests/unit; some start mpiexec themselves)
 test-unit: $(TESTED)
-	MPIEXEC="$(MPIEXEC)" $(PY) -m pytest tests/unit -q --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS)
+	MPIEXEC="$(MPIEXEC)" $(PY) -m pytest tests/unit -q -n $(UNIT_JOBS) --timeout=$(TEST_TIMEOUT) \
+	    $(PYTEST_ARGS)
 
 ## test-mpi: the MPI tests (tests/mpi) under mpiexec -n P, for each P in NP_LIST
 test-mpi: $(TESTED)
@@ -231,4 +235,5 @@ help:
 	@sed -n 's/^## \([^:]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 14
 	@echo
 	@echo "knobs: NP_LIST='$(NP_LIST)' TEST_TIMEOUT=$(TEST_TIMEOUT) RUN_TIMEOUT=$(RUN_TIMEOUT)" \
-	    "PYTEST_ARGS= BENCH_NP=$(BENCH_NP) BENCH_ARGS= VERIFY_NP=$(VERIFY_NP) PYTHON=$(PYTHON)"
+	    "UNIT_JOBS=$(UNIT_JOBS) PYTEST_ARGS= BENCH_NP=$(BENCH_NP) BENCH_ARGS= VERIFY_NP=$(VERIFY_NP)" \
+	    "PYTHON=$(PYTHON)"
