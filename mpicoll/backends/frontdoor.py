@@ -525,6 +525,32 @@ _MADE: dict[str, Callable[..., Last]] = {}
 _MADE_SIZE = 256
 
 
+def _tag_lines(take_tag: Callable[[], int | None] | None, names: dict[str, Any]) -> list[str]:
+    """The lines of a record that set ``tag``: taken inline where the engine offers its steps
+    as code (p2p: :meth:`~mpicoll.engines.mpi.Engine.take_tag_lines`, the objects they read
+    added to ``names``), else one call of ``take_tag``."""
+    offer = getattr(getattr(take_tag, "__self__", None), "take_tag_lines", None)
+    if offer is None:
+        return ["tag = take_tag()"]
+    lines, read = offer()
+    names.update(read)
+    return list(lines)
+
+
+def _made(lines: list[str]) -> Callable[..., Any]:
+    """The ``make`` function of a record's source ``lines``, compiled once per source
+    (:data:`_MADE`, the oldest going first)."""
+    src = "\n".join(lines)
+    make = _MADE.get(src)
+    if make is None:
+        if len(_MADE) >= _MADE_SIZE:
+            del _MADE[next(iter(_MADE))]
+        scope: dict[str, Any] = {}
+        exec(src, scope)  # one function per structure of record
+        make = _MADE[src] = scope["make"]
+    return make
+
+
 def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
             door: FrontDoor, take_tag: Callable[[], int | None] | None = None,
             refuse: Callable[[int], None] | None = None,
@@ -555,13 +581,7 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
     inline = getattr(run, "inline", None)
     inline = inline() if inline is not None and take_tag is not None else None
     extra: dict[str, Any] = {} if inline is None else dict(inline[3])
-    # the tag taken inline where the engine offers its steps as code (p2p)
-    tag_lines = getattr(getattr(take_tag, "__self__", None), "take_tag_lines", None)
-    if tag_lines is not None:
-        tag_lines, tag_names = tag_lines()
-        extra.update(tag_names)
-    else:
-        tag_lines = ["tag = take_tag()"]
+    tag_lines = _tag_lines(take_tag, extra)
     lines = ["def make(MISS, ND, ADDRESS, SAME_ITEMS, door, take_tag, refuse, run, algo"
              + "".join(f", k{i}" for i in range(len(checks.consts)))
              + "".join(f", {name}" for name in extra) + "):"]
@@ -598,14 +618,7 @@ def last_of(args: tuple[Any, ...], algorithm: Any, run: Callable[..., Any],
                   "            refuse(tag)",
                   "            raise"]
     lines.append("    return hit")
-    src = "\n".join(lines)
-    make = _MADE.get(src)
-    if make is None:
-        if len(_MADE) >= _MADE_SIZE:
-            del _MADE[next(iter(_MADE))]
-        scope: dict[str, Any] = {}
-        exec(src, scope)  # one function per structure of record
-        make = _MADE[src] = scope["make"]
+    make = _made(lines)
     hit: Any = make(MISS, _ND, _ADDRESS, _same_items, door, take_tag, refuse, _direct(run),
                     algorithm, *checks.consts, *extra.values())
     hit.run, hit.args = run, args
@@ -647,13 +660,8 @@ def fresh_of(args: tuple[Any, ...], algorithm: Any,
             return None
     if not bufs:
         return None
-    tag_lines = getattr(getattr(take_tag, "__self__", None), "take_tag_lines", None)
     extra: dict[str, Any] = {}
-    if tag_lines is not None:
-        tag_lines, tag_names = tag_lines()
-        extra.update(tag_names)
-    else:
-        tag_lines = ["tag = take_tag()"]
+    tag_lines = _tag_lines(take_tag, extra)
     if guard is not None:
         extra.update(guard[1])
     written = inline(bufs) if inline is not None else None
@@ -684,14 +692,7 @@ def fresh_of(args: tuple[Any, ...], algorithm: Any,
               f"        HELD[0] = args; HELD[1] = {bufs[0]}",
               "        return out",
               "    return fresh"]
-    src = "\n".join(lines)
-    make = _MADE.get(src)
-    if make is None:
-        if len(_MADE) >= _MADE_SIZE:
-            del _MADE[next(iter(_MADE))]
-        scope: dict[str, Any] = {}
-        exec(src, scope)  # one function per structure of record
-        make = _MADE[src] = scope["make"]
+    make = _made(lines)
     fresh: Any = make(MISS, _ND, door, take_tag, refuse, serve, algorithm, door.held,
                       *checks.consts, *extra.values())
     return fresh
