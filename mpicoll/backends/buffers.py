@@ -299,6 +299,33 @@ def _np_dtype(datatype: MPI.Datatype) -> np.dtype:
     return out
 
 
+def _foreign_array(obj: Any, what: str) -> np.ndarray:
+    """A buffer without the buffer protocol, as mpi4py 4 takes it after that protocol (the
+    order of ``msgbuffer.pxi``'s ``asbuffer``): a DLPack producer (``__dlpack__``, e.g. a
+    PyTorch CPU tensor or a JAX CPU array) in host memory becomes a numpy view of the same
+    memory (``numpy.from_dlpack``: no copy; read-only if its producer says so).  A device
+    buffer (DLPack on a GPU, or ``__cuda_array_interface__``) is a ``TypeError`` here,
+    where mpi4py hands its address to a GPU-aware MPI: the p2p backend copies and reduces on
+    the host, which cannot read device memory; the native backend passes it to MPI as
+    mpi4py does.  Anything else is mpi4py's ``TypeError``."""
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return np.from_dlpack(obj)
+        except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{what}: a DLPack buffer numpy cannot view in host memory ({exc}); the p2p "
+                "backend does its local copies and reductions on the host: pass a host "
+                "array, or use the native backend with a GPU-aware MPI") from None
+    if hasattr(obj, "__cuda_array_interface__"):
+        raise TypeError(
+            f"{what}: a device buffer (__cuda_array_interface__, {type(obj).__name__}); the "
+            "p2p backend does its local copies and reductions on the host: pass a host "
+            "array, or use the native backend with a GPU-aware MPI")
+    raise TypeError(
+        f"{what}: message: expecting buffer or list/tuple (numpy array, bytearray, "
+        f"array.array, memoryview, ...), got {type(obj).__name__}")
+
+
 def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
     if is_in_place_constant(obj):
         raise ValueError(f"{what}: MPI.IN_PLACE is not allowed here (MPI allows it only as "
@@ -310,10 +337,7 @@ def _as_array(obj: Any, what: str, writable: bool) -> np.ndarray:
         try:
             arr = np.asarray(memoryview(obj))
         except (TypeError, ValueError):
-            raise TypeError(
-                f"{what}: message: expecting buffer or list/tuple (numpy array, bytearray, "
-                f"array.array, memoryview, ...), got {type(obj).__name__}"
-            ) from None
+            arr = _foreign_array(obj, what)
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise BufferError(
             f"{what}: array is not contiguous; MPI needs a contiguous buffer "

@@ -400,3 +400,80 @@ def test_a_truncation_says_what_mpi_said(form: str) -> None:
         b.Free()
     sub.Free()
     WORLD.Barrier()
+
+
+class _DLPack:
+    """A producer with DLPack only, no buffer protocol (as a PyTorch CPU tensor): mpi4py 4
+    takes it by ``__dlpack__`` after the buffer protocol."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self) -> Any:
+        return self.a.__dlpack_device__()
+
+
+class _CudaArray:
+    """A device buffer as the CUDA array interface describes one (here host memory: only
+    the p2p backend's refusal is under test, no byte of it is read)."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str,
+                                         "data": (a.ctypes.data, False), "version": 3}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["native", "p2p"])
+def test_a_dlpack_producer_is_a_buffer_as_in_mpi4py(kind: str) -> None:
+    """Both backends take a DLPack-only object bare and in a list spec, blocking,
+    non-blocking and persistent, and give plain mpi4py's results in its memory; read-only
+    where written is mpi4py's BufferError."""
+    b = backend(kind)
+    n = 2 * P + 1
+    x = np.arange(n, dtype=np.float64) + RANK
+    cases: list[tuple[str, Callable[[Any, Any, Any], Any], np.ndarray]] = [
+        ("Allreduce", lambda c, s, r: c.Allreduce(s, r), np.zeros(n)),
+        ("Allreduce list", lambda c, s, r: c.Allreduce([s, MPI.DOUBLE], [r, n, MPI.DOUBLE]),
+         np.zeros(n)),
+        ("Bcast", lambda c, s, r: c.Bcast(r, root=P - 1), x.copy()),
+        ("Allgather", lambda c, s, r: c.Allgather(s, r), np.zeros(n * P)),
+        ("Alltoall", lambda c, s, r: c.Alltoall(s, r), np.zeros(P)),
+        ("Scan", lambda c, s, r: c.Scan(s, r, op=MPI.MAX), np.zeros(n)),
+        ("Iallreduce", lambda c, s, r: c.Iallreduce(s, r).Wait(), np.zeros(n)),
+        ("Allreduce_init", lambda c, s, r: _started(c.Allreduce_init(s, r)), np.zeros(n)),
+    ]
+    for name, call, out in cases:
+        send = x[:P] if name == "Alltoall" else x
+        want = out.copy()
+        call(WORLD, send.copy(), want)  # plain mpi4py on plain arrays
+        got = out.copy()
+        call(b, _DLPack(send.copy()), _DLPack(got))
+        assert np.array_equal(got, want), name
+    ro = np.zeros(n)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError):
+        b.Allreduce(_DLPack(x), _DLPack(ro))
+    with pytest.raises(BufferError):  # plain mpi4py refuses it alike
+        WORLD.Allreduce(_DLPack(x), _DLPack(ro))
+
+
+def _started(req: Any) -> None:
+    req.Start()
+    req.Wait()
+    req.Free()
+
+
+@pytest.mark.mpi
+def test_a_device_buffer_is_refused_by_p2p_before_any_message() -> None:
+    """p2p copies and reduces on the host: a ``__cuda_array_interface__`` buffer is a
+    TypeError on every rank (all pass one), and the next call runs."""
+    b = backend("p2p")
+    x, y = np.ones(4), np.zeros(4)
+    with pytest.raises(TypeError, match="device buffer"):
+        b.Allreduce(_CudaArray(x), y)
+    b.Allreduce(x, y)
+    assert np.array_equal(y, np.full(4, float(P)))
