@@ -54,9 +54,11 @@ test_cluster.py`` runs only where it is set).
 Validation of the simulator (docs/cluster.md): :func:`two_level` makes the simulator's
 two-level model from an intra-node and an inter-node calibration on the cluster,
 :func:`predict_bench` sets a bench document measured there beside the simulator's prediction
-(``python -m mpicoll.tools.cluster predict --intra A --inter B -k K BENCH.json...``) with the
-NICs' rate floor (:func:`sustained_beta`: a ``tbf`` NIC passes a burst at the veth's speed,
-but not more than its rate over bench's back-to-back calls) and, measured beside each bench
+(``python -m mpicoll.tools.cluster predict --intra A --inter B [-k K] BENCH.json...``) with
+the NICs as the token buckets they are (:func:`nic_bucket`: a ``tbf`` NIC passes a burst at
+the veth's speed, but not more than its rate over bench's back-to-back calls, simulated to
+their steady state; or, ``--no-bucket``, :func:`sustained_beta`'s floor) and, measured beside
+each bench
 (``mpiexec -n P python -m mpicoll.tools.cluster rounds -o R.json``, :func:`round_cost`), the
 host's cost of a round as loaded then (:func:`loaded`); :func:`merge_runs` and
 :func:`summary` make the tables, :func:`plot_validation` the plot; :func:`tcp_bytes_sent`,
