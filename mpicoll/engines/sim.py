@@ -27,6 +27,11 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   contention, LogGP's gap: that module's docstring), an off-node message also pays its route's
   hop latency and its bandwidth term is scaled by the most loaded link of its route in its
   round; with a gap a port is busy ``max(g, n beta f)`` per message, not the whole message;
+* with a :class:`TwoLevel` model's ``nic`` (a token bucket per direction of each node's port,
+  Linux's ``tbf``: :class:`~mpicoll.engines.network.TokenBucket`), an inter-node message
+  takes the line's time for the bytes that find tokens and the rate's for the rest; the
+  buckets carry over from one call to the next (:meth:`Simulator.run_steady`: bench's calls
+  back to back, to their steady state);
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
 
 Two modes: with data (real numpy buffers; results can be checked against NumPy) and cost-only
