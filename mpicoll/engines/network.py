@@ -55,6 +55,14 @@ keeps the single-port model: a port busy for the whole message.
 
 **Hop latency**: ``hop`` seconds per link a message crosses (default 0), so a route's length
 matters even without contention.
+
+**Token-bucket NICs** (:class:`TokenBucket`, Linux's ``tbf`` qdisc, the emulated cluster's
+NICs: :mod:`mpicoll.tools.cluster`): each direction of a node's NIC holds a bucket of
+``burst`` bytes of tokens that fills at the rate R = 1 / ``beta`` bytes per second.  A message
+takes the line's time for the bytes that find tokens and the rate's for the rest, so a burst
+passes at the link's own speed and a long stream at the rate.  It is a term of the two-level
+model's node port (:class:`~mpicoll.engines.sim.TwoLevel`'s ``nic``), run by the per-rank
+engine; see :meth:`TokenBucket.time` for the formula.
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Cluster", "Dragonfly", "FatTree", "Fabric", "Network", "Topology", "Torus",
+    "Cluster", "Dragonfly", "FatTree", "Fabric", "Network", "TokenBucket", "Topology", "Torus",
     "parse_topology", "placement",
 ]
 
@@ -312,6 +320,68 @@ def placement(kind: str | Sequence[int], p: int, nodes: int, ranks_per_node: int
         raise ValueError(f"placement: {p} ranks need node ids 0..{nodes - 1} (the topology "
                          f"has {nodes} nodes), got {min(out)}..{max(out)}")
     return out
+
+
+@dataclass(frozen=True)
+class TokenBucket:
+    """One direction of a NIC shaped by a token bucket (Linux's ``tbf`` qdisc: Linux
+    ``net/sched/sch_tbf.c``; the token-bucket filter of Turner, "New directions in
+    communications", IEEE Communications Magazine 24(10), 1986).
+
+    The bucket holds up to ``burst`` bytes of tokens and gains one byte of tokens every
+    ``beta`` seconds (the rate R = 1 / beta bytes/s); a byte that finds a token passes at the
+    line's speed (``line_beta`` seconds per byte), the others wait for theirs.  A message of n
+    bytes that finds T tokens at its start (:meth:`tokens`) spends n of them (the bucket may go
+    below zero: the debt of bytes still held to the rate, repaid at R before the bucket gives
+    tokens again) and takes (:meth:`time`)::
+
+        max(message(n) - min(n, T+) (beta - line_beta),  min(message(n), line_alpha + n line_beta))
+
+    where ``message(n)`` is the model's time of the message at the rate (the calibrated
+    inter-node exchange curve, measured back to back with the bucket empty) and T+ =
+    max(T, 0): the bytes that find tokens go at the line instead of the rate.  So a message
+    within the tokens takes the line's time, ``line_alpha + n line_beta`` (where the rate's
+    curve is ``alpha + n beta`` with ``alpha = line_alpha``); one of n > T bytes takes
+    ``alpha + T line_beta + (n - T) beta``; with no tokens (T <= 0, a zero burst) it takes
+    ``message(n)`` exactly, today's model.  The second term is the line's floor, for sizes
+    whose measured time is already below the rate's (a calibration's smallest exchanges,
+    taken while its bucket still held tokens): a bucket never makes a message slower than
+    ``message(n)`` nor faster than the line.
+
+    Attributes:
+        burst: bytes of tokens the bucket holds (tc's ``burst``), >= 0.
+        beta: seconds per byte at the rate, > 0 (:func:`mpicoll.tools.cluster.sustained_beta`).
+        line_beta: seconds per byte at the line's own speed, 0 <= line_beta <= beta.
+        line_alpha: seconds, the line's latency (its floor's intercept), >= 0.
+    """
+
+    burst: float
+    beta: float
+    line_beta: float = 0.0
+    line_alpha: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("burst", "beta", "line_beta", "line_alpha"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"token bucket: {name} must be a number >= 0, got {v}")
+        if not self.beta > 0 or self.line_beta > self.beta:
+            raise ValueError(f"token bucket: need 0 <= line_beta <= beta and beta > 0, got "
+                             f"line_beta {self.line_beta}, beta {self.beta}")
+
+    def tokens(self, left: float, since: float, now: float) -> float:
+        """Tokens (bytes) at time ``now`` (s) of a bucket that held ``left`` (bytes, < 0: a
+        debt) at time ``since``: ``min(burst, left + (now - since) / beta)``."""
+        return min(self.burst, left + (now - since) / self.beta)
+
+    def time(self, message: float, n: int, tokens: float) -> float:
+        """Seconds a message of ``n`` bytes takes through the bucket when it finds ``tokens``
+        bytes of tokens at its start; ``message``: its time at the rate (the class docstring's
+        formula)."""
+        if tokens <= 0 or n <= 0:
+            return message
+        fast = message - min(n, tokens) * (self.beta - self.line_beta)
+        return max(fast, min(message, self.line_alpha + n * self.line_beta))
 
 
 @dataclass(frozen=True)

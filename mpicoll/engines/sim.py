@@ -27,6 +27,11 @@ order, exactly as MPI's non-overtaking rule matches them.  Each rank has a clock
   contention, LogGP's gap: that module's docstring), an off-node message also pays its route's
   hop latency and its bandwidth term is scaled by the most loaded link of its route in its
   round; with a gap a port is busy ``max(g, n beta f)`` per message, not the whole message;
+* with a :class:`TwoLevel` model's ``nic`` (a token bucket per direction of each node's port,
+  Linux's ``tbf``: :class:`~mpicoll.engines.network.TokenBucket`), an inter-node message
+  takes the line's time for the bytes that find tokens and the rate's for the rest; the
+  buckets carry over from one call to the next (:meth:`Simulator.run_steady`: bench's calls
+  back to back, to their steady state);
 * a round ends when all its messages have; the collective ends at the latest rank's clock.
 
 Two modes: with data (real numpy buffers; results can be checked against NumPy) and cost-only
@@ -99,11 +104,18 @@ from ..algorithms.schedule import (
     Table,
 )
 from ..model.alphabeta import DEFAULT, Model
-from .network import Fabric, Network
+from .network import Fabric, Network, TokenBucket
 
 __all__ = [
     "DeadlockError", "NotVectorizableError", "SimResult", "Simulator", "TwoLevel", "run_vector",
 ]
+
+
+#: :meth:`Simulator.run_steady`: calls simulated at most, and the relative difference
+#: between a call and the one two before it (their times; their buckets' tokens, as time at
+#: the rate) that counts as settled
+STEADY_MAX_CALLS = 200
+STEADY_RTOL = 1e-3
 
 
 class DeadlockError(RuntimeError):
@@ -124,11 +136,21 @@ class TwoLevel:
     Each node has one network port (one inter-node send and one receive at a time, shared by
     its ranks), so k ranks of a node sending across nodes at once queue behind each other, as
     on a real NIC.
+
+    ``nic``, if given, shapes each direction of each node's port by a token bucket
+    (:class:`~mpicoll.engines.network.TokenBucket`: what the node sends, and what it
+    receives): an inter-node message takes :meth:`TokenBucket.time
+    <mpicoll.engines.network.TokenBucket.time>` of its ``inter`` time with the fewer tokens of
+    its sender's outgoing and its receiver's incoming bucket at its start, and spends its
+    bytes from both.  The buckets start full; a :class:`Simulator` carries their state from
+    one :meth:`Simulator.run` to the next (calls back to back:
+    :func:`mpicoll.tools.simulate.simulate`'s ``steady``).  Only the per-rank engine runs it.
     """
 
     ranks_per_node: int
     intra: Model
     inter: Model
+    nic: TokenBucket | None = None
 
     def node(self, rank: int) -> int:
         return rank // self.ranks_per_node
@@ -139,7 +161,9 @@ class SimResult:
     """What a simulated collective did.
 
     Attributes:
-        time: seconds until the last rank finished (the collective's predicted time).
+        time: seconds until the last rank finished (the collective's predicted time; with
+            ``steady`` calls back to back, the steady per-call time:
+            :meth:`Simulator.run_steady`).
         clocks: per-rank finishing times, seconds.
         messages_sent, bytes_sent, messages_recv, bytes_recv: per-rank counts (numpy int64).
         inter_bytes_sent: per-rank bytes sent to another node (two-level model; else zeros).
@@ -149,6 +173,8 @@ class SimResult:
         outputs: per-rank user buffers after the call (data mode only).
         engine: ``"vector"`` (all ranks at once), ``"batch"`` (per-rank generators walked
             first, timed together) or ``"rank"`` (per-rank generators).
+        calls: with ``steady`` calls back to back (:meth:`Simulator.run_steady`), each
+            call's time (s), the last the result's; else None.
     """
 
     collective: str
@@ -166,6 +192,7 @@ class SimResult:
     engine: str = "rank"
     link_bytes: np.ndarray | None = None
     fabric: Fabric | None = field(default=None, repr=False)
+    calls: np.ndarray | None = None
 
     def busiest_link(self) -> tuple[str, int] | None:
         """With a network: the link that carried the most bytes (its name) and its bytes."""
@@ -292,8 +319,15 @@ class Simulator:
         if network is not None:
             if nodes is not None:
                 raise ValueError("nodes: a network places the ranks itself (its placement)")
+            if isinstance(self.model, TwoLevel) and self.model.nic is not None:
+                raise ValueError("a token-bucket NIC is the two-level model's node port: "
+                                 "simulate it without a network")
             self.fabric = network.fabric(p)
             self.nodes = self.fabric.nodes
+        #: the two-level model's token buckets: per node, ``[left, since]`` of what it sends
+        #: and of what it receives (:meth:`TokenBucket.tokens`), kept from one run to the next
+        self.nic_out: dict[int, list[float]] = {}
+        self.nic_in: dict[int, list[float]] = {}
 
     def run_schedules(self, make: Callable[[Simulator], Sequence[Schedule]]
                       ) -> dict[str, np.ndarray]:
@@ -313,6 +347,63 @@ class Simulator:
         self.fabric.link_bytes[:] = 0  # what a vector engine's attempt counted
         self.factors = self.fabric.trace_factors(trace)
         return self.run(make(self))
+
+    def run_steady(self, make: Callable[[Simulator], Sequence[Schedule]],
+                   between: float = 0.0) -> dict[str, Any]:
+        """:meth:`run` of ``make(sim)``'s schedules called back to back, as bench times a
+        call, until the calls settle; returns the last call's clocks (from its start) and
+        counts, ``time``, the steady per-call time (s), and ``calls``, the per-call times (s)
+        of every call simulated.
+
+        Call j starts on every rank at the end of call j - 1's last rank plus ``between``
+        seconds (bench's barrier between calls), with the NICs' token buckets
+        (:class:`TwoLevel`'s ``nic``) as call j - 1 left them.  The buckets start full and
+        lose per call the bytes the call sends beyond what the rate refills while it runs,
+        so the per-call time falls to a steady value once they have emptied (or, where the
+        rate refills them within a call, stays at the first's).  The buckets may settle into
+        two states that alternate (a call that finds them low leaves them fuller for the
+        next: recursive doubling on 3 nodes of 2 at 1 MiB alternates 221 and 241 ms, closing
+        in on 231), so a call is compared with the one two before it.
+        Settled: call j finds every bucket holding what it held at call j - 2's start, to
+        the bytes the rate passes in :data:`STEADY_RTOL` of call j - 1's time (a difference
+        that changes no message by more than that), and calls j - 1 and j - 3 took the same
+        time to :data:`STEADY_RTOL`: from there calls repeat in pairs, and the steady time is
+        the mean of the last two.  A bucket whose tokens drift by less than that tolerance
+        per two calls changes the time by less than :data:`STEADY_RTOL` of it (uneven blocks
+        leave one direction 8 bytes a call ahead: it would take 30,000 calls to fill).  This
+        takes about burst / (bytes a call sends beyond what the rate refills during it) + 3
+        calls: 3 to 45 (median 4) for the 366 algorithm-cases of the emulated cluster's
+        validation (docs/cluster.md), the most where two states alternate; at most
+        :data:`STEADY_MAX_CALLS` (then the mean of the last two).  Without a bucket nothing
+        carries over and one call is the steady state."""
+        m = self.model
+        if not (isinstance(m, TwoLevel) and m.nic is not None):
+            return self.run_schedules(make)
+        bucket = m.nic
+        start = began = 0.0
+        times: list[float] = []
+        held: list[list[float]] = []  # every bucket's tokens (bytes) at each call's start
+        while len(times) < STEADY_MAX_CALLS:
+            held.append([max(0.0, bucket.tokens(left, since, start))  # a debt is no token
+                         for nic in (self.nic_out, self.nic_in)
+                         for _, (left, since) in sorted(nic.items())])
+            if len(times) >= 3:
+                tol = STEADY_RTOL * times[-1] / bucket.beta
+                now, before = held[-1], held[-3]
+                if (len(now) == len(before)
+                        and all(abs(a - b) <= tol for a, b in zip(now, before, strict=True))
+                        and abs(times[-1] - times[-3]) <= STEADY_RTOL * times[-1]):
+                    break
+            began = start
+            self.clock = [began] * self.p
+            stats: dict[str, Any] = self.run(make(self))
+            end = float(stats["clocks"].max())
+            times.append(end - began)
+            start = end + between
+        stats["clocks"] = stats["clocks"] - began
+        stats["calls"] = np.array(times)
+        stats["time"] = (times[-1] + times[-2]) / 2 if len(times) > 1 else times[-1]
+        return stats
 
     def check_inflight(self, *bufs: np.ndarray) -> None:
         """Rule 3 of the schedule language: local work run during a round touches none of
@@ -363,6 +454,9 @@ class Simulator:
         b_in, b_out = ((m.intra.beta, m.inter.beta) if isinstance(m, TwoLevel)
                        else (m.beta, m.beta))
         two = isinstance(self.model, TwoLevel) and fab is None  # one network port per node
+        bucket = m.nic if two and isinstance(m, TwoLevel) else None
+        full = [0.0 if bucket is None else bucket.burst, 0.0]
+        nic_out, nic_in = self.nic_out, self.nic_in
         nic_gap = fab is not None and gap is not None  # a node's NIC spaces messages by g
         nd = self.nodes if self.nodes is not None else range(p)
         counted = self.nodes is not None  # inter-node bytes are counted when nodes are known
@@ -404,7 +498,16 @@ class Simulator:
             if trace is not None:
                 trace.extend((i, s, d, n))
             if factors is None:
-                end = busy = start + cost(s, d, n)
+                t_msg = cost(s, d, n)
+                if crossing and bucket is not None:  # the fewer tokens of the two buckets
+                    out_b = nic_out.setdefault(nd[s], full.copy())
+                    in_b = nic_in.setdefault(nd[d], full.copy())
+                    t_out = bucket.tokens(out_b[0], out_b[1], start)
+                    t_in = bucket.tokens(in_b[0], in_b[1], start)
+                    t_msg = bucket.time(t_msg, n, min(t_out, t_in))
+                    out_b[0], out_b[1] = t_out - n, start
+                    in_b[0], in_b[1] = t_in - n, start
+                end = busy = start + t_msg
             else:
                 k = seq[0]
                 seq[0] = k + 1
@@ -721,6 +824,9 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
         raise NotVectorizableError("data mode runs per rank")
     p = sim.p
     m = sim.model
+    if isinstance(m, TwoLevel) and m.nic is not None:
+        raise NotVectorizableError("a token-bucket NIC runs per rank (its state follows the "
+                                   "order of the messages)")
     levels: tuple[Model, ...]
     levels = (m.intra, m.inter) if isinstance(m, TwoLevel) else (m,)
     fab = sim.fabric

@@ -54,9 +54,11 @@ test_cluster.py`` runs only where it is set).
 Validation of the simulator (docs/cluster.md): :func:`two_level` makes the simulator's
 two-level model from an intra-node and an inter-node calibration on the cluster,
 :func:`predict_bench` sets a bench document measured there beside the simulator's prediction
-(``python -m mpicoll.tools.cluster predict --intra A --inter B -k K BENCH.json...``) with the
-NICs' rate floor (:func:`sustained_beta`: a ``tbf`` NIC passes a burst at the veth's speed,
-but not more than its rate over bench's back-to-back calls) and, measured beside each bench
+(``python -m mpicoll.tools.cluster predict --intra A --inter B [-k K] BENCH.json...``) with
+the NICs as the token buckets they are (:func:`nic_bucket`: a ``tbf`` NIC passes a burst at
+the veth's speed, but not more than its rate over bench's back-to-back calls, simulated to
+their steady state; or, ``--no-bucket``, :func:`sustained_beta`'s floor) and, measured beside
+each bench
 (``mpiexec -n P python -m mpicoll.tools.cluster rounds -o R.json``, :func:`round_cost`), the
 host's cost of a round as loaded then (:func:`loaded`); :func:`merge_runs` and
 :func:`summary` make the tables, :func:`plot_validation` the plot; :func:`tcp_bytes_sent`,
@@ -86,7 +88,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ..engines.network import Network
+from ..engines.network import Network, TokenBucket
 from ..engines.sim import TwoLevel
 from ..model.alphabeta import Model
 
@@ -99,7 +101,10 @@ __all__ = [
     "main",
     "merge_runs",
     "missing_capabilities",
+    "line_speed",
+    "nic_bucket",
     "parse_rate",
+    "parse_size",
     "plot_validation",
     "predict_bench",
     "round_cost",
@@ -114,6 +119,9 @@ __all__ = [
 PREFIX = "mpicoll-"
 #: The nodes' subnet (it exists only inside a run's namespaces).
 SUBNET = "10.250.0"
+#: The ``tbf`` bucket of every NIC direction (tc's units: 256 KiB).  It must hold the largest
+#: segment the kernel hands the qdisc (64 KiB with GSO); :func:`nic_bucket` models it.
+BURST = "256kb"
 #: Exit status of the command line where no cluster can be built (automake's "skipped").
 SKIP = 77
 _STALE = re.compile(rf"^{PREFIX}(\d+)-[0-9a-f]+-(?:n\d+|sw)$")
@@ -140,6 +148,19 @@ def parse_rate(rate: str) -> float:
         raise ValueError(f"not a tc rate: {rate!r} (e.g. 1gbit, 100mbit)")
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
     return float(m.group(1)) * scale * (8 if m.group(3) == "bps" else 1)
+
+
+def parse_size(size: str) -> int:
+    """Bytes of a ``tc`` size (``"256kb"``, ``"1mb"``, ``"1500b"``, ``"64k"``, ``"2m"``), as
+    ``tc`` reads it (binary prefixes: kb = 1024 bytes; tc(8), "PARAMETERS").
+
+    Raises:
+        ValueError: not a size ``tc`` takes.
+    """
+    m = re.fullmatch(r"\s*([0-9]+)\s*([kmg]?)b?\s*", size.lower())
+    if not m:
+        raise ValueError(f"not a tc size: {size!r} (e.g. 256kb, 1mb)")
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)]
 
 
 def unavailable() -> str | None:
@@ -321,7 +342,7 @@ class Cluster:
     """
 
     def __init__(self, nodes: int = 2, ranks_per_node: int = 2, rate: str = "1gbit", *,
-                 mpiexec: str | None = None, burst: str = "256kb") -> None:
+                 mpiexec: str | None = None, burst: str = BURST) -> None:
         if nodes < 1 or ranks_per_node < 1 or nodes > 250:
             raise ValueError(f"need 1 <= nodes <= 250 and ranks_per_node >= 1, got {nodes}, "
                              f"{ranks_per_node}")
@@ -466,6 +487,48 @@ def sustained_beta(inter: Model) -> float:
     return max(0.0, (c[-1][1] - c[-2][1]) / (c[-1][0] - c[-2][0]))
 
 
+def line_speed(inter: Model) -> tuple[float, float]:
+    """``(alpha, beta)`` (seconds, seconds per byte) of a NIC's line, its own speed while its
+    token bucket holds tokens, from the inter-node calibration's exchange curve: its sizes up
+    to the largest whose time is below half what the rate (:func:`sustained_beta`) allows
+    their bytes (the bucket, not the rate, carried them: calibrate goes from small to large,
+    so its first exchanges find the bucket full), from an eighth of that size on, fitted by
+    least squares; beta kept within 0 .. the rate's, alpha >= 0.  ``(0, 0)`` without a rate,
+    and the smallest size's time and 0 where fewer than two sizes are below it.  The
+    emulated cluster's MPICH calibration of 2026-12-02 (100 Mbit/s): sizes 256 B to 2 KiB,
+    22.6 us + 1.2 ns/B, against 83.7 ns/B at the rate."""
+    rate = sustained_beta(inter)
+    c = inter.message_curve
+    if not rate or not c:
+        return 0.0, 0.0
+    fast = [n for n, t in c if n > 0 and t < n * rate / 2]
+    if not fast:
+        return max(0.0, c[0][1]), 0.0
+    knee = max(fast)
+    pts = [(n, t) for n, t in c if knee / 8 <= n <= knee]
+    if len(pts) < 2:
+        return max(0.0, min(t for _, t in c)), 0.0
+    mx = sum(n for n, _ in pts) / len(pts)
+    my = sum(t for _, t in pts) / len(pts)
+    sxx = sum((n - mx) ** 2 for n, _ in pts)
+    beta = min(rate, max(0.0, sum((n - mx) * (t - my) for n, t in pts) / sxx))
+    return max(0.0, my - beta * mx), beta
+
+
+def nic_bucket(inter: Model, burst: str = BURST) -> TokenBucket | None:
+    """The emulated cluster's NIC direction as the simulator models it (a ``tbf`` qdisc:
+    :class:`~mpicoll.engines.network.TokenBucket`): ``burst`` (the one the cluster sets,
+    :data:`BURST`, taken as payload bytes: the headers it also holds, about 5 % at 1500-byte
+    frames, are not taken off), the rate from the inter calibration's sustained slope
+    (:func:`sustained_beta`: the tbf rate with TCP/IP's headers) and the line from its
+    smallest exchanges (:func:`line_speed`); None where the calibration has no rate."""
+    rate = sustained_beta(inter)
+    if not rate:
+        return None
+    alpha, beta = line_speed(inter)
+    return TokenBucket(parse_size(burst), rate, beta, alpha)
+
+
 def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True,
                   nic_beta: float = 0.0) -> list[dict[str, Any]]:
     """Measured against predicted for every blocking p2p result of a bench JSON document
@@ -482,6 +545,12 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True,
     a call whose messages fit the burst is predicted at the veth's speed (the ring's 16 KiB
     messages at 64 KiB: 0.6 ms predicted, 8 ms measured at 100 Mbit/s).
 
+    A ``model`` whose NICs are token buckets (``model.nic``: :func:`nic_bucket`; node port
+    only, ``network`` False) models that floor as the mechanism it is: each algorithm is
+    simulated call after call to its steady state (:func:`mpicoll.tools.simulate.simulate`'s
+    ``steady``), where a NIC direction passes what its bucket holds at the line's speed and
+    no more than its rate over a call; give it no ``nic_beta`` then.
+
     Returns rows ``collective, algorithm, size_bytes, P, measured_us`` (bench's median),
     ``predicted_us``, ``error`` (measured / predicted - 1), ``inter_node_bytes`` (the
     simulator's bytes between nodes per call, all ranks), ``simulated_us`` (the simulator's
@@ -493,13 +562,19 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True,
     p = int(doc["provenance"]["P"])
     nics = Network(f"cluster:{k}", "block", k)
     net = nics if network else None
+    steady = model.nic is not None
+    if steady and network:
+        raise ValueError("predict_bench: a token-bucket NIC is the node port's (network=False)")
+    counter = replace(model, nic=None)  # counts the NICs' bytes on cluster:K
     rows: list[dict[str, Any]] = []
     for r in doc["results"]:
         if r.get("status") != "ok" or not r.get("time_us") or r.get("persistent"):
             continue
         row = {"collective": r["collective"], "size_bytes": r["size_bytes"], "P": p,
+               "ranks_per_node": k,
                "measured_us": r["time_us"]["median"], "predicted_us": None, "error": None,
-               "inter_node_bytes": None, "simulated_us": None, "nic_bytes": None}
+               "inter_node_bytes": None, "simulated_us": None, "nic_bytes": None,
+               "calls": None}
         if r["backend"] == "native":
             rows.append({**row, "algorithm": "native"})
             continue
@@ -507,15 +582,15 @@ def predict_bench(doc: dict[str, Any], model: TwoLevel, network: bool = True,
             continue
         alg = r["auto_choice"] or r["algorithm"]
         sim = predict_rows(r["collective"], p, [r["size_bytes"]], model, [alg],
-                           network=net)[0]
+                           network=net, steady=steady)[0]
         if sim["status"] == "ok":
             on_nics = sim if network else predict_rows(
-                r["collective"], p, [r["size_bytes"]], model, [alg], network=nics)[0]
+                r["collective"], p, [r["size_bytes"]], counter, [alg], network=nics)[0]
             nic_bytes = int(on_nics["busiest_link_bytes"] or 0)
             t = max(sim["time_us"], nic_bytes * nic_beta * 1e6)
             row.update(predicted_us=t, inter_node_bytes=sim["inter_node_bytes"],
                        simulated_us=sim["time_us"], nic_bytes=nic_bytes,
-                       error=row["measured_us"] / t - 1)
+                       error=row["measured_us"] / t - 1, calls=sim["calls"])
         rows.append({**row, "algorithm": alg})
     return rows
 
@@ -554,20 +629,20 @@ def loaded(model: TwoLevel, round_s: float) -> TwoLevel:
     a round posting a send and a receive.  Every round of a schedule then pays what a round
     paid on the host when ``round_s`` was measured."""
     o_msg = max(model.intra.o_msg, (round_s - float(model.inter.message(8))) / 2)
-    return TwoLevel(model.ranks_per_node, replace(model.intra, o_msg=o_msg),
-                    replace(model.inter, o_msg=o_msg))
+    return replace(model, intra=replace(model.intra, o_msg=o_msg),
+                   inter=replace(model.inter, o_msg=o_msg))
 
 
 def merge_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of :func:`predict_bench` from repeated bench runs merged: one row per
-    ``(P, collective, algorithm, size_bytes)``, in first-seen order, whose ``measured_us`` is
-    the median over the runs of bench's medians (the median of an even count: the mean of the
-    middle two), ``runs`` their number and ``error`` recomputed; the prediction is the
-    first row's (the same in every run)."""
+    ``(P, ranks_per_node, collective, algorithm, size_bytes)``, in first-seen order, whose
+    ``measured_us`` is the median over the runs of bench's medians (the median of an even
+    count: the mean of the middle two), ``runs`` their number and ``error`` recomputed; the
+    prediction is the first row's (the same in every run)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["P"], r["collective"], r["algorithm"], r["size_bytes"]),
-                          []).append(r)
+        groups.setdefault((r["P"], r.get("ranks_per_node"), r["collective"], r["algorithm"],
+                           r["size_bytes"]), []).append(r)
     out = []
     for rs in groups.values():
         ms = sorted(r["measured_us"] for r in rs)
@@ -580,20 +655,23 @@ def merge_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summary(rows: Sequence[dict[str, Any]], within: float = 0.25) -> list[dict[str, Any]]:
-    """Per ``(P, size_bytes, collective)`` of predicted ``rows``: ``n`` algorithms, ``ok``
-    how many are predicted within ``within`` (relative error of the measured time against the
-    predicted), ``median_abs_error``; in order of P, size, collective as first seen."""
-    groups: dict[tuple[int, int, str], list[float]] = {}
+    """Per ``(P, ranks_per_node, size_bytes, collective)`` of predicted ``rows``: ``n``
+    algorithms, ``ok`` how many are predicted within ``within`` (relative error of the
+    measured time against the predicted), ``median_abs_error``; in order of P, ranks per node
+    (None last), size, collective as first seen."""
+    groups: dict[tuple[int, int | None, int, str], list[float]] = {}
     for r in rows:
         if r.get("error") is not None:
-            groups.setdefault((r["P"], r["size_bytes"], r["collective"]), []).append(
-                abs(r["error"]))
+            groups.setdefault((r["P"], r.get("ranks_per_node"), r["size_bytes"],
+                               r["collective"]), []).append(abs(r["error"]))
     out = []
-    for (p, size, coll), errs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+    for (p, k, size, coll), errs in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 0), kv[0][2])):
         errs.sort()
         h = len(errs) // 2
         med = errs[h] if len(errs) % 2 else (errs[h - 1] + errs[h]) / 2
-        out.append({"P": p, "size_bytes": size, "collective": coll, "n": len(errs),
+        out.append({"P": p, "ranks_per_node": k, "size_bytes": size, "collective": coll,
+                    "n": len(errs),
                     "ok": sum(e <= within for e in errs), "median_abs_error": med})
     return out
 
@@ -663,8 +741,10 @@ def _default_mpiexec() -> str:
 
 
 def predict_main(argv: Sequence[str]) -> int:
-    """``python -m mpicoll.tools.cluster predict --intra A.json --inter B.json -k K
-    BENCH.json...``: the table of :func:`predict_bench` (``--json`` writes its rows)."""
+    """``python -m mpicoll.tools.cluster predict --intra A.json --inter B.json [-k K]
+    BENCH.json...``: the table of :func:`predict_bench` (``--json`` writes its rows); the
+    benches may be of several shapes (N nodes x K ranks: each document's hosts say, or
+    ``-k``), each predicted and summed up on its own."""
     from ..model import alphabeta
 
     ap = argparse.ArgumentParser(prog="python -m mpicoll.tools.cluster predict",
@@ -672,12 +752,17 @@ def predict_main(argv: Sequence[str]) -> int:
                                  "the simulator's prediction from two calibrations.")
     ap.add_argument("--intra", required=True, help="calibrate's model, ranks 0, 1 on one node")
     ap.add_argument("--inter", required=True, help="calibrate's model, ranks 0, 1 on two nodes")
-    ap.add_argument("-k", "--ranks-per-node", type=int, required=True)
+    ap.add_argument("-k", "--ranks-per-node", type=int, help="ranks per node (default: "
+                    "each bench document's, from its hosts)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--no-network", action="store_true", help="the two-level model's node "
                     "port instead of the cluster:K network's link contention")
     ap.add_argument("--no-nic-floor", action="store_true", help="leave out the NICs' rate "
                     "floor (predict_bench's nic_beta: the inter calibration's sustained beta)")
+    ap.add_argument("--no-bucket", action="store_true", help="with --no-network: the NIC "
+                    "floor instead of the NICs' token buckets (nic_bucket(): the cluster's "
+                    "burst, the inter calibration's rate and line) simulated call after call "
+                    "to bench's steady state")
     ap.add_argument("--rounds", nargs="+", metavar="JSON", default=(),
                     help="round costs measured beside the benches (`rounds -o FILE`): one per "
                     "bench document, in order, or two (before, after: their mean), else their "
@@ -689,42 +774,67 @@ def predict_main(argv: Sequence[str]) -> int:
     intra, inter = alphabeta.load(args.intra), alphabeta.load(args.inter)
     if intra is None or inter is None:
         ap.error("no model in --intra or --inter")
-    model = two_level(intra, inter, args.ranks_per_node)
-    nic_beta = 0.0 if args.no_nic_floor else sustained_beta(inter)
+    bucket = None if args.no_bucket or not args.no_network else nic_bucket(inter)
+    docs = [json.loads(Path(path).read_text()) for path in args.bench]
+    models = []
+    for path, doc in zip(args.bench, docs, strict=True):
+        k = args.ranks_per_node or _ranks_per_node(doc)
+        if k is None:
+            ap.error(f"{path}: its hosts do not all run the same ranks: give -k")
+        models.append(replace(two_level(intra, inter, k), nic=bucket))
+    nic_beta = 0.0 if args.no_nic_floor or bucket is not None else sustained_beta(inter)
     costs = [float(json.loads(Path(f).read_text())["round_s"]) for f in args.rounds]
     n = len(args.bench)
     if len(costs) == 2 * n:  # a probe before and one after each bench: their mean
         costs = [(costs[2 * i] + costs[2 * i + 1]) / 2 for i in range(n)]
     elif costs and len(costs) != n:
         costs = [sorted(costs)[len(costs) // 2]] * n
-    rows = merge_runs([row for i, path in enumerate(args.bench)
-                       for row in predict_bench(json.loads(Path(path).read_text()),
-                                                loaded(model, costs[i]) if costs else model,
+    rows = merge_runs([row for i, (doc, model) in enumerate(zip(docs, models, strict=True))
+                       for row in predict_bench(doc, loaded(model, costs[i]) if costs else model,
                                                 network=not args.no_network,
                                                 nic_beta=nic_beta)])
-    print(f"# NICs' rate floor: {nic_beta * 1e9:.4g} ns/B (predicted = max(simulated, busiest "
-          "NIC direction's bytes x that))" if nic_beta else "# no NIC rate floor")
-    print(f"{'collective':10s} {'algorithm':28s} {'P':>2s} {'size (B)':>9s} "
+    if bucket is not None:
+        print(f"# NICs: token buckets of {bucket.burst:.0f} B, rate {bucket.beta * 1e9:.4g} ns/B,"
+              f" line {bucket.line_alpha * 1e6:.3g} us + {bucket.line_beta * 1e9:.3g} ns/B; "
+              "predicted: the steady state of calls back to back (calls: how many it took)")
+    else:
+        print(f"# NICs' rate floor: {nic_beta * 1e9:.4g} ns/B (predicted = max(simulated, "
+              "busiest NIC direction's bytes x that))" if nic_beta else "# no NIC rate floor")
+    print(f"{'collective':10s} {'algorithm':28s} {'NxK':>5s} {'size (B)':>9s} "
           f"{'measured':>10s} {'predicted':>10s} {'error':>7s} {'inter B':>10s} "
-          f"{'simulated':>10s} {'NIC B':>9s}")
+          f"{'simulated':>10s} {'NIC B':>9s} {'calls':>5s}")
     for r in rows:
         pred = r["predicted_us"]
         tail = (f"{pred / 1e3:8.2f}ms {100 * r['error']:+6.0f}% {r['inter_node_bytes']:10d} "
-                f"{r['simulated_us'] / 1e3:8.2f}ms {r['nic_bytes']:9d}" if pred else "")
-        print(f"{r['collective']:10s} {r['algorithm']:28s} {r['P']:2d} {r['size_bytes']:9d} "
-              f"{r['measured_us'] / 1e3:8.2f}ms {tail}")
-    print(f"\n{'P':>2s} {'size (B)':>9s} {'collective':10s} {'within 25 %':>11s} "
+                f"{r['simulated_us'] / 1e3:8.2f}ms {r['nic_bytes']:9d} {r['calls'] or 1:5d}"
+                if pred else "")
+        print(f"{r['collective']:10s} {r['algorithm']:28s} {_shape(r):>5s} "
+              f"{r['size_bytes']:9d} {r['measured_us'] / 1e3:8.2f}ms {tail}")
+    print(f"\n{'NxK':>5s} {'size (B)':>9s} {'collective':10s} {'within 25 %':>11s} "
           f"{'median |error|':>14s}   (runs per case: {max(r['runs'] for r in rows)})")
     for g in summary(rows):
-        print(f"{g['P']:2d} {g['size_bytes']:9d} {g['collective']:10s} "
+        print(f"{_shape(g):>5s} {g['size_bytes']:9d} {g['collective']:10s} "
               f"{g['ok']:>5d}/{g['n']:<5d} {100 * g['median_abs_error']:13.0f}%")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=0) + "\n")
     if args.plot:
-        p = rows[0]["P"] if rows else 0
-        plot_validation(rows, args.plot, f"emulated cluster, P = {p}, k = "
-                        f"{args.ranks_per_node} per node: measured against predicted")
+        shapes = ", ".join(dict.fromkeys(_shape(r).replace("x", " x ") for r in rows))
+        plot_validation(rows, args.plot, f"emulated cluster, {shapes} (nodes x ranks per node)"
+                        ": measured against predicted")
     return 0
+
+
+def _ranks_per_node(doc: dict[str, Any]) -> int | None:
+    """Ranks per node of a bench document (its provenance's hosts), None where they differ
+    or are not given."""
+    ranks = {int(h["ranks"]) for h in doc.get("provenance", {}).get("hosts") or ()}
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def _shape(r: dict[str, Any]) -> str:
+    """``NxK`` (nodes x ranks per node) of a row of :func:`predict_bench` or :func:`summary`."""
+    k = r.get("ranks_per_node")
+    return f"{r['P'] // k}x{k}" if k else str(r["P"])
 
 
 def rounds_main(argv: Sequence[str]) -> int:

@@ -131,7 +131,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
              data: bool = False,
              args: Sequence[tuple[Any, ...]] | None = None,
              nodes: Sequence[int] | None = None, engine: str = "auto",
-             uniform: bool = False, network: Network | None = None) -> SimResult:
+             uniform: bool = False, network: Network | None = None,
+             steady: bool = False, between: float = 0.0) -> SimResult:
     """Simulate one collective call on p ranks with one algorithm.
 
     Args:
@@ -152,6 +153,12 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
         network: a :class:`mpicoll.engines.network.Network` (topology, placement, link
             contention, gap); its placement gives the nodes (``nodes`` must be None).  The
             result then has ``link_bytes`` and :meth:`~SimResult.busiest_link`.
+        steady: the steady state of calls made back to back (bench's loop): with a
+            two-level model whose NICs are token buckets (:class:`TwoLevel`'s ``nic``), the
+            call simulated again and again, carrying the buckets' state, until its time
+            settles (:meth:`mpicoll.engines.sim.Simulator.run_steady`, ``between`` seconds
+            between calls); the result is that call's.  Without a bucket a call leaves
+            nothing behind: one call, as without ``steady``.
         engine: ``"auto"`` (the vector engine where it applies, else the batch engine where
             it applies, else per rank), ``"rank"`` (always per rank), ``"vector"`` or
             ``"batch"`` (raise :class:`NotVectorizableError` if it does not apply).  All give
@@ -237,7 +244,7 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
             assert chosen_alg is not None
             return _result(collective, chosen_alg.name, p, nbytes, stats,
                            outputs if data else [], "batch", sim)
-    stats = sim.run_schedules(make)
+    stats = sim.run_steady(make, between) if steady else sim.run_schedules(make)
     assert chosen_alg is not None
     return _result(collective, chosen_alg.name, p, nbytes, stats, outputs if data else [],
                    "rank", sim)
@@ -245,10 +252,11 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
 
 def _result(collective: str, name: str, p: int, nbytes: int, stats: dict[str, np.ndarray],
             outputs: list[Any], engine: str, sim: Simulator) -> SimResult:
-    return SimResult(collective, name, p, nbytes, float(stats["clocks"].max()),
+    time = float(stats.get("time", stats["clocks"].max()))  # run_steady's steady time
+    return SimResult(collective, name, p, nbytes, time,
                      stats["clocks"], stats["messages_sent"], stats["bytes_sent"],
                      stats["messages_recv"], stats["bytes_recv"], stats["inter_bytes_sent"],
-                     outputs, engine, stats.get("link_bytes"), sim.fabric)
+                     outputs, engine, stats.get("link_bytes"), sim.fabric, stats.get("calls"))
 
 
 def predict_us(case: Case, algorithm: str, m: Model,
@@ -450,7 +458,8 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
                  algorithms: Sequence[str], *, dtype: str = "float64", root: int = 0,
                  per_rank: bool = False,
                  progress: Callable[[str], None] | None = None,
-                 network: Network | None = None) -> list[dict[str, Any]]:
+                 network: Network | None = None, steady: bool = False
+                 ) -> list[dict[str, Any]]:
     """Cost-only simulation of each named algorithm at each message size S (bytes, as bench).
 
     Returns one row per (size, algorithm), sizes in order (sizes giving the same count are
@@ -463,7 +472,8 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     nominal (count x P elements): the simulator gives the ranks uneven counts averaging count
     (:meth:`mpicoll.tools.cases.Case.counts`).  ``progress(text)``, if given, is called as each
     simulation starts (``allreduce 4K ring (3/40)``).  With a ``network``, ``busiest_link``
-    and ``busiest_link_bytes`` name the link that carried the most bytes.
+    and ``busiest_link_bytes`` name the link that carried the most bytes.  ``steady``: each
+    call's steady state back to back (:func:`simulate`'s), ``calls`` how many it took.
     """
     np_dtype = _dtypes.numpy_dtype(dtype)
     item = np_dtype.itemsize
@@ -487,11 +497,11 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
                 "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
                 "messages_sent": None, "bytes_sent": None, "messages_recv": None,
                 "bytes_recv": None, "inter_node_bytes": None, "per_rank": None,
-                "busiest_link": None, "busiest_link_bytes": None,
+                "busiest_link": None, "busiest_link_bytes": None, "calls": None,
             }
             try:
                 r = simulate(collective, p, count, algorithm=name, dtype=np_dtype, root=root,
-                             model=model, network=network)
+                             model=model, network=network, steady=steady)
             except (ValueError, TypeError) as exc:  # RestrictionError is a ValueError
                 row.update(status="n/a", reason=str(exc))
             else:
@@ -503,6 +513,7 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
                     bytes_recv=int(r.bytes_recv.max()),
                     inter_node_bytes=int(r.inter_bytes_sent.sum()),
                     per_rank=r.as_dict() if per_rank else None,
+                    calls=None if r.calls is None else len(r.calls),
                 )
                 busiest = r.busiest_link()
                 if busiest is not None:

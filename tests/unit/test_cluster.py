@@ -259,10 +259,15 @@ def test_merge_runs_and_summary():
     assert merged[0]["error"] == pytest.approx(0.2)
     assert merged[2]["error"] is None
     s = cl.summary(merged)
-    assert s == [{"P": 4, "size_bytes": 1, "collective": "allreduce", "n": 2, "ok": 1,
-                  "median_abs_error": pytest.approx((0.2 + 0.95) / 2)},
-                 {"P": 4, "size_bytes": 2, "collective": "allreduce", "n": 1, "ok": 0,
-                  "median_abs_error": pytest.approx(0.3)}]
+    assert s == [{"P": 4, "ranks_per_node": None, "size_bytes": 1, "collective": "allreduce",
+                  "n": 2, "ok": 1, "median_abs_error": pytest.approx((0.2 + 0.95) / 2)},
+                 {"P": 4, "ranks_per_node": None, "size_bytes": 2, "collective": "allreduce",
+                  "n": 1, "ok": 0, "median_abs_error": pytest.approx(0.3)}]
+    # two shapes of one P (2 x 3 and 3 x 2) are kept apart
+    shaped = cl.merge_runs([{**row("ring", 1, 100.0), "ranks_per_node": 3},
+                            {**row("ring", 1, 300.0), "ranks_per_node": 2}])
+    assert [r["measured_us"] for r in shaped] == [100.0, 300.0]
+    assert [(g["ranks_per_node"], g["ok"]) for g in cl.summary(shaped)] == [(3, 1), (2, 0)]
 
 
 def test_plot_validation(tmp_path):
@@ -340,3 +345,132 @@ def test_rounds_command(tmp_path, capsys):
     assert math.isfinite(doc["round_s"])
     assert doc["round_s"] >= 0
     assert "round cost at P = 1" in capsys.readouterr().out
+
+
+def test_parse_size():
+    assert cl.parse_size(cl.BURST) == 256 * 1024
+    assert cl.parse_size("1mb") == cl.parse_size("1m") == 1 << 20
+    assert cl.parse_size("1500b") == cl.parse_size("1500") == 1500
+    for bad in ("big", "1.5kb", "", "-1kb", "1kbit"):
+        with pytest.raises(ValueError, match="tc size"):
+            cl.parse_size(bad)
+
+
+def test_nic_bucket_from_the_calibrations():
+    from mpicoll.model.alphabeta import Model
+
+    # an inter calibration as the emulated cluster gives it: 22 us + 1.2 ns/B while the
+    # bucket holds tokens (up to 2 KiB), the rate (8e-8 s/B) from 4 KiB on
+    line = [(n, 2.2e-5 + n * 1.2e-9) for n in (256, 512, 1024, 2048)]
+    rate = [(n, 2.2e-5 + n * 8e-8) for n in (4096, 1 << 16, 1 << 20, 1 << 21)]
+    inter = Model(alpha=1e-5, beta=2e-8, message_curve=((0, 1.2e-5), *line, *rate))
+    alpha, beta = cl.line_speed(inter)
+    assert alpha == pytest.approx(2.2e-5)
+    assert beta == pytest.approx(1.2e-9)
+    b = cl.nic_bucket(inter)
+    assert b is not None
+    assert (b.burst, b.beta) == (256 * 1024, pytest.approx(8e-8))
+    assert (b.line_alpha, b.line_beta) == (pytest.approx(alpha), pytest.approx(beta))
+    assert cl.nic_bucket(Model(alpha=1e-6, beta=1e-9)) is None  # no curve: no rate
+    # every size at the rate: no line seen, the line is the smallest size's time
+    flat = Model(alpha=1e-5, beta=8e-8, message_curve=((0, 1e-5), *rate))
+    assert cl.line_speed(flat) == (1e-5, 0.0)
+
+
+#: an inter calibration through a token bucket: the line up to 2 KiB, the rate from 4 KiB on
+CURVE = ((256, 2.2e-5), (2048, 2.4e-5),
+         *((n, 2e-5 + n * 8e-8) for n in (4096, 1 << 16, 1 << 20, 1 << 21)))
+
+
+def test_predict_bench_with_the_token_bucket():
+    from dataclasses import replace
+
+    from mpicoll.model.alphabeta import Model
+
+    inter = Model(alpha=2e-5, beta=8e-8, message_curve=CURVE)
+    m = cl.two_level(Model(alpha=1e-6, beta=1e-10, gamma=2e-10), inter, 2)
+    bucketed = replace(m, nic=cl.nic_bucket(inter))
+    doc = {"provenance": {"P": 4}, "results": [
+        {"backend": "p2p", "algorithm": alg, "auto_choice": None, "status": "ok",
+         "collective": "allreduce", "size_bytes": 1 << 16, "persistent": False,
+         "time_us": {"median": 6000.0}} for alg in ("ring", "reduce_bcast", "tree")]}
+    plain = cl.predict_bench(doc, m, network=False)
+    floored = cl.predict_bench(doc, m, network=False, nic_beta=8e-8)
+    rows = cl.predict_bench(doc, bucketed, network=False)
+    for a, f, b in zip(plain, floored, rows, strict=True):
+        assert b["nic_bytes"] == a["nic_bytes"]
+        assert b["inter_node_bytes"] == a["inter_node_bytes"]
+        assert b["calls"] > 2
+        assert a["calls"] is None
+        # the steady state: no NIC faster than its rate, no slower than every message at it
+        floor = b["nic_bytes"] * 8e-8 * 1e6
+        assert floor * (1 - 1e-3) <= b["predicted_us"] <= a["predicted_us"] * (1 + 1e-9)
+        assert b["predicted_us"] <= f["predicted_us"] * (1 + 1e-9)
+    # reduce then bcast: 64 KiB up one NIC then down the other; sent one after the other at
+    # the rate (plain), at the floor once each bucket refills while the other NIC works
+    rb = rows[1]
+    assert rb["predicted_us"] == pytest.approx((1 << 16) * 8e-8 * 1e6, rel=2e-2)
+    assert plain[1]["predicted_us"] > 1.9 * rb["predicted_us"]
+    with pytest.raises(ValueError, match="node port"):
+        cl.predict_bench(doc, bucketed, network=True)
+
+
+def test_predict_command_takes_the_bucket(tmp_path, capsys):
+    import json
+
+    from mpicoll.model.alphabeta import Model, save
+
+    save(Model(alpha=1e-6, beta=1e-10), tmp_path / "intra.json")
+    save(Model(alpha=2e-5, beta=8e-8, message_curve=CURVE), tmp_path / "inter.json")
+    doc = {"provenance": {"P": 4}, "results": [
+        {"backend": "p2p", "algorithm": "reduce_bcast", "auto_choice": None,
+         "status": "ok", "collective": "allreduce", "size_bytes": 1 << 16,
+         "persistent": False, "time_us": {"median": 5300.0}}]}
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    args = ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
+            str(tmp_path / "inter.json"), "-k", "2", "--json", str(tmp_path / "rows.json"),
+            str(tmp_path / "bench.json"), "--no-network"]
+    assert cl.main(args) == 0
+    out = capsys.readouterr().out
+    assert "# NICs: token buckets of 262144 B, rate 80 ns/B" in out
+    steady = json.loads((tmp_path / "rows.json").read_text())[0]
+    assert steady["calls"] > 2
+    assert abs(steady["error"]) < 0.05
+    assert cl.main([*args, "--no-bucket"]) == 0
+    assert "rate floor" in capsys.readouterr().out
+    floor = json.loads((tmp_path / "rows.json").read_text())[0]
+    assert floor["calls"] is None
+    assert floor["error"] < -0.4  # the messages in sequence at the rate: twice too slow
+
+
+def test_predict_command_reads_each_benchs_shape(tmp_path, capsys):
+    import json
+
+    from mpicoll.model.alphabeta import Model, save
+
+    save(Model(alpha=1e-6, beta=1e-10), tmp_path / "intra.json")
+    save(Model(alpha=2e-5, beta=8e-8, message_curve=CURVE), tmp_path / "inter.json")
+
+    def bench(name, nodes, k):
+        doc = {"provenance": {"P": nodes * k, "hosts": [{"name": f"node{i}", "ranks": k}
+                                                        for i in range(nodes)]},
+               "results": [{"backend": "p2p", "algorithm": "ring", "auto_choice": None,
+                            "status": "ok", "collective": "allreduce", "size_bytes": 1 << 16,
+                            "persistent": False, "time_us": {"median": 9000.0}}]}
+        (tmp_path / name).write_text(json.dumps(doc))
+        return str(tmp_path / name)
+
+    args = ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
+            str(tmp_path / "inter.json"), "--no-network", "--json", str(tmp_path / "rows.json")]
+    assert cl.main([*args, bench("a.json", 2, 3), bench("b.json", 3, 2)]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [(r["P"], r["ranks_per_node"]) for r in rows] == [(6, 3), (6, 2)]
+    assert "  2x3 " in out
+    assert "  3x2 " in out
+    uneven = json.loads((tmp_path / "a.json").read_text())
+    uneven["provenance"]["hosts"][0]["ranks"] = 2
+    (tmp_path / "c.json").write_text(json.dumps(uneven))
+    with pytest.raises(SystemExit):
+        cl.main([*args, str(tmp_path / "c.json")])
+    assert "give -k" in capsys.readouterr().err
