@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -780,19 +781,17 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
             stream(tr.top + tr.depth[r] - 1, mine, ctx.recv, tr.parent[r])  # down: arrives
         for ch in tr.kids[r]:
             stream(tr.top + tr.depth[r], mine, ctx.send, ch)  # down: goes on
-    for step in range(min(s[0] for s in streams), max(s[1] for s in streams)):
-        ops: list[Recv | Send] = []
-        todo = []
-        for first, end, views, make, peer, into in streams:
-            if first <= step < end:
-                v = views[step - first]
-                ops.append(make(v, peer))
-                if into is not None:
-                    todo.append((v, into[step - first]))
-        if ops:
-            yield tuple(ops)
-        for x, y in todo:
-            ctx.reduce(x, y, op)
+    cuts = sorted({s[0] for s in streams} | {s[1] for s in streams})
+    for begin, stop in pairwise(cuts):  # steps in which the same streams move
+        live = [s for s in streams if s[0] <= begin < s[1]]
+        sinks = [(first, views, into) for first, _, views, _, _, into in live
+                 if into is not None]
+        for step in range(begin, stop):
+            if live:
+                yield tuple([make(views[step - first], peer)
+                             for first, _, views, make, peer, _ in live])
+            for first, views, into in sinks:
+                ctx.reduce(views[step - first], into[step - first], op)
 
 
 @algorithm(

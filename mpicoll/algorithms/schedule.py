@@ -579,13 +579,14 @@ class Pipeline:
             return ops
         self._fn = None
         if overlaps:
-            return Overlap(ops, partial(fn, *self._args))
+            return _op(Overlap, (ops, partial(fn, *self._args)))
         fn(*self._args)
         return ops
 
     def then(self, fn: Callable[..., None], *args: Any) -> None:
         """Register ``fn(*args)``: the work on what the round just yielded received."""
-        self.flush()
+        if self._fn is not None:
+            self.flush()
         self._fn, self._args = fn, args
 
     def flush(self) -> None:
