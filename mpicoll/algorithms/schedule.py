@@ -411,24 +411,21 @@ class Table(tuple[int, ...]):
     _same: int | None  # the one entry of a table whose entries are all alike, else None
 
     def __getitem__(self, i: Any) -> Any:
-        try:
+        if not isinstance(i, np.ndarray) or not i.ndim:  # an int or a slice: a tuple's
             return tuple.__getitem__(self, i)
-        except TypeError:
-            if not isinstance(i, np.ndarray):
-                raise
-            try:
-                arr, same = self._array, self._same
-            except AttributeError:
-                arr = self._array = np.array(self, dtype=np.int64)
-                same = self._same = (int(arr[0]) if arr.size and (arr == arr[0]).all()
-                                     else None)
-            if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
-                v = i.view(np.ndarray)  # every entry alike: one int stands for them all
-                if v.max() >= arr.size or v.min() < -arr.size:
-                    raise IndexError(f"index out of range for a table of {arr.size}") from None
-                return same
-            out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
-            return out if type(i) is np.ndarray else out.view(type(i))
+        try:  # (a vector of indices is tested first: tuple's TypeError costs microseconds)
+            arr, same = self._array, self._same
+        except AttributeError:
+            arr = self._array = np.array(self, dtype=np.int64)
+            same = self._same = (int(arr[0]) if arr.size and (arr == arr[0]).all()
+                                 else None)
+        if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
+            v = i.view(np.ndarray)  # every entry alike: one int stands for them all
+            if v.max() >= arr.size or v.min() < -arr.size:
+                raise IndexError(f"index out of range for a table of {arr.size}")
+            return same
+        out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
+        return out if type(i) is np.ndarray else out.view(type(i))
 
 
 @lru_cache(maxsize=64)
