@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -41,6 +42,7 @@ from .schedule import (
     displacements,
     equal_blocks,
     segment,
+    segment_bounds,
     segment_count,
     span,
 )
@@ -671,12 +673,14 @@ def _btree(p: int, r: int) -> tuple[int, list[int]]:
 
 class _Tree(NamedTuple):
     """One tree of :func:`_dtree`, per rank: parent (-1 at the root), children, height (the
-    longest path down to a leaf) and depth."""
+    longest path down to a leaf) and depth; and the root's height (``max(height)``, kept: a
+    rank's schedule reads it, and p ranks scanning p heights each is O(p^2))."""
 
     parent: tuple[int, ...]
     kids: tuple[tuple[int, ...], ...]
     height: tuple[int, ...]
     depth: tuple[int, ...]
+    top: int
 
 
 @lru_cache(maxsize=16)
@@ -699,7 +703,7 @@ def _dtree(p: int) -> tuple[_Tree, _Tree]:
                 order.append(c)
         for v in reversed(order):
             height[v] = max((height[c] + 1 for c in kids[v]), default=0)
-        return _Tree(tuple(parent), tuple(kids), tuple(height), tuple(depth))
+        return _Tree(tuple(parent), tuple(kids), tuple(height), tuple(depth), max(height))
 
     first = build(lambda r: r, lambda r: r)
     if p % 2 == 0:
@@ -752,44 +756,42 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
     trees = _dtree(p)
     nch = [max(1, -(-size // seg_n)) for _, size in halves]
     tmp = [{c: ctx.scratch(size) for c in trees[t].kids[r]} for t, (_, size) in enumerate(halves)]
-    tops = [max(tr.height) for tr in trees]  # the roots' heights
-    last = max(tops[t] + max(trees[t].depth) + nch[t] for t in (0, 1))
 
-    bounds = [[segment(lo, size, nch[t], c) for c in range(nch[t])]
-              for t, (lo, size) in enumerate(halves)]  # (start, stop) of each chunk, once
+    # This rank's messages as streams: a (tree, direction, peer) moves its half's chunks one
+    # a step, chunk c at step first + c.  A stream is (first step, the step after its last,
+    # the chunks' views, ctx.send or ctx.recv, peer, the chunks a received one is reduced
+    # into, or None), listed in a step's posting order: per tree, the children's chunks
+    # arriving, mine leaving for the parent, the result arriving from it, then leaving for
+    # each child.  Views and steps are computed once; a step looks at this rank's streams.
+    streams: list[tuple[int, int, list[Any], Callable[[Any, int], Send | Recv], int, Any]] = []
 
-    def chunk(t: int, c: int) -> tuple[int, int]:
-        return bounds[t][c]
+    def stream(first: int, views: list[Any], make: Callable[[Any, int], Send | Recv],
+               peer: int, into: list[Any] | None = None) -> None:
+        streams.append((first, first + len(views), views, make, peer, into))
 
-    for step in range(last):
-        ops: list[Recv | Send] = []
-        todo = []
-        for t in (0, 1):
-            parent, kids, height, depth = trees[t]
-            lo = halves[t][0]
-            for ch in kids[r]:  # up: a child's chunk arrives
-                c = step - height[ch]
-                if 0 <= c < nch[t]:
-                    a, b = chunk(t, c)
-                    ops.append(ctx.recv(tmp[t][ch][a - lo : b - lo], ch))
-                    todo.append((tmp[t][ch][a - lo : b - lo], buf[a:b]))
-            if parent[r] >= 0:
-                c = step - height[r]  # up: my reduced chunk leaves
-                if 0 <= c < nch[t]:
-                    a, b = chunk(t, c)
-                    ops.append(ctx.send(buf[a:b], parent[r]))
-                c = step - (tops[t] + depth[r] - 1)  # down: the result's chunk arrives
-                if 0 <= c < nch[t]:
-                    a, b = chunk(t, c)
-                    ops.append(ctx.recv(buf[a:b], parent[r]))
-            c = step - (tops[t] + depth[r])  # down: it goes on to my children
-            if 0 <= c < nch[t]:
-                a, b = chunk(t, c)
-                ops.extend(ctx.send(buf[a:b], ch) for ch in kids[r])
-        if ops:
-            yield tuple(ops)
-        for x, y in todo:
-            ctx.reduce(x, y, op)
+    for t, tr in enumerate(trees):
+        lo, size = halves[t]
+        bounds = segment_bounds(lo, size, nch[t])  # (start, stop) of each chunk
+        mine = [buf[a:b] for a, b in bounds]
+        for ch in tr.kids[r]:  # up: a child's chunk arrives (from its height's step on)
+            stream(tr.height[ch], [tmp[t][ch][a - lo : b - lo] for a, b in bounds], ctx.recv,
+                   ch, mine)
+        if tr.parent[r] >= 0:
+            stream(tr.height[r], mine, ctx.send, tr.parent[r])  # up: mine leaves
+            stream(tr.top + tr.depth[r] - 1, mine, ctx.recv, tr.parent[r])  # down: arrives
+        for ch in tr.kids[r]:
+            stream(tr.top + tr.depth[r], mine, ctx.send, ch)  # down: goes on
+    cuts = sorted({s[0] for s in streams} | {s[1] for s in streams})
+    for begin, stop in pairwise(cuts):  # steps in which the same streams move
+        live = [s for s in streams if s[0] <= begin < s[1]]
+        sinks = [(first, views, into) for first, _, views, _, _, into in live
+                 if into is not None]
+        for step in range(begin, stop):
+            if live:
+                yield tuple([make(views[step - first], peer)
+                             for first, _, views, make, peer, _ in live])
+            for first, views, into in sinks:
+                ctx.reduce(views[step - first], into[step - first], op)
 
 
 @algorithm(

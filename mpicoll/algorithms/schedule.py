@@ -71,6 +71,7 @@ __all__ = [
     "is_pof2",
     "pof2_floor",
     "segment",
+    "segment_bounds",
     "segment_count",
     "segments",
     "span",
@@ -97,6 +98,10 @@ class Recv(NamedTuple):
 
 
 Round = tuple[Send | Recv, ...]
+
+#: ``Send(buf, peer)`` is ``_op(Send, (buf, peer))`` without the named tuple's Python-level
+#: ``__new__`` (a simulated call makes millions: a third of their cost)
+_op = tuple.__new__
 
 
 class Overlap(NamedTuple):
@@ -226,14 +231,14 @@ class Context:
 
     # --- communication (yielded, never executed here) ---
     def send(self, buf: np.ndarray, dest: int) -> Send:
-        return Send(buf, dest)
+        return _op(Send, (buf, dest))
 
     def recv(self, buf: np.ndarray, source: int) -> Recv:
-        return Recv(buf, source)
+        return _op(Recv, (buf, source))
 
     def sendrecv(self, sbuf: np.ndarray, dest: int, rbuf: np.ndarray, source: int) -> Round:
         """A round of one send and one receive (``MPI_Sendrecv``)."""
-        return (Recv(rbuf, source), Send(sbuf, dest))
+        return (_op(Recv, (rbuf, source)), _op(Send, (sbuf, dest)))
 
     def overlap(self, ops: Round, during: Callable[[], None]) -> Overlap:
         """``ops`` with ``during()`` to run while they are in flight (see :class:`Overlap`)."""
@@ -406,24 +411,21 @@ class Table(tuple[int, ...]):
     _same: int | None  # the one entry of a table whose entries are all alike, else None
 
     def __getitem__(self, i: Any) -> Any:
-        try:
+        if not isinstance(i, np.ndarray) or not i.ndim:  # an int or a slice: a tuple's
             return tuple.__getitem__(self, i)
-        except TypeError:
-            if not isinstance(i, np.ndarray):
-                raise
-            try:
-                arr, same = self._array, self._same
-            except AttributeError:
-                arr = self._array = np.array(self, dtype=np.int64)
-                same = self._same = (int(arr[0]) if arr.size and (arr == arr[0]).all()
-                                     else None)
-            if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
-                v = i.view(np.ndarray)  # every entry alike: one int stands for them all
-                if v.max() >= arr.size or v.min() < -arr.size:
-                    raise IndexError(f"index out of range for a table of {arr.size}") from None
-                return same
-            out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
-            return out if type(i) is np.ndarray else out.view(type(i))
+        try:  # (a vector of indices is tested first: tuple's TypeError costs microseconds)
+            arr, same = self._array, self._same
+        except AttributeError:
+            arr = self._array = np.array(self, dtype=np.int64)
+            same = self._same = (int(arr[0]) if arr.size and (arr == arr[0]).all()
+                                 else None)
+        if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
+            v = i.view(np.ndarray)  # every entry alike: one int stands for them all
+            if v.max() >= arr.size or v.min() < -arr.size:
+                raise IndexError(f"index out of range for a table of {arr.size}")
+            return same
+        out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
+        return out if type(i) is np.ndarray else out.view(type(i))
 
 
 @lru_cache(maxsize=64)
@@ -530,11 +532,22 @@ def segment(start: Any, count: Any, nseg: int, j: int) -> tuple[Any, Any]:
     return lo, lo + q + (j < r)
 
 
+@lru_cache(maxsize=256)
+def segment_bounds(start: int, count: int, nseg: int) -> tuple[tuple[int, int], ...]:
+    """(start, stop) of every segment of :func:`segment`, in order.
+
+    Cached: every rank of a simulated call asks for the same few splits."""
+    return tuple(segment(start, count, nseg, j) for j in range(nseg))
+
+
 def split(buf: np.ndarray, nseg: int) -> list[np.ndarray]:
     """The ``nseg`` segment views of ``buf`` (:func:`segment`); ``[buf]`` itself for one."""
     if nseg == 1:
         return [buf]
-    return [buf[a:b] for a, b in (segment(0, buf.size, nseg, j) for j in range(nseg))]
+    n = buf.size
+    if type(n) is int:
+        return [buf[a:b] for a, b in segment_bounds(0, n, nseg)]
+    return [buf[a:b] for a, b in (segment(0, n, nseg, j) for j in range(nseg))]  # per-rank n
 
 
 class Pipeline:
@@ -563,13 +576,14 @@ class Pipeline:
             return ops
         self._fn = None
         if overlaps:
-            return Overlap(ops, partial(fn, *self._args))
+            return _op(Overlap, (ops, partial(fn, *self._args)))
         fn(*self._args)
         return ops
 
     def then(self, fn: Callable[..., None], *args: Any) -> None:
         """Register ``fn(*args)``: the work on what the round just yielded received."""
-        self.flush()
+        if self._fn is not None:
+            self.flush()
         self._fn, self._args = fn, args
 
     def flush(self) -> None:

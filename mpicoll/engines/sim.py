@@ -229,25 +229,33 @@ class SimContext(Context):
         sim.unit = self.unit if self.derived else None  # what run() counts per element
 
     def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
-        t = self.sim.local.copy_time(self.nbytes(src))
-        if self.sim.record is None:
-            self.sim.clock[self.rank] += t
+        sim = self.sim
+        n = src.size * self.unit  # self.nbytes(src)
+        t = sim.copy_charge.get(n)
+        if t is None:
+            t = sim.copy_charge[n] = sim.local.copy_time(n)
+        if sim.record is None:
+            sim.clock[self.rank] += t
         elif t:  # the batch engine's walk: charged later, in order (+ 0.0 changes no clock)
-            self.sim.record.append(t)
-        if self.sim.data and src.size:
-            if self.sim.inflight:
-                self.sim.check_inflight(src, dst)
+            sim.record.append(t)
+        if sim.data and src.size:
+            if sim.inflight:
+                sim.check_inflight(src, dst)
             np.copyto(dst, src)
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
-        t = self.sim.local.reduce_time(self.nbytes(inbuf))
-        if self.sim.record is None:
-            self.sim.clock[self.rank] += t
+        sim = self.sim
+        n = inbuf.size * self.unit  # self.nbytes(inbuf)
+        t = sim.reduce_charge.get(n)
+        if t is None:
+            t = sim.reduce_charge[n] = sim.local.reduce_time(n)
+        if sim.record is None:
+            sim.clock[self.rank] += t
         elif t:
-            self.sim.record.append(t)
-        if self.sim.data and inbuf.size:
-            if self.sim.inflight:
-                self.sim.check_inflight(inbuf, inoutbuf)
+            sim.record.append(t)
+        if sim.data and inbuf.size:
+            if sim.inflight:
+                sim.check_inflight(inbuf, inoutbuf)
             fn, a, b = self.reducer(inbuf, inoutbuf, op)
             fn(a, b)
 
@@ -297,6 +305,10 @@ class Simulator:
         self.delta = local.delta  # seconds per byte copied locally
         #: the rank's model: its reduce_time and copy_time charge local work
         self.local = local
+        #: bytes -> the seconds ``local`` charges a reduction (a copy) of them, each asked
+        #: once: a simulated call asks for a few sizes millions of times
+        self.reduce_charge: dict[int, float] = {}
+        self.copy_charge: dict[int, float] = {}
         #: per-rank clocks; before :meth:`run`, what the calls' argument copies charged
         self.clock = [0.0] * p
         #: the batch engine's walk (:func:`run_batch`): the contexts append each local charge
@@ -1020,50 +1032,48 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
     local work (:attr:`Simulator.record`) in the order the per-rank engine makes them."""
     unit = sim.unit
     charges: list[float] = []
-    rr_rank, nops, pre_hi, dur_hi = array("q"), array("q"), array("q"), array("q")
+    per_rank = []  # rounds of each rank, its terminal one included
+    nops: list[int] = []
+    pre_hi: list[int] = []
+    dur_hi: list[int] = []
     op_send: list[bool] = []
     op_peer: list[int] = []
     op_bytes: list[int] = []
     sim.record = charges
     try:
-        for r, gen in enumerate(gens):
+        for gen in gens:
             ops: list[Send | Recv] = []  # this rank's, in post order
-            while True:
-                try:
-                    item = next(gen)
-                except StopIteration:
-                    break
-                during = None
+            before = len(nops)
+            for item in gen:
                 if isinstance(item, Overlap):
-                    rnd, during = item.ops, item.during
+                    rnd = item.ops
                     if not rnd:  # nothing in flight: plain local work
-                        during()
+                        item.during()
                         continue
-                else:
-                    rnd = item
-                    if not rnd:
-                        continue
-                rr_rank.append(r)
-                nops.append(len(rnd))
-                pre_hi.append(len(charges))
-                ops.extend(rnd)
-                if during is not None:
-                    during()
-                dur_hi.append(len(charges))
-            rr_rank.append(r)  # the terminal round: the work after the last round
-            nops.append(0)
+                    nops.append(len(rnd))
+                    pre_hi.append(len(charges))
+                    ops.extend(rnd)
+                    item.during()
+                    dur_hi.append(len(charges))
+                elif item:
+                    nops.append(len(item))
+                    pre_hi.append(len(charges))
+                    ops.extend(item)
+                    dur_hi.append(len(charges))
+            nops.append(0)  # the terminal round: the work after the last round
             pre_hi.append(len(charges))
             dur_hi.append(len(charges))
+            per_rank.append(len(nops) - before)
             op_send += [type(o) is not Recv for o in ops]
-            op_peer += [o.peer for o in ops]
-            op_bytes += ([o.buf.nbytes for o in ops] if unit is None
-                         else [o.buf.size * unit for o in ops])
+            op_peer += [o[1] for o in ops]
+            op_bytes += ([o[0].nbytes for o in ops] if unit is None
+                         else [o[0].size * unit for o in ops])
     finally:
         sim.record = None
     i64 = np.int64
     dur = np.array(dur_hi, i64)
     n = np.array(nops, i64)
-    return _Walk(np.array(rr_rank, i64), n,
+    return _Walk(np.repeat(np.arange(len(per_rank), dtype=i64), per_rank), n,
                  np.concatenate([np.zeros(1, i64), dur[:-1]]), np.array(pre_hi, i64), dur,
                  np.array(charges, np.float64), np.repeat(np.arange(n.size), n),
                  np.array(op_send, bool), np.array(op_peer, i64), np.array(op_bytes, i64))
