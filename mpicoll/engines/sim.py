@@ -228,16 +228,24 @@ class SimContext(Context):
         self.sim = sim
         sim.unit = self.unit if self.derived else None  # what run() counts per element
 
-    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+    def _charge(self, charges: dict[int, float], time_of: Callable[[int], float],
+                n: int) -> None:
+        """Charge this rank ``time_of(n)`` seconds of local work on ``n`` bytes (asked of the
+        model once per size: ``charges`` remembers it); during the batch engine's walk it is
+        recorded instead, to be charged later in order (+ 0.0 changes no clock: not
+        recorded)."""
         sim = self.sim
-        n = src.size * self.unit  # self.nbytes(src)
-        t = sim.copy_charge.get(n)
+        t = charges.get(n)
         if t is None:
-            t = sim.copy_charge[n] = sim.local.copy_time(n)
+            t = charges[n] = time_of(n)
         if sim.record is None:
             sim.clock[self.rank] += t
-        elif t:  # the batch engine's walk: charged later, in order (+ 0.0 changes no clock)
+        elif t:
             sim.record.append(t)
+
+    def copy(self, src: np.ndarray, dst: np.ndarray) -> None:
+        sim = self.sim
+        self._charge(sim.copy_charge, sim.local.copy_time, src.size * self.unit)
         if sim.data and src.size:
             if sim.inflight:
                 sim.check_inflight(src, dst)
@@ -245,14 +253,7 @@ class SimContext(Context):
 
     def reduce(self, inbuf: np.ndarray, inoutbuf: np.ndarray, op: MPI.Op) -> None:
         sim = self.sim
-        n = inbuf.size * self.unit  # self.nbytes(inbuf)
-        t = sim.reduce_charge.get(n)
-        if t is None:
-            t = sim.reduce_charge[n] = sim.local.reduce_time(n)
-        if sim.record is None:
-            sim.clock[self.rank] += t
-        elif t:
-            sim.record.append(t)
+        self._charge(sim.reduce_charge, sim.local.reduce_time, inbuf.size * self.unit)
         if sim.data and inbuf.size:
             if sim.inflight:
                 sim.check_inflight(inbuf, inoutbuf)
