@@ -6,6 +6,7 @@ The MPI suite on the cluster is `make cluster-test`, not here."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -205,21 +206,28 @@ def test_two_level_and_predict_bench():
     assert rows[1]["inter_node_bytes"] == int(want.inter_bytes_sent.sum()) == 2 * 2 * 3 * (1 << 18)
 
 
-def test_predict_command(tmp_path, capsys):
-    import json
-
+def _predict_args(tmp_path, inter, collective, algorithm, median_us):
+    """``predict``'s arguments over calibrations (intra: 1 us + 0.1 ns/B; ``inter``) and a
+    bench document of one p2p result at P = 4, 64 KiB, written under ``tmp_path``."""
     from mpicoll.model.alphabeta import Model, save
 
     save(Model(alpha=1e-6, beta=1e-10), tmp_path / "intra.json")
-    save(Model(alpha=5e-5, beta=8e-9), tmp_path / "inter.json")
+    save(inter, tmp_path / "inter.json")
     doc = {"provenance": {"P": 4}, "results": [
-        {"backend": "p2p", "algorithm": "recursive_doubling", "auto_choice": None,
-         "status": "ok", "collective": "allgather", "size_bytes": 1 << 16,
-         "persistent": False, "time_us": {"median": 500.0}}]}
+        {"backend": "p2p", "algorithm": algorithm, "auto_choice": None,
+         "status": "ok", "collective": collective, "size_bytes": 1 << 16,
+         "persistent": False, "time_us": {"median": median_us}}]}
     (tmp_path / "bench.json").write_text(json.dumps(doc))
-    args = ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
+    return ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
             str(tmp_path / "inter.json"), "-k", "2", "--json", str(tmp_path / "rows.json"),
             str(tmp_path / "bench.json")]
+
+
+def test_predict_command(tmp_path, capsys):
+    from mpicoll.model.alphabeta import Model
+
+    args = _predict_args(tmp_path, Model(alpha=5e-5, beta=8e-9), "allgather",
+                         "recursive_doubling", 500.0)
     assert cl.main(args) == 0
     assert cl.main([*args, "--no-network"]) == 0
     out = capsys.readouterr().out
@@ -416,20 +424,10 @@ def test_predict_bench_with_the_token_bucket():
 
 
 def test_predict_command_takes_the_bucket(tmp_path, capsys):
-    import json
+    from mpicoll.model.alphabeta import Model
 
-    from mpicoll.model.alphabeta import Model, save
-
-    save(Model(alpha=1e-6, beta=1e-10), tmp_path / "intra.json")
-    save(Model(alpha=2e-5, beta=8e-8, message_curve=CURVE), tmp_path / "inter.json")
-    doc = {"provenance": {"P": 4}, "results": [
-        {"backend": "p2p", "algorithm": "reduce_bcast", "auto_choice": None,
-         "status": "ok", "collective": "allreduce", "size_bytes": 1 << 16,
-         "persistent": False, "time_us": {"median": 5300.0}}]}
-    (tmp_path / "bench.json").write_text(json.dumps(doc))
-    args = ["predict", "--intra", str(tmp_path / "intra.json"), "--inter",
-            str(tmp_path / "inter.json"), "-k", "2", "--json", str(tmp_path / "rows.json"),
-            str(tmp_path / "bench.json"), "--no-network"]
+    args = [*_predict_args(tmp_path, Model(alpha=2e-5, beta=8e-8, message_curve=CURVE),
+                           "allreduce", "reduce_bcast", 5300.0), "--no-network"]
     assert cl.main(args) == 0
     out = capsys.readouterr().out
     assert "# NICs: token buckets of 262144 B, rate 80 ns/B" in out
