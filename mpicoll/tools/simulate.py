@@ -30,15 +30,10 @@ from ..algorithms.native_defaults import LIBRARIES, library_default
 from ..algorithms.schedule import Schedule
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
+from ..engines.batch import run_batch
 from ..engines.network import PLACEMENTS, Network, parse_topology
-from ..engines.sim import (
-    NotVectorizableError,
-    SimResult,
-    Simulator,
-    TwoLevel,
-    run_batch,
-    run_vector,
-)
+from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel
+from ..engines.vector import run_vector
 from ..model.alphabeta import Model
 from . import cases as _cases
 from . import dtypes as _dtypes

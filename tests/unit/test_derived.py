@@ -24,7 +24,8 @@ from mpicoll.algorithms.schedule import Context
 from mpicoll.backends.args import PARSERS
 from mpicoll.backends.buffers import parse, parse_v
 from mpicoll.backends.ops import check_op
-from mpicoll.engines.sim import Simulator, run_vector
+from mpicoll.engines.sim import Simulator
+from mpicoll.engines.vector import run_vector
 from mpicoll.tools import dtypes
 from mpicoll.tools.simulate import simulate
 

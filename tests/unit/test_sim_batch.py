@@ -13,14 +13,9 @@ from mpi4py import MPI
 from mpicoll import registry
 from mpicoll.algorithms.collectives import RECORDS
 from mpicoll.algorithms.schedule import Context, Schedule
-from mpicoll.engines import sim as _sim
-from mpicoll.engines.sim import (
-    DeadlockError,
-    NotVectorizableError,
-    Simulator,
-    TwoLevel,
-    run_batch,
-)
+from mpicoll.engines import batch as _sim
+from mpicoll.engines.batch import run_batch
+from mpicoll.engines.sim import DeadlockError, NotVectorizableError, Simulator, TwoLevel
 from mpicoll.model.alphabeta import Model
 from mpicoll.tools.simulate import simulate
 

@@ -174,7 +174,8 @@ def test_one_extra_byte_is_counted_by_both_engines() -> None:
     """A ring step that sends one element too many: the vector engine counts it exactly as
     the per-rank engine does, so the traffic tests fail on either."""
     from mpicoll.algorithms.schedule import Context, Schedule
-    from mpicoll.engines.sim import Simulator, run_vector
+    from mpicoll.engines.sim import Simulator
+    from mpicoll.engines.vector import run_vector
 
     def extra(ctx: Context, buf: np.ndarray, op: MPI.Op) -> Schedule:
         p, r = ctx.size, ctx.rank
@@ -275,7 +276,7 @@ def test_rank_arithmetic_of_the_vector_engine() -> None:
     numpy's, negative values included; a Table whose entries are all alike gives that int
     for a vector of indices (every rank's value), and refuses an index out of range."""
     from mpicoll.algorithms.schedule import Table
-    from mpicoll.engines.sim import _Lanes
+    from mpicoll.engines.vector import _Lanes
 
     rng = np.random.default_rng(7)
     for p in (1, 2, 3, 5, 8, 13, 4095, 4096):

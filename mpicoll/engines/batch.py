@@ -1,0 +1,329 @@
+"""The simulator's batch engine: every rank's schedule walked first, then timed together.
+
+Other cost-only runs on a flat model without a network (rooted and segmented schedules, rank-
+dependent control flow) go to the **batch engine** (:func:`run_batch`): every rank's generator
+runs to its end first (nothing a schedule does depends on the clocks), recording its rounds and
+its local charges in order; the messages are matched per (source, destination) pair in post
+order with a sort; then the per-rank engine's own order of events is replayed one *generation*
+of its ready queue at a time (the ranks it holds at first, 0 .. p-1, then those whose round
+completed while the previous generation was served, in the order they completed): each resumes,
+posts its next round, and every message whose two ends are now posted is matched in the order
+the per-rank engine matches it (the later post's place in the queue, then the operation's place
+in its round), a port serving its messages in that order.  Messages that share no port are timed
+together with numpy; small generations (a pipeline's wavefront) one by one.  Its results equal
+the per-rank engine's bit for bit (``tests/unit/test_sim_batch.py``); a deadlock or a truncated
+message is handed back to the per-rank engine, which reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ..algorithms.schedule import Overlap, Recv, Schedule, Send
+from .sim import NotVectorizableError, Simulator, TwoLevel
+from .vector import _message
+
+__all__ = ["run_batch"]
+
+class _Walk(NamedTuple):
+    """Every rank's rounds of a cost-only run, as :func:`_walk` records them.
+
+    Rounds are numbered rank after rank (``rr``), each rank's ending with a terminal round of
+    no operation (what it does after its last round); operations are numbered in post order.
+    """
+
+    rr_rank: np.ndarray  # rank of each round
+    nops: np.ndarray  # operations of each round
+    pre_lo: np.ndarray  # charges[pre_lo:pre_hi]: local work before the round is posted
+    pre_hi: np.ndarray
+    dur_hi: np.ndarray  # charges[pre_hi:dur_hi]: an Overlap's work, while it is in flight
+    charges: np.ndarray  # seconds of each local operation, in order
+    op_rr: np.ndarray  # round of each operation
+    op_send: np.ndarray  # a send (else a receive)
+    op_peer: np.ndarray
+    op_bytes: np.ndarray  # bytes sent, or room to receive
+
+
+def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
+    """Run every rank's schedule generator to its end (cost-only, nothing a schedule does
+    depends on the clocks: the engines' rule), recording its rounds and the charges of its
+    local work (:attr:`Simulator.record`) in the order the per-rank engine makes them."""
+    unit = sim.unit
+    charges: list[float] = []
+    per_rank = []  # rounds of each rank, its terminal one included
+    nops: list[int] = []
+    pre_hi: list[int] = []
+    dur_hi: list[int] = []
+    op_send: list[bool] = []
+    op_peer: list[int] = []
+    op_bytes: list[int] = []
+    sim.record = charges
+    try:
+        for gen in gens:
+            ops: list[Send | Recv] = []  # this rank's, in post order
+            before = len(nops)
+            for item in gen:
+                if isinstance(item, Overlap):
+                    rnd = item.ops
+                    if not rnd:  # nothing in flight: plain local work
+                        item.during()
+                        continue
+                    nops.append(len(rnd))
+                    pre_hi.append(len(charges))
+                    ops.extend(rnd)
+                    item.during()
+                    dur_hi.append(len(charges))
+                elif item:
+                    nops.append(len(item))
+                    pre_hi.append(len(charges))
+                    ops.extend(item)
+                    dur_hi.append(len(charges))
+            nops.append(0)  # the terminal round: the work after the last round
+            pre_hi.append(len(charges))
+            dur_hi.append(len(charges))
+            per_rank.append(len(nops) - before)
+            op_send += [type(o) is not Recv for o in ops]
+            op_peer += [o[1] for o in ops]
+            op_bytes += ([o[0].nbytes for o in ops] if unit is None
+                         else [o[0].size * unit for o in ops])
+    finally:
+        sim.record = None
+    i64 = np.int64
+    dur = np.array(dur_hi, i64)
+    n = np.array(nops, i64)
+    return _Walk(np.repeat(np.arange(len(per_rank), dtype=i64), per_rank), n,
+                 np.concatenate([np.zeros(1, i64), dur[:-1]]), np.array(pre_hi, i64), dur,
+                 np.array(charges, np.float64), np.repeat(np.arange(n.size), n),
+                 np.array(op_send, bool), np.array(op_peer, i64), np.array(op_bytes, i64))
+
+
+def _charge(c: np.ndarray, charges: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``c`` (clocks) plus each lane's charges ``charges[lo:hi]``, added one by one in order
+    (as the per-rank engine adds them: the same roundings)."""
+    n = hi - lo
+    if not n.size or not n.any():
+        return c
+    c = c.copy()
+    for i in range(int(n.max())):
+        sel = np.flatnonzero(n > i)
+        c[sel] += charges[lo[sel] + i]
+    return c
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] .. starts[i] + counts[i] - 1`` of every i, concatenated."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    offs = np.cumsum(counts) - counts
+    return np.repeat(starts - offs, counts) + np.arange(total)
+
+
+def _previous(keys: np.ndarray) -> np.ndarray:
+    """For each position, the previous position holding the same key (-1 if none)."""
+    order = np.argsort(keys, kind="stable")
+    prev = np.full(keys.size, -1, np.int64)
+    same = keys[order[1:]] == keys[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+#: the batch engine serves a generation of at most this many ranks one by one (the same
+#: arithmetic, in the same order), larger ones with numpy
+SMALL_GENERATION = 24
+
+
+def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]:
+    """:meth:`Simulator.run` of cost-only schedules, with the per-rank engine's results bit
+    for bit, at a few numpy operations per step of its ready queue instead of Python work per
+    message (see the module docstring).
+
+    First every rank's generator runs to its end (:func:`_walk`); the messages are matched
+    per (source, destination) pair in post order; then the per-rank engine's own order of
+    events is replayed a *generation* at a time: the ranks its ready queue holds (at first
+    0 .. p-1, then those whose round completed while the previous generation was served, in
+    the order they completed) each resume (local work, clock), post their next round, and
+    every message both of whose ends are now posted is matched, in the order the per-rank
+    engine matches it (the later of its two posts: that rank's place in the queue, then the
+    operation's place in its round).  A port serves its messages in that order; messages
+    that share no port are timed together.
+
+    Raises :class:`NotVectorizableError` where the per-rank engine must run the schedules
+    (data mode, a two-level model or a network, a trace; a deadlock or a truncation, whose
+    errors the per-rank engine reports): the generators are then spent.
+    """
+    if sim.data:
+        raise NotVectorizableError("data mode runs per rank")
+    if sim.fabric is not None or isinstance(sim.model, TwoLevel):
+        raise NotVectorizableError("a two-level model or a network runs per rank")
+    return time_walk(sim, _walk(sim, gens))
+
+
+def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
+    """The timing half of :func:`run_batch`: the walk ``w`` of every rank's rounds, matched
+    and replayed a ready-queue generation at a time (its docstring); the same results as
+    :meth:`Simulator.run` of the schedules walked, bit for bit."""
+    p = sim.p
+    i64 = np.int64
+    send = w.op_send
+    nop = send.size
+    peer, op_rank = w.op_peer, w.rr_rank[w.op_rr]
+    if nop and (peer.min() < 0 or peer.max() >= p):
+        raise NotVectorizableError("a peer that is not a rank (the per-rank engine deadlocks)")
+    # match: the j-th send s -> d with the j-th receive at d from s (non-overtaking)
+    si, ri = np.flatnonzero(send), np.flatnonzero(~send)
+    if si.size != ri.size:
+        raise NotVectorizableError("unmatched messages (the per-rank engine deadlocks)")
+    ms, md = op_rank[si], peer[si]
+    os_ = np.lexsort((si, md, ms))
+    orr = np.lexsort((ri, op_rank[ri], peer[ri]))
+    ma, mb = si[os_], ri[orr]  # each message's send and receive operation
+    ms, md = ms[os_], md[os_]
+    if not ((peer[mb] == ms).all() and (op_rank[mb] == md).all()):
+        raise NotVectorizableError("unmatched messages (the per-rank engine deadlocks)")
+    mn = w.op_bytes[ma]
+    if (mn > w.op_bytes[mb]).any():
+        raise NotVectorizableError("a truncated message (the per-rank engine reports it)")
+    nmsg = ma.size
+    op_msg = np.empty(nop, i64)
+    op_msg[ma] = np.arange(nmsg)
+    op_msg[mb] = np.arange(nmsg)
+    partner = np.empty(nop, i64)
+    partner[ma], partner[mb] = mb, ma
+    rr_op0 = np.cumsum(w.nops) - w.nops
+    op_j = np.arange(nop) - rr_op0[w.op_rr]
+    jmul = int(w.nops.max()) + 1
+    m_rs, m_rd = w.op_rr[ma], w.op_rr[mb]
+    cost = _message(sim.model, mn).astype(np.float64, copy=False)
+    if cost.shape != mn.shape:
+        cost = np.full(nmsg, float(cost))
+    o_msg = sim.o_msg
+    nrr = w.nops.size
+    clock = np.array(sim.clock, np.float64) + sim.o_call
+    rend, send_free, recv_free = np.zeros(p), np.zeros(p), np.zeros(p)
+    post_t = np.zeros(nrr)
+    post_key = np.full(nrr, -1, i64)
+    pending = w.nops.copy()
+    cur = np.searchsorted(w.rr_rank, np.arange(p))  # each rank's next round
+    done = np.zeros(p, bool)
+    ranks = np.arange(p)  # the ready queue's generation, in order
+    g = 0
+    while ranks.size:
+        if ranks.size <= SMALL_GENERATION:  # the same steps one by one: fewer numpy calls
+            posted: list[int] = []
+            for r in ranks.tolist():
+                rr = cur[r]
+                c = max(clock[r], rend[r])
+                for x in w.charges[w.pre_lo[rr]:w.pre_hi[rr]]:
+                    c += x
+                clock[r] = c
+                k = w.nops[rr]
+                if not k:
+                    done[r] = True
+                    continue
+                t = c + k * o_msg
+                post_t[rr] = t
+                post_key[rr] = (g * p + len(posted)) * jmul
+                for x in w.charges[w.pre_hi[rr]:w.dur_hi[rr]]:
+                    t += x
+                clock[r] = t
+                posted.append(rr)
+            if not posted:
+                break
+            g += 1
+            found = []
+            for rr in posted:
+                for op in range(rr_op0[rr], rr_op0[rr] + w.nops[rr]):
+                    o = partner[op]
+                    okey = post_key[w.op_rr[o]]
+                    mine = post_key[rr] + op_j[op]
+                    if okey >= 0 and mine > okey + op_j[o]:
+                        found.append((mine, op_msg[op]))
+            found.sort()
+            nxt_l = []
+            for _, m in found:
+                s, d, a, b = ms[m], md[m], m_rs[m], m_rd[m]
+                end = max(max(post_t[a], post_t[b]), max(send_free[s], recv_free[d])) + cost[m]
+                send_free[s] = end
+                recv_free[d] = end
+                rend[s] = max(rend[s], end)
+                rend[d] = max(rend[d], end)
+                for x in (a, b):
+                    pending[x] -= 1
+                    if not pending[x]:
+                        nxt_l.append(x)
+            nxt = np.array(nxt_l, i64)
+            ranks = w.rr_rank[nxt]
+            cur[ranks] = nxt + 1
+            continue
+        rr = cur[ranks]
+        c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], w.pre_hi[rr])
+        k = w.nops[rr]
+        live = k > 0
+        clock[ranks] = c
+        done[ranks[~live]] = True
+        ranks, rr, k = ranks[live], rr[live], k[live]
+        if not ranks.size:
+            break
+        t = c[live] + k * o_msg  # busy posting the round
+        post_t[rr] = t
+        post_key[rr] = (g * p + np.arange(ranks.size)) * jmul
+        clock[ranks] = _charge(t, w.charges, w.pre_hi[rr], w.dur_hi[rr])
+        g += 1
+        ops = _ranges(rr_op0[rr], k)
+        other = partner[ops]
+        okey = post_key[w.op_rr[other]]
+        mine = post_key[w.op_rr[ops]] + op_j[ops]
+        hit = (okey >= 0) & (mine > okey + op_j[other])  # matched now, at this post
+        ops = ops[hit]
+        batch = op_msg[ops[np.argsort(mine[hit], kind="stable")]]
+        if batch.size:
+            s, d = ms[batch], md[batch]
+            ts = np.maximum(post_t[m_rs[batch]], post_t[m_rd[batch]])
+            mc = cost[batch]
+            prev_s, prev_d = _previous(s), _previous(d)
+            chained = bool((prev_s >= 0).any() or (prev_d >= 0).any())
+            left = np.ones(batch.size, bool)
+            while True:
+                if chained:
+                    sel = np.flatnonzero(left & ((prev_s < 0) | ~left[prev_s])
+                                         & ((prev_d < 0) | ~left[prev_d]))
+                    left[sel] = False
+                    ss, dd = s[sel], d[sel]
+                    start = np.maximum(ts[sel], np.maximum(send_free[ss], recv_free[dd]))
+                    end = start + mc[sel]
+                else:
+                    ss, dd = s, d
+                    end = np.maximum(ts, np.maximum(send_free[s], recv_free[d])) + mc
+                send_free[ss] = end
+                recv_free[dd] = end
+                rend[ss] = np.maximum(rend[ss], end)
+                rend[dd] = np.maximum(rend[dd], end)
+                if not chained or not left.any():
+                    break
+            ev = np.column_stack((m_rs[batch], m_rd[batch])).ravel()  # in match order
+            np.subtract.at(pending, ev, 1)
+            u, first = np.unique(ev[::-1], return_index=True)
+            full = pending[u] == 0
+            nxt = u[full][np.argsort(-first[full], kind="stable")]  # in completion order
+        else:
+            nxt = np.zeros(0, i64)
+        ranks = w.rr_rank[nxt]
+        cur[ranks] = nxt + 1
+    if not done.all():
+        raise NotVectorizableError("ranks never finish (the per-rank engine deadlocks)")
+    msent = np.bincount(ms, minlength=p).astype(i64)
+    mrecv = np.bincount(md, minlength=p).astype(i64)
+    bsent, brecv, inter = np.zeros(p, i64), np.zeros(p, i64), np.zeros(p, i64)
+    np.add.at(bsent, ms, mn)
+    np.add.at(brecv, md, mn)
+    if sim.nodes is not None and nmsg:
+        nd = np.asarray(sim.nodes)
+        x = nd[ms] != nd[md]
+        np.add.at(inter, ms[x], mn[x])
+    sim.clock = clock.tolist()
+    return {"clocks": clock, "messages_sent": msent, "bytes_sent": bsent,
+            "messages_recv": mrecv, "bytes_recv": brecv, "inter_bytes_sent": inter}
