@@ -167,6 +167,9 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
     and replayed a ready-queue generation at a time (its docstring); the same results as
     :meth:`Simulator.run` of the schedules walked, bit for bit."""
     p = sim.p
+    model = sim.model
+    if sim.fabric is not None or isinstance(model, TwoLevel):
+        raise NotVectorizableError("a two-level model or a network runs per rank")
     i64 = np.int64
     send = w.op_send
     nop = send.size
@@ -197,7 +200,7 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
     op_j = np.arange(nop) - rr_op0[w.op_rr]
     jmul = int(w.nops.max()) + 1
     m_rs, m_rd = w.op_rr[ma], w.op_rr[mb]
-    cost = _message(sim.model, mn).astype(np.float64, copy=False)
+    cost = _message(model, mn).astype(np.float64, copy=False)
     if cost.shape != mn.shape:
         cost = np.full(nmsg, float(cost))
     o_msg = sim.o_msg
