@@ -672,15 +672,22 @@ def _btree(p: int, r: int) -> tuple[int, list[int]]:
 
 
 class _Tree(NamedTuple):
-    """One tree of :func:`_dtree`, per rank: parent (-1 at the root), children, height (the
-    longest path down to a leaf) and depth; and the root's height (``max(height)``, kept: a
-    rank's schedule reads it, and p ranks scanning p heights each is O(p^2))."""
+    """One tree of :func:`_dtree`, per rank: parent (-1 at the root), first and second child
+    (-1 where there is none) and how many, height (the longest path down to a leaf) and depth;
+    and the root's height (``max(height)``, kept: a rank's schedule reads it, and p ranks
+    scanning p heights each is O(p^2)).  Tables, so that a vector of ranks (the simulator's)
+    reads its entries at once."""
 
-    parent: tuple[int, ...]
-    kids: tuple[tuple[int, ...], ...]
-    height: tuple[int, ...]
-    depth: tuple[int, ...]
+    parent: Table
+    kid: tuple[Table, Table]
+    nkids: Table
+    height: Table
+    depth: Table
     top: int
+
+    def children(self, v: Any) -> list[Any]:
+        """The children of rank ``v`` (a rank vector: of a class of ranks with as many)."""
+        return [self.kid[i][v] for i in range(self.nkids[v])]
 
 
 @lru_cache(maxsize=16)
@@ -694,7 +701,7 @@ def _dtree(p: int) -> tuple[_Tree, _Tree]:
         for r in range(p):
             up, ch = _btree(p, to(r))
             parent.append(back(up) if up >= 0 else -1)
-            kids.append(tuple(back(c) for c in ch))
+            kids.append([back(c) for c in ch])
         height, depth = [0] * p, [0] * p
         order = [r for r in range(p) if parent[r] < 0]
         for v in order:  # breadth first from the root (the list grows as it is walked)
@@ -703,7 +710,9 @@ def _dtree(p: int) -> tuple[_Tree, _Tree]:
                 order.append(c)
         for v in reversed(order):
             height[v] = max((height[c] + 1 for c in kids[v]), default=0)
-        return _Tree(tuple(parent), tuple(kids), tuple(height), tuple(depth), max(height))
+        kid = tuple(Table(k[i] if i < len(k) else -1 for k in kids) for i in range(2))
+        return _Tree(Table(parent), (kid[0], kid[1]), Table(len(k) for k in kids),
+                     Table(height), Table(depth), max(height))
 
     first = build(lambda r: r, lambda r: r)
     if p % 2 == 0:
@@ -755,7 +764,8 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
     halves = ((0, (n + 1) // 2), ((n + 1) // 2, n // 2))
     trees = _dtree(p)
     nch = [max(1, -(-size // seg_n)) for _, size in halves]
-    tmp = [{c: ctx.scratch(size) for c in trees[t].kids[r]} for t, (_, size) in enumerate(halves)]
+    kids = [tr.children(r) for tr in trees]
+    tmp = [[ctx.scratch(size) for _ in kids[t]] for t, (_, size) in enumerate(halves)]
 
     # This rank's messages as streams: a (tree, direction, peer) moves its half's chunks one
     # a step, chunk c at step first + c.  A stream is (first step, the step after its last,
@@ -767,19 +777,20 @@ def double_binary_tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, seg: int = 
 
     def stream(first: int, views: list[Any], make: Callable[[Any, int], Send | Recv],
                peer: int, into: list[Any] | None = None) -> None:
+        first = int(first)  # (a class of ranks the simulator walks together agrees on it)
         streams.append((first, first + len(views), views, make, peer, into))
 
     for t, tr in enumerate(trees):
         lo, size = halves[t]
         bounds = segment_bounds(lo, size, nch[t])  # (start, stop) of each chunk
         mine = [buf[a:b] for a, b in bounds]
-        for ch in tr.kids[r]:  # up: a child's chunk arrives (from its height's step on)
-            stream(tr.height[ch], [tmp[t][ch][a - lo : b - lo] for a, b in bounds], ctx.recv,
-                   ch, mine)
+        for ch, got in zip(kids[t], tmp[t], strict=True):  # up: a child's chunk arrives
+            stream(tr.height[ch], [got[a - lo : b - lo] for a, b in bounds], ctx.recv, ch,
+                   mine)  # (from its height's step on)
         if tr.parent[r] >= 0:
             stream(tr.height[r], mine, ctx.send, tr.parent[r])  # up: mine leaves
             stream(tr.top + tr.depth[r] - 1, mine, ctx.recv, tr.parent[r])  # down: arrives
-        for ch in tr.kids[r]:
+        for ch in kids[t]:
             stream(tr.top + tr.depth[r], mine, ctx.send, ch)  # down: goes on
     cuts = sorted({s[0] for s in streams} | {s[1] for s in streams})
     for begin, stop in pairwise(cuts):  # steps in which the same streams move

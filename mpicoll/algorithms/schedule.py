@@ -374,7 +374,18 @@ class _Group(_View):
     """A sub-group of another context (see :meth:`Context.group`)."""
 
     def __init__(self, base: Context, members: tuple[int, ...]) -> None:
-        super().__init__(base, members.index(base.rank), len(members))
+        rank = base.rank
+        if isinstance(rank, np.ndarray):  # a vector of ranks (the simulator's): each's place
+            place = np.full(base.size, -1, np.int64)
+            place[list(members)] = np.arange(len(members))
+            rank = place[rank.view(np.ndarray)]
+            if (rank < 0).any():
+                raise ValueError("a rank that is not a member of the group")
+            rank = rank.view(type(base.rank))
+            members = Table(members)
+        else:
+            rank = members.index(rank)
+        super().__init__(base, rank, len(members))
         self._members = members
 
     def _to_base(self, peer: int) -> int:

@@ -13,20 +13,29 @@ in its round), a port serving its messages in that order.  Messages that share n
 together with numpy; small generations (a pipeline's wavefront) one by one.  Its results equal
 the per-rank engine's bit for bit (``tests/unit/test_sim_batch.py``); a deadlock or a truncated
 message is handed back to the per-rank engine, which reports it.
+
+A symmetric collective's walk need not run every rank's generator: :func:`walk_classes` runs
+the schedule once for a *class* of ranks, ``ctx.rank`` the vector of their ranks (the vector
+engine's lanes), and splits a class where its ranks part ways (a branch, a loop bound, a step
+number the lanes disagree on), walking each part again.  A binomial tree's ranks fall into
+about 2 lg p classes, a double binary tree's into 2 lg p (their height in either tree), a ring's
+or a butterfly's into one, so a walk costs Python work per class and round instead of per rank
+and round; it records exactly what the per-rank walk records (:func:`run_classes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
+from mpi4py import MPI
 
-from ..algorithms.schedule import Overlap, Recv, Schedule, Send
+from ..algorithms.schedule import Context, Overlap, Recv, Schedule, Send
 from .sim import NotVectorizableError, Simulator, TwoLevel
-from .vector import _message
+from .vector import _Extents, _Lanes, _message, _SplitError, _VectorContext, _vectorised
 
-__all__ = ["run_batch"]
+__all__ = ["run_batch", "run_classes", "time_walk", "walk_classes"]
 
 class _Walk(NamedTuple):
     """Every rank's rounds of a cost-only run, as :func:`_walk` records them.
@@ -100,6 +109,223 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
                  np.array(op_send, bool), np.array(op_peer, i64), np.array(op_bytes, i64))
 
 
+class _ClassContext(_VectorContext):
+    """The context of a class of ranks walked together (:func:`walk_classes`): ``rank`` is
+    the vector of their ranks (lanes), buffers are :class:`~mpicoll.engines.vector._Extents`
+    of that many lanes, and local work is recorded, one charge (a float, or one per lane) per
+    copy or reduction, asked of the model once per size as :class:`SimContext` asks it."""
+
+    def __init__(self, sim: Simulator, lanes: np.ndarray, datatype: MPI.Datatype,
+                 dtype: np.dtype) -> None:
+        Context.__init__(self, lanes.view(_Lanes), sim.p,  # type: ignore[arg-type]
+                         datatype, dtype, sim.nodes, sim.segment_bytes)
+        if self.derived:
+            raise NotVectorizableError("a derived datatype is walked per rank")
+        self._clock = [0.0]
+        self.local = sim.local
+        self.copies = True
+        self.sim = sim
+        self.lanes = lanes.size
+        #: the charges made so far, in order (:func:`_walk_class` moves them to the walk)
+        self.record: list[Any] = []
+
+    def _charge(self, known: dict[int, float], time_of: Callable[[int], float], n: Any
+                ) -> None:
+        if isinstance(n, np.ndarray):
+            sizes, where = np.unique(n.view(np.ndarray), return_inverse=True)
+            if sizes.size == 1:
+                n = int(sizes[0])
+            else:
+                each = []
+                for k in sizes.tolist():
+                    tk = known.get(k)
+                    if tk is None:
+                        tk = known[k] = time_of(k)
+                    each.append(tk)
+                self.record.append(np.array(each, np.float64)[where])
+                return
+        t = known.get(n)
+        if t is None:
+            t = known[n] = time_of(n)
+        if t:  # + 0.0 changes no clock: not recorded, as SimContext
+            self.record.append(t)
+
+    def copy(self, src: Any, dst: Any) -> None:
+        self._charge(self.sim.copy_charge, self.local.copy_time, src.size * self.unit)
+
+    def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
+        if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
+            raise NotVectorizableError("reduction of a buffer that is not per-rank")
+        self._charge(self.sim.reduce_charge, self.local.reduce_time, inbuf.size * self.unit)
+
+    def scratch(self, count: Any) -> Any:
+        return _Extents.whole(count, self.dtype, self.lanes)
+
+    group = Context.group  # any group of which every lane is a member (not only all ranks)
+
+
+class _Class(NamedTuple):
+    """One class's walk (:func:`_walk_class`): what each of its ranks did, as :class:`_Walk`
+    records a rank; a charge or an operation's peer or bytes is an int or float (every lane
+    alike) or a vector of one per lane."""
+
+    lanes: np.ndarray  # the ranks
+    prepared: list[Any]  # the argument copies' charges (before the call: the clocks)
+    nops: list[int]  # operations of each round, the terminal one (0) included
+    pre_hi: list[int]  # charges[:pre_hi] were made before the round was posted
+    dur_hi: list[int]  # charges[:dur_hi] by the end of its Overlap's work
+    charges: list[Any]
+    op_send: list[bool]
+    op_peer: list[Any]
+    op_bytes: list[Any]
+
+
+def _walk_class(sim: Simulator, lanes: np.ndarray, schedule: Callable[..., Schedule],
+                datatype: MPI.Datatype, dtype: np.dtype,
+                prepare: Callable[[Context], tuple[Any, ...]]) -> _Class:
+    """Run ``schedule`` once for the ranks ``lanes`` (:class:`_ClassContext`), recording what
+    :func:`_walk` records of each (the same loop); raises :class:`_SplitError` where they part."""
+    ctx = _ClassContext(sim, lanes, datatype, dtype)
+    m = lanes.size
+    args = prepare(ctx)
+    prepared, ctx.record = ctx.record, []
+    charges = ctx.record
+    nops: list[int] = []
+    pre_hi: list[int] = []
+    dur_hi: list[int] = []
+    ops: list[Send | Recv] = []
+    gen = schedule(ctx, *(_vectorised(a, m) for a in args))
+    try:
+        for item in gen:
+            if isinstance(item, Overlap):
+                rnd = item.ops
+                if not rnd:  # nothing in flight: plain local work
+                    item.during()
+                    continue
+                nops.append(len(rnd))
+                pre_hi.append(len(charges))
+                ops.extend(rnd)
+                item.during()
+                dur_hi.append(len(charges))
+            elif item:
+                nops.append(len(item))
+                pre_hi.append(len(charges))
+                ops.extend(item)
+                dur_hi.append(len(charges))
+    finally:
+        gen.close()
+    nops.append(0)  # the terminal round: the work after the last round
+    pre_hi.append(len(charges))
+    dur_hi.append(len(charges))
+    unit = sim.unit
+    size: list[Any] = []
+    for o in ops:
+        b = o[0]
+        if not isinstance(b, (_Extents, np.ndarray)):
+            raise NotVectorizableError("a message buffer that is not per-rank")
+        n = b.size * unit if unit is not None else (b.size * b.dtype.itemsize)
+        size.append(n.view(np.ndarray) if isinstance(n, np.ndarray) else int(n))
+    return _Class(lanes, prepared, nops, pre_hi, dur_hi, charges,
+                  [type(o) is not Recv for o in ops],
+                  [o[1].view(np.ndarray) if isinstance(o[1], np.ndarray) else o[1] for o in ops],
+                  size)
+
+
+def _rows(values: list[Any], m: int, dtype: type) -> np.ndarray:
+    """``values`` (each a scalar or a vector of m lanes) as a (len(values), m) array."""
+    out: np.ndarray = np.empty((len(values), m), dtype)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _assemble(p: int, classes: Sequence[_Class]) -> _Walk:
+    """The :class:`_Walk` of every rank from the walks of the classes that hold them: each
+    rank's rounds, operations and (non-zero) charges laid out rank after rank, as
+    :func:`_walk` lays them out."""
+    i64 = np.int64
+    n_rr, n_op, n_ch = (np.zeros(p, i64) for _ in range(3))
+    tables = []
+    for c in classes:
+        m = c.lanes.size
+        ch = _rows(c.charges, m, np.float64)  # (charges, lanes)
+        nz = ch != 0  # a zero charge is not recorded (SimContext's rule): per lane
+        upto = np.zeros((len(c.charges) + 1, m), i64)  # non-zero charges before each
+        np.cumsum(nz, axis=0, out=upto[1:])
+        n_rr[c.lanes], n_op[c.lanes], n_ch[c.lanes] = len(c.nops), len(c.op_send), upto[-1]
+        tables.append((ch, nz, upto))
+    rr_off, op_off, ch_off = (np.cumsum(n) - n for n in (n_rr, n_op, n_ch))
+    nops, pre_hi, dur_hi = (np.empty(int(n_rr.sum()), i64) for _ in range(3))
+    charges = np.empty(int(n_ch.sum()), np.float64)
+    op_send = np.empty(int(n_op.sum()), bool)
+    op_peer, op_bytes = np.empty(op_send.size, i64), np.empty(op_send.size, i64)
+    for c, (ch, nz, upto) in zip(classes, tables, strict=True):
+        m = c.lanes.size
+        rr = rr_off[c.lanes] + np.arange(len(c.nops))[:, None]  # (rounds, lanes)
+        nops[rr] = np.array(c.nops, i64)[:, None]
+        pre_hi[rr] = ch_off[c.lanes] + upto[c.pre_hi]
+        dur_hi[rr] = ch_off[c.lanes] + upto[c.dur_hi]
+        h, lane = np.nonzero(nz)
+        charges[ch_off[c.lanes][lane] + upto[h, lane]] = ch[h, lane]
+        if c.op_send:
+            op = op_off[c.lanes] + np.arange(len(c.op_send))[:, None]
+            op_send[op] = np.array(c.op_send)[:, None]
+            op_peer[op] = _rows(c.op_peer, m, i64)
+            op_bytes[op] = _rows(c.op_bytes, m, i64)
+    return _Walk(np.repeat(np.arange(p, dtype=i64), n_rr), nops,
+                 np.concatenate([np.zeros(1, i64), dur_hi[:-1]]), pre_hi, dur_hi, charges,
+                 np.repeat(np.arange(nops.size), nops), op_send, op_peer, op_bytes)
+
+
+def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
+                 dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]],
+                 limit: int | None = None) -> _Walk:
+    """:func:`_walk` of a symmetric collective's schedule (every rank prepares its call as
+    rank 0 does, :func:`run_vector`'s premise) by classes of ranks instead of rank by rank.
+
+    The schedule runs for a set of ranks at once, ``ctx.rank`` the vector of their ranks
+    (the vector engine's lanes, :class:`~mpicoll.engines.vector._Lanes`), from every rank
+    together.  Where the lanes part ways (a branch on the rank, a Python index or hash of a
+    per-rank value: :class:`~mpicoll.engines.vector._SplitError`) the walk of that set stops, and
+    each part is walked again from the start on its own.  A class is a set of ranks that take
+    one control path through the schedule: a binomial tree's ranks by their number of
+    children, a double binary tree's by their place in both trees (25 classes of 4096 ranks),
+    so a walk costs O(classes x rounds) Python steps on vectors instead of O(p x rounds).
+    The prepared arguments' copies are charged to ``sim.clock``, as the per-rank contexts
+    charge them when they are made; the walk equals :func:`_walk`'s of every rank's schedule
+    (``tests/unit/test_sim_batch.py``).
+
+    Raises :class:`NotVectorizableError` where it cannot (a derived datatype, a buffer or an
+    operation the lanes cannot stand for, more than ``limit`` classes: the per-rank walk is
+    then the faster)."""
+    p = sim.p
+    limit = p if limit is None else limit
+    todo = [np.arange(p, dtype=np.int64)]
+    done: list[_Class] = []
+    while todo:
+        lanes = todo.pop()
+        try:
+            c = _walk_class(sim, lanes, schedule, datatype, dtype, prepare)
+        except _SplitError as e:
+            keys = np.asarray(e.keys)
+            if keys.shape != lanes.shape:
+                raise NotVectorizableError("a split of another vector than the ranks") from e
+            _, part = np.unique(keys, return_inverse=True)
+            todo += [lanes[part == k] for k in range(int(part.max()), -1, -1)]
+            if len(todo) + len(done) > limit:
+                raise NotVectorizableError(f"more than {limit} classes of ranks") from e
+            continue
+        except (TypeError, ValueError, AttributeError, IndexError) as e:
+            raise NotVectorizableError(f"{type(e).__name__}: {e}") from e
+        done.append(c)
+    clock = np.array(sim.clock, np.float64)
+    for c in done:
+        for t in c.prepared:
+            clock[c.lanes] += t
+    sim.clock = clock.tolist()
+    return _assemble(p, done)
+
+
 def _charge(c: np.ndarray, charges: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``c`` (clocks) plus each lane's charges ``charges[lo:hi]``, added one by one in order
     (as the per-rank engine adds them: the same roundings)."""
@@ -160,6 +386,21 @@ def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]
     if sim.fabric is not None or isinstance(sim.model, TwoLevel):
         raise NotVectorizableError("a two-level model or a network runs per rank")
     return time_walk(sim, _walk(sim, gens))
+
+
+def run_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
+                dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]],
+                limit: int | None = None) -> dict[str, np.ndarray]:
+    """:func:`run_batch` of a symmetric collective's schedule walked by classes of ranks
+    (:func:`walk_classes`, its arguments) instead of rank by rank: the same results.
+
+    Raises :class:`NotVectorizableError` where :func:`run_batch` or :func:`walk_classes`
+    does; ``sim`` is then as it was (its clocks untouched)."""
+    if sim.data:
+        raise NotVectorizableError("data mode runs per rank")
+    if sim.fabric is not None or isinstance(sim.model, TwoLevel):
+        raise NotVectorizableError("a two-level model or a network runs per rank")
+    return time_walk(sim, walk_classes(sim, schedule, datatype, dtype, prepare, limit))
 
 
 def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:

@@ -67,19 +67,47 @@ def _bound(v: Any, p: int) -> _Int:
     return v.view(np.ndarray) if type(v) is _Lanes else v
 
 
+class _SplitError(NotVectorizableError):
+    """The lanes part ways: a branch on them, or a Python index, hash or int of them, where
+    they differ.  ``keys`` (one per lane) is what parts them: the vector engine cannot follow,
+    the batch engine's class walk (:func:`mpicoll.engines.batch.walk_classes`) walks each
+    part on its own."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        super().__init__("a branch the ranks take different ways")
+        self.keys = keys
+
+
 class _Lanes(np.ndarray):
     """The vector engine's rank (and what is computed from it): one lane per rank.  Its truth
     value is the lanes' common one, so a branch on the rank runs where every rank takes the
-    same way (``if rank < 2 * rem`` with rem = 0 on a power of two); where they part, the
-    vector engine cannot follow (:class:`NotVectorizableError`)."""
+    same way (``if rank < 2 * rem`` with rem = 0 on a power of two); where they part, it
+    raises :class:`_SplitError`.  So does an index, an ``int`` or a hash of it (``table[rank]``
+    of a tuple, a dict keyed by a peer) where the lanes differ; where they agree it is their
+    common int."""
 
     def __bool__(self) -> bool:
         if not self.size:
             return False
-        first = bool(self.flat[0])
-        if self.size > 1 and not (self.view(np.ndarray) == self.flat[0]).all():
-            raise NotVectorizableError("a branch the ranks take different ways")
+        truth = self.view(np.ndarray).astype(bool)
+        first = bool(truth.flat[0])
+        if self.size > 1 and not (truth == first).all():
+            raise _SplitError(truth)
         return first
+
+    def __index__(self) -> int:
+        v = self.view(np.ndarray).reshape(-1)  # (a 0-d one: np.min of a rank vector)
+        if not v.size or v.dtype.kind not in "iu":
+            raise TypeError("only a rank vector of integers stands for an int")
+        first = int(v[0])
+        if v.size > 1 and not (v == first).all():
+            raise _SplitError(v)
+        return first
+
+    __int__ = __index__
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(self.__index__())
 
     def __mod__(self, other: Any) -> Any:
         # ``(rank + k) % p``, a ring's peer and block index: the same values as numpy's
@@ -95,6 +123,39 @@ class _Lanes(np.ndarray):
                     out -= other * (out >= other)
                 return out.view(_Lanes)
         return super().__mod__(other)
+
+    # a rank stands for an int, which no augmented assignment changes in place: ``child +=
+    # step`` makes a new vector, as it makes a new int (the list ``child`` was appended to
+    # keeps the old one)
+    def __iadd__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self + other
+
+    def __isub__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self - other
+
+    def __imul__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self * other
+
+    def __ifloordiv__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self // other
+
+    def __imod__(self, other: Any) -> Any:
+        return self % other
+
+    def __iand__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self & other
+
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self | other
+
+    def __ixor__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self ^ other
+
+    def __ilshift__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self << other
+
+    def __irshift__(self, other: Any) -> Any:  # type: ignore[misc]
+        return self >> other
 
 
 def _vector(v: _Int, p: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from ..algorithms.native_defaults import LIBRARIES, library_default
 from ..algorithms.schedule import Schedule
 from ..backends import env as _env
 from ..backends.args import PARSERS, Call, select
-from ..engines.batch import run_batch
+from ..engines.batch import run_batch, run_classes
 from ..engines.network import PLACEMENTS, Network, parse_topology
 from ..engines.sim import NotVectorizableError, SimResult, Simulator, TwoLevel
 from ..engines.vector import run_vector
@@ -229,6 +229,20 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
 
     if engine == "batch" or (engine == "auto" and not data and network is None
                              and not isinstance(sim.model, TwoLevel)):
+        if not data and args is None and collective in SYMMETRIC:
+            # a symmetric call walked by classes of ranks (a tree's by their place in it), up
+            # to p/16 + 8 classes: past that, the per-rank walk below is as fast
+            call, _ = call_of(0)
+            alg = select(call, p, algorithm)
+            try:
+                if not call.uniform:  # rank 0's own block's copy is not every rank's
+                    raise NotVectorizableError("uneven blocks are prepared per rank")
+                stats = run_classes(sim, alg.schedule, call.datatype, call.dtype, call.prepare,
+                                    limit=p // 16 + 8)
+            except NotVectorizableError:
+                pass  # walked rank by rank below
+            else:
+                return _result(collective, alg.name, p, call.nbytes, stats, [], "batch", sim)
         try:
             stats = run_batch(sim, make(sim))
         except NotVectorizableError as e:

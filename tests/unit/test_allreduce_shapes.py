@@ -44,13 +44,13 @@ def test_dtree_is_two_spanning_trees(p: int) -> None:
     first, second = _dtree(p)
     for tree in (first, second):
         assert sum(1 for v in range(p) if tree.parent[v] < 0) == 1
-        assert sorted(c for v in range(p) for c in tree.kids[v]) == sorted(
+        assert sorted(c for v in range(p) for c in tree.children(v)) == sorted(
             v for v in range(p) if tree.parent[v] >= 0)
     to = (lambda r: p - 1 - r) if p % 2 == 0 else (lambda r: (r + 1) % p)
     for v in range(p):
         assert second.parent[to(v)] == (to(first.parent[v]) if first.parent[v] >= 0 else -1)
     if p > 2 and p % 2 == 0:
-        assert not [v for v in range(p) if first.kids[v] and second.kids[v]]
+        assert not [v for v in range(p) if first.children(v) and second.children(v)]
 
 
 def test_swing_peers_and_blocks() -> None:
