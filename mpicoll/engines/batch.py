@@ -129,30 +129,19 @@ def _order(keys: np.ndarray, p: int) -> np.ndarray:
     return np.argsort(keys.astype(np.min_scalar_type(max(p - 1, 0))), kind="stable")
 
 
-def _ports(keys: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The positions of ``keys`` (each in 0 .. p-1: the port of each message of a batch, in
-    match order) grouped by key, in place within a key (:func:`_order`), and where each key's
-    group begins and ends in that order (``order[begin[i]:stop[i]]``, keys ascending)."""
-    order = _order(keys, p)
-    ordered = keys[order]
-    stop = np.append(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1, keys.size)
-    return order, np.concatenate(([0], stop[:-1])), stop
-
-
-def _chains(order: np.ndarray, begin: np.ndarray, stop: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """A port's messages one after the other (from :func:`_ports`, n positions): the previous
-    one of each position (n if none; with two more entries, n + 1 at n + 1: see
-    :func:`time_walk`) and the next one (n + 1 if none)."""
-    n = order.size
-    prev = np.full(n + 2, n + 1)
-    before = np.concatenate(([n], order[:-1]))  # in the order of the groups
-    before[begin] = n
-    prev[order] = before
-    after = np.append(order[1:], n + 1)
-    after[stop - 1] = n + 1
-    nxt = np.empty(n, np.int64)
-    nxt[order] = after
+def _chains(ports: np.ndarray, nports: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each port's slots one after the other: for each of the m slots ``ports`` (a port each,
+    in 0 .. nports-1, in the order the ports serve them) the previous slot of its port (m if
+    none) and the next one (m + 2 if none); ``prev`` has 4 more entries, m + 2."""
+    m = ports.size
+    order = _order(ports, nports)
+    cut = ports[order[1:]] != ports[order[:-1]]  # between two ports, in the sort
+    prev = np.full(m + 4, m + 2)
+    prev[order[0]] = m
+    prev[order[1:]] = np.where(cut, m, order[:-1])
+    nxt = np.empty(m, np.int64)
+    nxt[order[-1]] = m + 2
+    nxt[order[:-1]] = np.where(cut, m + 2, order[1:])
     return prev, nxt
 
 
@@ -218,8 +207,12 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
     nmsg = ma.size
     op_msg = np.empty(nop, i64)
     op_msg[ma] = op_msg[mb] = np.arange(nmsg)
-    partner = np.empty(nop, i64)
-    partner[ma], partner[mb] = mb, ma
+    # the two slots of each message (match order, then sender before receiver) at their ports:
+    # rank r sends at port 2r, receives at port 2r + 1
+    mport = np.empty((nmsg, 2), i64)
+    np.multiply(ms, 2, out=mport[:, 0])
+    np.multiply(md, 2, out=mport[:, 1])
+    mport[:, 1] += 1
     rr_op0 = np.cumsum(w.nops) - w.nops
     cost = _message(model, mn).astype(np.float64, copy=False)
     if cost.shape != mn.shape:
@@ -229,11 +222,11 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
     rend, send_free, recv_free = np.zeros(p), np.zeros(p), np.zeros(p)
     post_t = np.zeros(p)  # when each rank's posted round was posted
     left = np.zeros(p, i64)  # its operations not matched yet
-    # each operation's place in the order of the posts (nop: not posted yet); the later of a
-    # message's two posts matches it
-    seq = np.full(nop, nop, i64)
+    # each message's first post: its place in the order of the operations posted (nop: not
+    # posted yet); its second post matches it
+    first = np.full(nmsg, nop, i64)
     posts = 0  # operations posted
-    last = np.full(p, -1, i64)  # a generation's scratch (-1 between): see the completions
+    lastq = np.full(2 * p, -1, i64)  # each port's last slot in a generation (-1 between)
     cur = np.searchsorted(w.rr_rank, np.arange(p))  # each rank's next round
     done = np.zeros(p, bool)
     ranks = np.arange(p)  # the ready queue's generation, in order
@@ -261,10 +254,11 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
                 break
             found = []  # in match order
             for rr in posted:
-                for op in range(rr_op0[rr], rr_op0[rr] + w.nops[rr]):
-                    seq[op] = posts
-                    if seq[partner[op]] < posts:
-                        found.append(op_msg[op])
+                for m in op_msg[rr_op0[rr]:rr_op0[rr] + w.nops[rr]]:
+                    if first[m] < posts:
+                        found.append(m)
+                    else:
+                        first[m] = posts
                     posts += 1
             nxt_l = []
             for m in found:
@@ -298,25 +292,32 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
         ops = _ranges(rr_op0[rr], k)  # in post order
         mine = np.arange(posts, posts + ops.size)
         posts += ops.size
-        seq[ops] = mine
-        batch = op_msg[ops[seq[partner[ops]] < mine]]  # matched now, in order
+        mm = op_msg[ops]
+        np.minimum.at(first, mm, mine)
+        batch = mm[first[mm] < mine]  # matched now, in order
         n = batch.size
         if not n:
             break
-        s, d = ms[batch], md[batch]
+        # the batch's slots (q = 2i: the sender of its i-th message, 2i + 1: the receiver)
+        pq = np.take(mport, batch, axis=0).ravel()
+        sd = pq >> 1
+        s, d = sd[0::2], sd[1::2]
         ts = np.maximum(post_t[s], post_t[d])
         mc = cost[batch]
-        by_s, by_d = _ports(s, p), _ports(d, p)
+        q = np.arange(2 * n)
+        np.maximum.at(lastq, pq, q)
+        lq = lastq[pq]
         # each port serves its messages in order: a message is timed once the previous ones
         # on both its ports are (the same arithmetic per message, a port's in order), those
         # timed at one step sharing no port; all at once where no port serves two
         end = np.empty(n)
         f: slice | np.ndarray = slice(None)
-        if by_s[1].size < n or by_d[1].size < n:
-            prev_s, next_s = _chains(*by_s)
-            prev_d, next_d = _chains(*by_d)
-            # the step that timed each message: n not yet, -1 at n (no previous one), n at
-            # n + 1 (no next one: never ready)
+        if (lq != q).any():
+            pv, nx = _chains(pq, 2 * p)
+            prev_s, prev_d = pv[0::2] >> 1, pv[1::2] >> 1  # n if none, and n + 1 at n + 1
+            next_s, next_d = nx[0::2] >> 1, nx[1::2] >> 1  # n + 1 if none
+            # the step that timed each message: n not yet, -1 at n (no previous one: timed
+            # before all), n at n + 1 (no next one: never ready)
             step_of = np.full(n + 2, n)
             step_of[n] = -1
             f = np.flatnonzero((prev_s[:n] == n) & (prev_d[:n] == n))
@@ -335,22 +336,12 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
             # ready: the other previous one timed (b: before this step, else a has it too)
             f = np.concatenate((a[step_of[prev_d[a]] <= step], b[step_of[prev_s[b]] < step]))
             step += 1
-        # each rank: its last end matched (a max: the order does not matter), its operations
-        # matched, and where its last one was as the sender (2i) or the receiver (2i + 1) of
-        # the i-th message (the ranks whose round completed, in the order it did)
-        pos = []
-        for x, (order, begin, stop), side in ((s, by_s, 0), (d, by_d, 1)):
-            u = x[order[begin]]
-            rend[u] = np.maximum(rend[u], np.maximum.reduceat(end[order], begin))
-            left[u] -= stop - begin
-            at = 2 * order[stop - 1] + side
-            last[u] = np.maximum(last[u], at)
-            pos.append((u, at))
-        u = np.concatenate((pos[0][0], pos[1][0]))
-        at = np.concatenate((pos[0][1], pos[1][1]))
-        fin = (left[u] == 0) & (last[u] == at)  # once each, at its last
-        ranks = u[fin][np.argsort(at[fin])]
-        last[u] = -1
+        np.maximum.at(rend, sd, np.repeat(end, 2))  # each rank's last end (a max: any order)
+        np.subtract.at(left, sd, 1)
+        # the ranks whose round completed, in the order it did: at its last slot (its port's
+        # last, after its other port's)
+        ranks = sd[(lq == q) & (lastq[pq ^ 1] < q) & (left[sd] == 0)]
+        lastq[pq] = -1
         cur[ranks] += 1
     if not done.all():
         raise NotVectorizableError("ranks never finish (the per-rank engine deadlocks)")
