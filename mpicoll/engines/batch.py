@@ -101,13 +101,14 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
 
 
 def _charge(c: np.ndarray, charges: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``c`` (clocks) plus each lane's charges ``charges[lo:hi]``, added one by one in order
-    (as the per-rank engine adds them: the same roundings)."""
+    """``c`` (clocks, at least one lane) plus each lane's charges ``charges[lo:hi]``, added
+    one by one in order (as the per-rank engine adds them: the same roundings)."""
     n = hi - lo
-    if not n.size or not n.any():
+    top = int(n.max())
+    if not top:
         return c
     c = c.copy()
-    for i in range(int(n.max())):
+    for i in range(top):
         sel = np.flatnonzero(n > i)
         c[sel] += charges[lo[sel] + i]
     return c
@@ -278,9 +279,9 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
         rr = cur[ranks]
         c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], w.pre_hi[rr])
         k = w.nops[rr]
-        clock[ranks] = c
         if not k.all():  # terminal rounds: those ranks are done
             live = k > 0
+            clock[ranks[~live]] = c[~live]
             done[ranks[~live]] = True
             ranks, rr, k, c = ranks[live], rr[live], k[live], c[live]
             if not ranks.size:
