@@ -279,18 +279,19 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
             cur[ranks] += 1
             continue
         rr = cur[ranks]
-        c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], w.pre_hi[rr])
+        mid = w.pre_hi[rr]  # the charges before the post, then those while in flight
+        c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], mid)
         k = w.nops[rr]
         if not k.all():  # terminal rounds: those ranks are done
             live = k > 0
             clock[ranks[~live]] = c[~live]
             done[ranks[~live]] = True
-            ranks, rr, k, c = ranks[live], rr[live], k[live], c[live]
+            ranks, rr, k, c, mid = ranks[live], rr[live], k[live], c[live], mid[live]
             if not ranks.size:
                 break
         t = c + k * o_msg  # busy posting the round
         post_t[ranks] = t
-        clock[ranks] = _charge(t, w.charges, w.pre_hi[rr], w.dur_hi[rr])
+        clock[ranks] = _charge(t, w.charges, mid, w.dur_hi[rr])
         left[ranks] = k
         ops = _ranges(rr_op0[rr], k)  # in post order
         mine = np.arange(posts, posts + ops.size)
