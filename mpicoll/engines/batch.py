@@ -327,34 +327,49 @@ def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MP
 
 
 def _charge(c: np.ndarray, charges: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``c`` (clocks) plus each lane's charges ``charges[lo:hi]``, added one by one in order
-    (as the per-rank engine adds them: the same roundings)."""
+    """``c`` (clocks, at least one lane) plus each lane's charges ``charges[lo:hi]``, added
+    one by one in order (as the per-rank engine adds them: the same roundings)."""
     n = hi - lo
-    if not n.size or not n.any():
+    top = int(n.max())
+    if not top:
         return c
     c = c.copy()
-    for i in range(int(n.max())):
+    for i in range(top):
         sel = np.flatnonzero(n > i)
         c[sel] += charges[lo[sel] + i]
     return c
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The indices ``starts[i] .. starts[i] + counts[i] - 1`` of every i, concatenated."""
+    """The indices ``starts[i] .. starts[i] + counts[i] - 1`` of every i, concatenated (each
+    count at least 1)."""
     total = int(counts.sum())
-    if not total:
-        return np.zeros(0, np.int64)
+    if total == counts.size:  # every count 1
+        return starts
     offs = np.cumsum(counts) - counts
     return np.repeat(starts - offs, counts) + np.arange(total)
 
 
-def _previous(keys: np.ndarray) -> np.ndarray:
-    """For each position, the previous position holding the same key (-1 if none)."""
-    order = np.argsort(keys, kind="stable")
-    prev = np.full(keys.size, -1, np.int64)
-    same = keys[order[1:]] == keys[order[:-1]]
-    prev[order[1:][same]] = order[:-1][same]
-    return prev
+def _order(keys: np.ndarray, p: int) -> np.ndarray:
+    """The positions of ``keys`` (each in 0 .. p-1) sorted by key, those of one key in place:
+    numpy's radix sort where the keys fit 16 bits (p <= 65536), linear in their number."""
+    return np.argsort(keys.astype(np.min_scalar_type(max(p - 1, 0))), kind="stable")
+
+
+def _chains(ports: np.ndarray, nports: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each port's slots one after the other: for each of the m slots ``ports`` (a port each,
+    in 0 .. nports-1, in the order the ports serve them) the previous slot of its port (m if
+    none) and the next one (m + 2 if none); ``prev`` has 4 more entries, m + 2."""
+    m = ports.size
+    order = _order(ports, nports)
+    cut = ports[order[1:]] != ports[order[:-1]]  # between two ports, in the sort
+    prev = np.full(m + 4, m + 2)
+    prev[order[0]] = m
+    prev[order[1:]] = np.where(cut, m, order[:-1])
+    nxt = np.empty(m, np.int64)
+    nxt[order[-1]] = m + 2
+    nxt[order[:-1]] = np.where(cut, m + 2, order[1:])
+    return prev, nxt
 
 
 #: the batch engine serves a generation of at most this many ranks one by one (the same
@@ -414,18 +429,20 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
     i64 = np.int64
     send = w.op_send
     nop = send.size
-    peer, op_rank = w.op_peer, w.rr_rank[w.op_rr]
+    peer, op_rank = w.op_peer, w.rr_rank[w.op_rr]  # op_rank ascends (rank after rank)
     if nop and (peer.min() < 0 or peer.max() >= p):
         raise NotVectorizableError("a peer that is not a rank (the per-rank engine deadlocks)")
-    # match: the j-th send s -> d with the j-th receive at d from s (non-overtaking)
+    # match: the j-th send s -> d with the j-th receive at d from s (non-overtaking), the
+    # messages numbered by (d, s, j): stable sorts of the operations (in post order, rank
+    # after rank: the sends by s, the receives by d already)
     si, ri = np.flatnonzero(send), np.flatnonzero(~send)
     if si.size != ri.size:
         raise NotVectorizableError("unmatched messages (the per-rank engine deadlocks)")
-    ms, md = op_rank[si], peer[si]
-    os_ = np.lexsort((si, md, ms))
-    orr = np.lexsort((ri, op_rank[ri], peer[ri]))
-    ma, mb = si[os_], ri[orr]  # each message's send and receive operation
-    ms, md = ms[os_], md[os_]
+    ma = si[_order(peer[si], p)]  # each message's send: by d, a radix sort
+    # and receive: by (d, s), numpy's merge sort of keys in order of d already (each rank's
+    # block sorted alone, then merged at little cost; fewer fresh pages than two radix passes)
+    mb = ri[np.argsort(op_rank[ri] * p + peer[ri], kind="stable")]
+    ms, md = op_rank[ma], peer[ma]
     if not ((peer[mb] == ms).all() and (op_rank[mb] == md).all()):
         raise NotVectorizableError("unmatched messages (the per-rank engine deadlocks)")
     mn = w.op_bytes[ma]
@@ -433,28 +450,30 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
         raise NotVectorizableError("a truncated message (the per-rank engine reports it)")
     nmsg = ma.size
     op_msg = np.empty(nop, i64)
-    op_msg[ma] = np.arange(nmsg)
-    op_msg[mb] = np.arange(nmsg)
-    partner = np.empty(nop, i64)
-    partner[ma], partner[mb] = mb, ma
+    op_msg[ma] = op_msg[mb] = np.arange(nmsg)
+    # the two slots of each message (match order, then sender before receiver) at their ports:
+    # rank r sends at port 2r, receives at port 2r + 1
+    mport = np.empty((nmsg, 2), i64)
+    np.multiply(ms, 2, out=mport[:, 0])
+    np.multiply(md, 2, out=mport[:, 1])
+    mport[:, 1] += 1
     rr_op0 = np.cumsum(w.nops) - w.nops
-    op_j = np.arange(nop) - rr_op0[w.op_rr]
-    jmul = int(w.nops.max()) + 1
-    m_rs, m_rd = w.op_rr[ma], w.op_rr[mb]
     cost = _message(model, mn).astype(np.float64, copy=False)
     if cost.shape != mn.shape:
         cost = np.full(nmsg, float(cost))
     o_msg = sim.o_msg
-    nrr = w.nops.size
     clock = np.array(sim.clock, np.float64) + sim.o_call
     rend, send_free, recv_free = np.zeros(p), np.zeros(p), np.zeros(p)
-    post_t = np.zeros(nrr)
-    post_key = np.full(nrr, -1, i64)
-    pending = w.nops.copy()
+    post_t = np.zeros(p)  # when each rank's posted round was posted
+    left = np.zeros(p, i64)  # its operations not matched yet
+    # each message's first post: its place in the order of the operations posted (nop: not
+    # posted yet); its second post matches it
+    first = np.full(nmsg, nop, i64)
+    posts = 0  # operations posted
+    lastq = np.full(2 * p, -1, i64)  # each port's last slot in a generation (-1 between)
     cur = np.searchsorted(w.rr_rank, np.arange(p))  # each rank's next round
     done = np.zeros(p, bool)
     ranks = np.arange(p)  # the ready queue's generation, in order
-    g = 0
     while ranks.size:
         if ranks.size <= SMALL_GENERATION:  # the same steps one by one: fewer numpy calls
             posted: list[int] = []
@@ -469,94 +488,106 @@ def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:
                     done[r] = True
                     continue
                 t = c + k * o_msg
-                post_t[rr] = t
-                post_key[rr] = (g * p + len(posted)) * jmul
+                post_t[r] = t
                 for x in w.charges[w.pre_hi[rr]:w.dur_hi[rr]]:
                     t += x
                 clock[r] = t
+                left[r] = k
                 posted.append(rr)
             if not posted:
                 break
-            g += 1
-            found = []
+            found = []  # in match order
             for rr in posted:
-                for op in range(rr_op0[rr], rr_op0[rr] + w.nops[rr]):
-                    o = partner[op]
-                    okey = post_key[w.op_rr[o]]
-                    mine = post_key[rr] + op_j[op]
-                    if okey >= 0 and mine > okey + op_j[o]:
-                        found.append((mine, op_msg[op]))
-            found.sort()
+                for m in op_msg[rr_op0[rr]:rr_op0[rr] + w.nops[rr]]:
+                    if first[m] < posts:
+                        found.append(m)
+                    else:
+                        first[m] = posts
+                    posts += 1
             nxt_l = []
-            for _, m in found:
-                s, d, a, b = ms[m], md[m], m_rs[m], m_rd[m]
-                end = max(max(post_t[a], post_t[b]), max(send_free[s], recv_free[d])) + cost[m]
+            for m in found:
+                s, d = ms[m], md[m]
+                end = max(max(post_t[s], post_t[d]), max(send_free[s], recv_free[d])) + cost[m]
                 send_free[s] = end
                 recv_free[d] = end
                 rend[s] = max(rend[s], end)
                 rend[d] = max(rend[d], end)
-                for x in (a, b):
-                    pending[x] -= 1
-                    if not pending[x]:
+                for x in (s, d):
+                    left[x] -= 1
+                    if not left[x]:
                         nxt_l.append(x)
-            nxt = np.array(nxt_l, i64)
-            ranks = w.rr_rank[nxt]
-            cur[ranks] = nxt + 1
+            ranks = np.array(nxt_l, i64)
+            cur[ranks] += 1
             continue
         rr = cur[ranks]
-        c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], w.pre_hi[rr])
+        mid = w.pre_hi[rr]  # the charges before the post, then those while in flight
+        c = _charge(np.maximum(clock[ranks], rend[ranks]), w.charges, w.pre_lo[rr], mid)
         k = w.nops[rr]
-        live = k > 0
-        clock[ranks] = c
-        done[ranks[~live]] = True
-        ranks, rr, k = ranks[live], rr[live], k[live]
-        if not ranks.size:
+        if not k.all():  # terminal rounds: those ranks are done
+            live = k > 0
+            clock[ranks[~live]] = c[~live]
+            done[ranks[~live]] = True
+            ranks, rr, k, c, mid = ranks[live], rr[live], k[live], c[live], mid[live]
+            if not ranks.size:
+                break
+        t = c + k * o_msg  # busy posting the round
+        post_t[ranks] = t
+        clock[ranks] = _charge(t, w.charges, mid, w.dur_hi[rr])
+        left[ranks] = k
+        ops = _ranges(rr_op0[rr], k)  # in post order
+        mine = np.arange(posts, posts + ops.size)
+        posts += ops.size
+        mm = op_msg[ops]
+        np.minimum.at(first, mm, mine)
+        batch = mm[first[mm] < mine]  # matched now, in order
+        n = batch.size
+        if not n:
             break
-        t = c[live] + k * o_msg  # busy posting the round
-        post_t[rr] = t
-        post_key[rr] = (g * p + np.arange(ranks.size)) * jmul
-        clock[ranks] = _charge(t, w.charges, w.pre_hi[rr], w.dur_hi[rr])
-        g += 1
-        ops = _ranges(rr_op0[rr], k)
-        other = partner[ops]
-        okey = post_key[w.op_rr[other]]
-        mine = post_key[w.op_rr[ops]] + op_j[ops]
-        hit = (okey >= 0) & (mine > okey + op_j[other])  # matched now, at this post
-        ops = ops[hit]
-        batch = op_msg[ops[np.argsort(mine[hit], kind="stable")]]
-        if batch.size:
-            s, d = ms[batch], md[batch]
-            ts = np.maximum(post_t[m_rs[batch]], post_t[m_rd[batch]])
-            mc = cost[batch]
-            prev_s, prev_d = _previous(s), _previous(d)
-            chained = bool((prev_s >= 0).any() or (prev_d >= 0).any())
-            left = np.ones(batch.size, bool)
-            while True:
-                if chained:
-                    sel = np.flatnonzero(left & ((prev_s < 0) | ~left[prev_s])
-                                         & ((prev_d < 0) | ~left[prev_d]))
-                    left[sel] = False
-                    ss, dd = s[sel], d[sel]
-                    start = np.maximum(ts[sel], np.maximum(send_free[ss], recv_free[dd]))
-                    end = start + mc[sel]
-                else:
-                    ss, dd = s, d
-                    end = np.maximum(ts, np.maximum(send_free[s], recv_free[d])) + mc
-                send_free[ss] = end
-                recv_free[dd] = end
-                rend[ss] = np.maximum(rend[ss], end)
-                rend[dd] = np.maximum(rend[dd], end)
-                if not chained or not left.any():
-                    break
-            ev = np.column_stack((m_rs[batch], m_rd[batch])).ravel()  # in match order
-            np.subtract.at(pending, ev, 1)
-            u, first = np.unique(ev[::-1], return_index=True)
-            full = pending[u] == 0
-            nxt = u[full][np.argsort(-first[full], kind="stable")]  # in completion order
-        else:
-            nxt = np.zeros(0, i64)
-        ranks = w.rr_rank[nxt]
-        cur[ranks] = nxt + 1
+        # the batch's slots (q = 2i: the sender of its i-th message, 2i + 1: the receiver)
+        pq = np.take(mport, batch, axis=0).ravel()
+        sd = pq >> 1
+        s, d = sd[0::2], sd[1::2]
+        ts = np.maximum(post_t[s], post_t[d])
+        mc = cost[batch]
+        q = np.arange(2 * n)
+        np.maximum.at(lastq, pq, q)
+        lq = lastq[pq]
+        # each port serves its messages in order: a message is timed once the previous ones
+        # on both its ports are (the same arithmetic per message, a port's in order), those
+        # timed at one step sharing no port; all at once where no port serves two
+        end = np.empty(n)
+        f: slice | np.ndarray = slice(None)
+        if (lq != q).any():
+            pv, nx = _chains(pq, 2 * p)
+            prev_s, prev_d = pv[0::2] >> 1, pv[1::2] >> 1  # n if none, and n + 1 at n + 1
+            next_s, next_d = nx[0::2] >> 1, nx[1::2] >> 1  # n + 1 if none
+            # the step that timed each message: n not yet, -1 at n (no previous one: timed
+            # before all), n at n + 1 (no next one: never ready)
+            step_of = np.full(n + 2, n)
+            step_of[n] = -1
+            f = np.flatnonzero((prev_s[:n] == n) & (prev_d[:n] == n))
+        todo, step = n, 0
+        while True:
+            ss, dd = s[f], d[f]
+            e = np.maximum(ts[f], np.maximum(send_free[ss], recv_free[dd])) + mc[f]
+            send_free[ss] = e
+            recv_free[dd] = e
+            end[f] = e
+            todo -= e.size
+            if not todo:
+                break
+            step_of[f] = step
+            a, b = next_s[f], next_d[f]
+            # ready: the other previous one timed (b: before this step, else a has it too)
+            f = np.concatenate((a[step_of[prev_d[a]] <= step], b[step_of[prev_s[b]] < step]))
+            step += 1
+        np.maximum.at(rend, sd, np.repeat(end, 2))  # each rank's last end (a max: any order)
+        np.subtract.at(left, sd, 1)
+        # the ranks whose round completed, in the order it did: at its last slot (its port's
+        # last, after its other port's)
+        ranks = sd[(lq == q) & (lastq[pq ^ 1] < q) & (left[sd] == 0)]
+        lastq[pq] = -1
+        cur[ranks] += 1
     if not done.all():
         raise NotVectorizableError("ranks never finish (the per-rank engine deadlocks)")
     msent = np.bincount(ms, minlength=p).astype(i64)
