@@ -421,7 +421,8 @@ class Table(tuple[int, ...]):
                                  else None)
         if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
             v = i.view(np.ndarray)  # every entry alike: one int stands for them all
-            if v.max() >= arr.size or v.min() < -arr.size:
+            if not (v.dtype == np.int64 and v.view(np.uint64).max() < arr.size) and (
+                    v.max() >= arr.size or v.min() < -arr.size):  # (in range: one pass)
                 raise IndexError(f"index out of range for a table of {arr.size}")
             return same
         out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
@@ -473,7 +474,8 @@ def block(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int)
     :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``."""
     if isinstance(buf, PerPeer):
         return buf[i]
-    return buf[displs[i] : displs[i] + counts[i]]
+    start = displs[i]  # looked up once (a lookup by a rank vector is a gather of p entries)
+    return buf[start : start + counts[i]]
 
 
 def blocks(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],
