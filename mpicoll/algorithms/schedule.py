@@ -471,9 +471,15 @@ def pof2_floor(p: int) -> int:
 
 def block(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
     """Block ``i`` of ``buf``: its ``counts[i]`` elements at ``displs[i]`` (a view); of a
-    :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``."""
-    if isinstance(buf, PerPeer):
-        return buf[i]
+    :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``; of
+    a buffer with a ``block_of(counts, displs, i)`` method (the simulator vector engine's
+    stand-in for every rank's buffer: it knows when no block needs clipping), that."""
+    if type(buf) is not np.ndarray:  # (a plain array, the common case, skips the tests)
+        if isinstance(buf, PerPeer):
+            return buf[i]
+        own = getattr(buf, "block_of", None)
+        if own is not None:
+            return own(counts, displs, i)
     start = displs[i]  # looked up once (a lookup by a rank vector is a gather of p entries)
     return buf[start : start + counts[i]]
 

@@ -117,11 +117,15 @@ class _Extents:
     anything else raises.  Its vectors are never written (the engine's own; what a schedule
     gets of them is a copy), so an extents' lengths are computed once."""
 
-    __slots__ = ("_lengths", "dtype", "p", "start", "stop")
+    __slots__ = ("_fit", "_lengths", "dtype", "p", "start", "stop")
 
-    def __init__(self, start: _Int, stop: _Int, dtype: np.dtype, p: int) -> None:
+    def __init__(self, start: _Int, stop: _Int, dtype: np.dtype, p: int,
+                 lengths: _Int | None = None) -> None:
         self.start, self.stop, self.dtype, self.p = start, stop, dtype, p
-        self._lengths: _Int | None = None
+        self._lengths = lengths  # stop - start where known, else None: computed when asked
+        #: (counts, displs, whether every block of those tables lies within this buffer):
+        #: the last tables :meth:`block_of` was asked about, and the answer
+        self._fit: tuple[Table, Table, bool] | None = None
 
     def lengths(self) -> _Int:
         """``stop - start``: each rank's element count (the engine's: not to be written)."""
@@ -183,6 +187,30 @@ class _Extents:
         if type(start) is int and start == 0:  # a whole buffer's slice (the common case)
             return _Extents(a, b, self.dtype, self.p)
         return _Extents(start + a, start + b, self.dtype, self.p)
+
+    def block_of(self, counts: Any, displs: Any, i: Any) -> _Extents:
+        """:func:`~mpicoll.algorithms.schedule.block` of this buffer: ``self[d : d + c]``
+        with ``d = displs[i]``, ``c = counts[i]``.  Where every block of the two tables lies
+        within the buffer (tables are immutable: asked once per pair) no bound needs
+        clipping, so the extents are ``[d, d + c)`` as they are, and their lengths ``c``."""
+        fit = self._fit
+        if fit is None or fit[0] is not counts or fit[1] is not displs:
+            fit = self._fit = (counts, displs, self._fits(counts, displs))
+        if fit[2]:
+            start, n = _bound(displs[i], self.p), _bound(counts[i], self.p)
+            return _Extents(start, start + n, self.dtype, self.p, n)
+        start = displs[i]
+        return self[start : start + counts[i]]
+
+    def _fits(self, counts: Any, displs: Any) -> bool:
+        """Every block of ``counts``/``displs`` (two :class:`Table`s of one length) lies
+        within this buffer, a whole one (``[0, n)`` on every rank)."""
+        if not (isinstance(counts, Table) and isinstance(displs, Table)
+                and type(self.start) is int and self.start == 0 and type(self.stop) is int
+                and len(counts) == len(displs) and len(counts)):
+            return False
+        c, d = np.array(counts, np.int64), np.array(displs, np.int64)
+        return bool(c.min() >= 0 and d.min() >= 0 and (d + c).max() <= self.stop)
 
     @classmethod
     def whole(cls, n: Any, dtype: np.dtype, p: int) -> _Extents:
