@@ -44,6 +44,7 @@ from .sim import NotVectorizableError, Simulator, TwoLevel
 __all__ = ["run_vector"]
 
 _Int = int | np.ndarray  # one value for every rank, or a vector of p values
+_U64 = np.dtype(np.uint64)  # a vector's bounds as unsigned: a negative one is a huge one
 
 
 def _lanes(v: Any, p: int) -> _Int:
@@ -124,8 +125,8 @@ class _Extents:
         self.start, self.stop, self.dtype, self.p = start, stop, dtype, p
         self._lengths = lengths  # stop - start where known, else None: computed when asked
         #: (counts, displs, whether every block of those tables lies within this buffer):
-        #: the last tables :meth:`block_of` was asked about, and the answer
-        self._fit: tuple[Table, Table, bool] | None = None
+        #: the last tables :meth:`block_of` was asked about, and the answer; set when asked
+        self._fit: tuple[Table, Table, bool]
 
     def lengths(self) -> _Int:
         """``stop - start``: each rank's element count (the engine's: not to be written)."""
@@ -168,7 +169,7 @@ class _Extents:
                 if a < 0:
                     raise NotVectorizableError("negative slice bounds")
                 a = min(a, length)
-            elif a.view(np.uint64).max() <= length:  # a negative bound is a huge unsigned one
+            elif a.view(_U64).max() <= length:  # a negative bound is a huge unsigned one
                 a = a.copy()
             else:
                 a = _clip(a, length)
@@ -176,7 +177,7 @@ class _Extents:
                 if b < 0:
                     raise NotVectorizableError("negative slice bounds")
                 b = max(min(b, length), a) if type(a) is int else np.maximum(min(b, length), a)
-            elif b.view(np.uint64).max() <= length:
+            elif b.view(_U64).max() <= length:
                 b = b.copy() if type(a) is int and a == 0 else np.maximum(b, a)
             else:
                 b = np.maximum(_clip(b, length), a)
@@ -193,7 +194,7 @@ class _Extents:
         with ``d = displs[i]``, ``c = counts[i]``.  Where every block of the two tables lies
         within the buffer (tables are immutable: asked once per pair) no bound needs
         clipping, so the extents are ``[d, d + c)`` as they are, and their lengths ``c``."""
-        fit = self._fit
+        fit = getattr(self, "_fit", None)  # (unset on most extents: they are never asked)
         if fit is None or fit[0] is not counts or fit[1] is not displs:
             fit = self._fit = (counts, displs, self._fits(counts, displs))
         if fit[2]:
@@ -391,9 +392,13 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                     continue
             if not rnd:
                 continue
-            if len(rnd) != 2 or {type(o) for o in rnd} != {Send, Recv}:
+            if len(rnd) != 2:
                 raise NotVectorizableError("a round that is not one send and one receive per rank")
-            snd, rcv = (rnd[0], rnd[1]) if type(rnd[0]) is Send else (rnd[1], rnd[0])
+            snd, rcv = rnd
+            if type(snd) is Recv:
+                snd, rcv = rcv, snd
+            if type(snd) is not Send or type(rcv) is not Recv:
+                raise NotVectorizableError("a round that is not one send and one receive per rank")
             if not isinstance(snd.buf, _Extents) or not isinstance(rcv.buf, _Extents):
                 raise NotVectorizableError("a message buffer that is not per-rank")
             if peers is not None and snd.peer is peers[0] and rcv.peer is peers[1]:
