@@ -124,9 +124,9 @@ class _Extents:
                  lengths: _Int | None = None) -> None:
         self.start, self.stop, self.dtype, self.p = start, stop, dtype, p
         self._lengths = lengths  # stop - start where known, else None: computed when asked
-        #: (counts, displs, whether every block of those tables lies within this buffer):
-        #: the last tables :meth:`block_of` was asked about, and the answer; set when asked
-        self._fit: tuple[Table, Table, bool]
+        #: the last tables :meth:`block_of` was asked about and :meth:`_fits`' answer: (counts,
+        #: displs, fits, count); set when asked
+        self._fit: tuple[Table, Table, bool, int | None]
 
     def lengths(self) -> _Int:
         """``stop - start``: each rank's element count (the engine's: not to be written)."""
@@ -192,26 +192,31 @@ class _Extents:
     def block_of(self, counts: Any, displs: Any, i: Any) -> _Extents:
         """:func:`~mpicoll.algorithms.schedule.block` of this buffer: ``self[d : d + c]``
         with ``d = displs[i]``, ``c = counts[i]``.  Where every block of the two tables lies
-        within the buffer (tables are immutable: asked once per pair) no bound needs
-        clipping, so the extents are ``[d, d + c)`` as they are, and their lengths ``c``."""
+        within the buffer (tables are immutable: asked once per pair, :meth:`_fits`) no bound
+        needs clipping, so the extents are ``[d, d + c)`` as they are, and their lengths
+        ``c``: the one count of a table whose counts are all alike (the tables have one
+        length, so ``displs[i]`` has checked the index)."""
         fit = getattr(self, "_fit", None)  # (unset on most extents: they are never asked)
         if fit is None or fit[0] is not counts or fit[1] is not displs:
-            fit = self._fit = (counts, displs, self._fits(counts, displs))
+            fit = self._fit = (counts, displs, *self._fits(counts, displs))
         if fit[2]:
-            start, n = _bound(displs[i], self.p), _bound(counts[i], self.p)
+            start = _bound(displs[i], self.p)
+            n = fit[3] if fit[3] is not None else _bound(counts[i], self.p)
             return _Extents(start, start + n, self.dtype, self.p, n)
         start = displs[i]
         return self[start : start + counts[i]]
 
-    def _fits(self, counts: Any, displs: Any) -> bool:
-        """Every block of ``counts``/``displs`` (two :class:`Table`s of one length) lies
-        within this buffer, a whole one (``[0, n)`` on every rank)."""
+    def _fits(self, counts: Any, displs: Any) -> tuple[bool, int | None]:
+        """(every block of ``counts``/``displs``, two :class:`Table` objects of one length,
+        lies within this buffer, a whole one: ``[0, n)`` on every rank; the one count where
+        they are all alike, else None)."""
         if not (isinstance(counts, Table) and isinstance(displs, Table)
                 and type(self.start) is int and self.start == 0 and type(self.stop) is int
                 and len(counts) == len(displs) and len(counts)):
-            return False
+            return False, None
         c, d = np.array(counts, np.int64), np.array(displs, np.int64)
-        return bool(c.min() >= 0 and d.min() >= 0 and (d + c).max() <= self.stop)
+        fits = bool(c.min() >= 0 and d.min() >= 0 and (d + c).max() <= self.stop)
+        return fits, int(c[0]) if fits and (c == c[0]).all() else None
 
     @classmethod
     def whole(cls, n: Any, dtype: np.dtype, p: int) -> _Extents:
