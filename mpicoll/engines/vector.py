@@ -13,7 +13,7 @@ use) falls back to the per-rank engine.  Where it applies it gives the per-rank 
 clocks and counts bit for bit (``tests/unit/test_sim_vector.py`` checks every algorithm
 against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
-8190 rounds (33.5 M messages) in about a second.  A branch on the rank runs where every rank
+8190 rounds (33.5 M messages) in under a second.  A branch on the rank runs where every rank
 takes the same way (the rank vector's truth value is its lanes' common one: recursive
 doubling's fold on a power of two; a :class:`~mpicoll.algorithms.schedule.Table`'s entries at
 the rank vector keep that truth value), and the group of every rank in order is the context
@@ -220,7 +220,9 @@ class _Extents:
 
     @classmethod
     def whole(cls, n: Any, dtype: np.dtype, p: int) -> _Extents:
-        return cls(0, _lanes(n, p), dtype, p)
+        """Every rank's whole buffer of ``n`` elements (a vector of them copied: its own)."""
+        n = _lanes(n, p)
+        return cls(0, n if isinstance(n, int) else n.view(np.ndarray).copy(), dtype, p)
 
 
 def _clip(v: _Int, length: _Int) -> np.ndarray:
