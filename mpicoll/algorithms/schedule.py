@@ -422,7 +422,7 @@ class Table(tuple[int, ...]):
         if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
             v = i.view(np.ndarray)  # every entry alike: one int stands for them all
             if not (v.dtype == np.int64 and v.view(np.uint64).max() < arr.size) and (
-                    v.max() >= arr.size or v.min() < -arr.size):  # (in range: one pass)
+                    v.max() >= arr.size or v.min() < -arr.size):  # (all in [0, size): one pass)
                 raise IndexError(f"index out of range for a table of {arr.size}")
             return same
         out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)

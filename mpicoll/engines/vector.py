@@ -139,8 +139,8 @@ class _Extents:
 
     @property
     def size(self) -> _Int:
-        n = _uniform(self.lengths())
-        return n if isinstance(n, int) else n.view(_Lanes).copy()  # a branch on it: the lanes'
+        n = _uniform(self.lengths())  # (a vector: a copy, the schedule's own)
+        return n if isinstance(n, int) else n.view(_Lanes).copy()  # a branch: the lanes' way
 
     @property
     def nbytes(self) -> _Int:
