@@ -432,7 +432,8 @@ class Table(tuple[int, ...]):
                                  else None)
         if same is not None and i.ndim == 1 and i.size and i.dtype.kind in "iu":
             v = i.view(np.ndarray)  # every entry alike: one int stands for them all
-            if v.max() >= arr.size or v.min() < -arr.size:
+            if not (v.dtype == np.int64 and v.view(np.uint64).max() < arr.size) and (
+                    v.max() >= arr.size or v.min() < -arr.size):  # (all in [0, size): one pass)
                 raise IndexError(f"index out of range for a table of {arr.size}")
             return same
         out = arr[i]  # entries of a rank vector stay one (its lanes' truth value)
@@ -481,10 +482,17 @@ def pof2_floor(p: int) -> int:
 
 def block(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int], i: int) -> np.ndarray:
     """Block ``i`` of ``buf``: its ``counts[i]`` elements at ``displs[i]`` (a view); of a
-    :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``."""
-    if isinstance(buf, PerPeer):
-        return buf[i]
-    return buf[displs[i] : displs[i] + counts[i]]
+    :class:`~mpicoll.algorithms.datatypes.PerPeer` (Alltoallw), its own view ``buf[i]``; of
+    a buffer with a ``block_of(counts, displs, i)`` method (the simulator vector engine's
+    stand-in for every rank's buffer: it knows when no block needs clipping), that."""
+    if type(buf) is not np.ndarray:  # (a plain array, the common case, skips the tests)
+        if isinstance(buf, PerPeer):
+            return buf[i]
+        own = getattr(buf, "block_of", None)
+        if own is not None:
+            return own(counts, displs, i)
+    start = displs[i]  # looked up once (a lookup by a rank vector is a gather of p entries)
+    return buf[start : start + counts[i]]
 
 
 def blocks(buf: np.ndarray, counts: Sequence[int], displs: Sequence[int],

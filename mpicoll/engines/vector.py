@@ -13,7 +13,7 @@ use) falls back to the per-rank engine.  Where it applies it gives the per-rank 
 clocks and counts bit for bit (``tests/unit/test_sim_vector.py`` checks every algorithm
 against it), at
 O(rounds) numpy calls instead of O(p * rounds) Python steps: ring allreduce on 4096 ranks is
-8190 rounds (33.5 M messages) in about a second.  A branch on the rank runs where every rank
+8190 rounds (33.5 M messages) in under a second.  A branch on the rank runs where every rank
 takes the same way (the rank vector's truth value is its lanes' common one: recursive
 doubling's fold on a power of two; a :class:`~mpicoll.algorithms.schedule.Table`'s entries at
 the rank vector keep that truth value), and the group of every rank in order is the context
@@ -44,6 +44,7 @@ from .sim import NotVectorizableError, Simulator, TwoLevel
 __all__ = ["run_vector"]
 
 _Int = int | np.ndarray  # one value for every rank, or a vector of p values
+_U64 = np.dtype(np.uint64)  # a vector's bounds as unsigned: a negative one is a huge one
 
 
 def _lanes(v: Any, p: int) -> _Int:
@@ -175,20 +176,32 @@ class _Extents:
     """Cost-only stand-in for one buffer on every rank: elements ``[start, stop)`` of rank r's
     buffer (ints where all ranks agree, else vectors).  Supports what schedules do with
     buffers (slicing with int or vector bounds, ``size``, ``nbytes``, ``len``, ``dtype``);
-    anything else raises."""
+    anything else raises.  Its vectors are never written (the engine's own; what a schedule
+    gets of them is a copy), so an extents' lengths are computed once."""
 
-    __slots__ = ("dtype", "p", "start", "stop")
+    __slots__ = ("_fit", "_lengths", "dtype", "p", "start", "stop")
 
-    def __init__(self, start: _Int, stop: _Int, dtype: np.dtype, p: int) -> None:
+    def __init__(self, start: _Int, stop: _Int, dtype: np.dtype, p: int,
+                 lengths: _Int | None = None) -> None:
         self.start, self.stop, self.dtype, self.p = start, stop, dtype, p
+        self._lengths = lengths  # stop - start where known, else None: computed when asked
+        #: the last tables :meth:`block_of` was asked about and :meth:`_fits`' answer: (counts,
+        #: displs, fits, count); set when asked
+        self._fit: tuple[Table, Table, bool, int | None]
 
     def lengths(self) -> _Int:
-        return self.stop - self.start
+        """``stop - start``: each rank's element count (the engine's: not to be written)."""
+        n = self._lengths
+        if n is None:
+            start = self.start
+            n = self._lengths = self.stop if type(start) is int and start == 0 else (
+                self.stop - start)
+        return n
 
     @property
     def size(self) -> _Int:
-        n = _uniform(self.stop - self.start)
-        return n if isinstance(n, int) else n.view(_Lanes)  # a branch on it: the lanes' way
+        n = _uniform(self.lengths())  # (a vector: a copy, the schedule's own)
+        return n if isinstance(n, int) else n.view(_Lanes).copy()  # a branch: the lanes' way
 
     @property
     def nbytes(self) -> _Int:
@@ -199,36 +212,85 @@ class _Extents:
         return 1
 
     def __len__(self) -> int:
-        n = self.size
+        n = _uniform(self.lengths())
         if not isinstance(n, int):
             raise NotVectorizableError("len() of buffers whose length differs between ranks")
         return n
 
     def __getitem__(self, key: Any) -> _Extents:
+        """``[a:b]``, clipped as a slice of each rank's buffer; the new vectors are the
+        engine's own (the bounds a schedule passes are copied, never kept)."""
         if type(key) is not slice or key.step not in (None, 1):
             raise NotVectorizableError(f"buffer index {key!r} (only [a:b] slices are vectorised)")
-        start = self.start
-        length = self.stop - start
+        length = self.lengths()
         a = 0 if key.start is None else _bound(key.start, self.p)
         b = length if key.stop is None else _bound(key.stop, self.p)
-        if isinstance(a, int) and isinstance(b, int) and isinstance(length, int):
-            if a < 0 or b < 0:
-                raise NotVectorizableError("negative slice bounds")
-            a = min(a, length)
-            b = max(min(b, length), a)
+        if type(length) is int:  # one pass over a vector bound where it lies in [0, length]
+            if isinstance(a, int):
+                if a < 0:
+                    raise NotVectorizableError("negative slice bounds")
+                a = min(a, length)
+            elif a.view(_U64).max() <= length:  # a negative bound is a huge unsigned one
+                a = a.copy()
+            else:
+                a = _clip(a, length)
+            if isinstance(b, int):
+                if b < 0:
+                    raise NotVectorizableError("negative slice bounds")
+                b = max(min(b, length), a) if type(a) is int else np.maximum(min(b, length), a)
+            elif b.view(_U64).max() <= length:
+                b = b.copy() if type(a) is int and a == 0 else np.maximum(b, a)
+            else:
+                b = np.maximum(_clip(b, length), a)
         else:
-            if ((a < 0) if isinstance(a, int) else a.min() < 0) or (
-                    (b < 0) if isinstance(b, int) else b.min() < 0):
-                raise NotVectorizableError("negative slice bounds")
-            a = np.minimum(a, length)
-            b = np.maximum(np.minimum(b, length), a)
+            a = _clip(a, length)
+            b = np.maximum(_clip(b, length), a)
+        start = self.start
         if type(start) is int and start == 0:  # a whole buffer's slice (the common case)
             return _Extents(a, b, self.dtype, self.p)
         return _Extents(start + a, start + b, self.dtype, self.p)
 
+    def block_of(self, counts: Any, displs: Any, i: Any) -> _Extents:
+        """:func:`~mpicoll.algorithms.schedule.block` of this buffer: ``self[d : d + c]``
+        with ``d = displs[i]``, ``c = counts[i]``.  Where every block of the two tables lies
+        within the buffer (tables are immutable: asked once per pair, :meth:`_fits`) no bound
+        needs clipping, so the extents are ``[d, d + c)`` as they are, and their lengths
+        ``c``: the one count of a table whose counts are all alike (the tables have one
+        length, so ``displs[i]`` has checked the index)."""
+        fit = getattr(self, "_fit", None)  # (unset on most extents: they are never asked)
+        if fit is None or fit[0] is not counts or fit[1] is not displs:
+            fit = self._fit = (counts, displs, *self._fits(counts, displs))
+        if fit[2]:
+            start = _bound(displs[i], self.p)
+            n = fit[3] if fit[3] is not None else _bound(counts[i], self.p)
+            return _Extents(start, start + n, self.dtype, self.p, n)
+        start = displs[i]
+        return self[start : start + counts[i]]
+
+    def _fits(self, counts: Any, displs: Any) -> tuple[bool, int | None]:
+        """(every block of ``counts``/``displs``, two :class:`Table` objects of one length,
+        lies within this buffer, a whole one: ``[0, n)`` on every rank; the one count where
+        they are all alike, else None)."""
+        if not (isinstance(counts, Table) and isinstance(displs, Table)
+                and type(self.start) is int and self.start == 0 and type(self.stop) is int
+                and len(counts) == len(displs) and len(counts)):
+            return False, None
+        c, d = np.array(counts, np.int64), np.array(displs, np.int64)
+        fits = bool(c.min() >= 0 and d.min() >= 0 and (d + c).max() <= self.stop)
+        return fits, int(c[0]) if fits and (c == c[0]).all() else None
+
     @classmethod
     def whole(cls, n: Any, dtype: np.dtype, p: int) -> _Extents:
-        return cls(0, _lanes(n, p), dtype, p)
+        """Every rank's whole buffer of ``n`` elements (a vector of them copied: its own)."""
+        n = _lanes(n, p)
+        return cls(0, n if isinstance(n, int) else n.view(np.ndarray).copy(), dtype, p)
+
+
+def _clip(v: _Int, length: _Int) -> np.ndarray:
+    """A slice bound ``v`` no greater than ``length`` (one of them a vector): a new vector."""
+    if (v < 0) if isinstance(v, int) else v.min() < 0:
+        raise NotVectorizableError("negative slice bounds")
+    return np.minimum(v, length)
 
 
 class _VectorContext(Context):
@@ -261,7 +323,7 @@ class _VectorContext(Context):
     def reduce(self, inbuf: Any, inoutbuf: Any, op: MPI.Op) -> None:
         if not isinstance(inbuf, _Extents) or not isinstance(inoutbuf, _Extents):
             raise NotVectorizableError("reduction of a buffer that is not per-rank")
-        self.clock += self.local.reduce_time(inbuf.size * self.unit)
+        self.clock += self.local.reduce_time(_uniform(inbuf.lengths()) * self.unit)
 
     def scratch(self, count: Any) -> Any:
         return _Extents.whole(count, self.dtype, self.size)
@@ -292,6 +354,23 @@ def _vectorised(arg: Any, p: int) -> Any:
     if isinstance(arg, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in arg):
         return arg if isinstance(arg, Table) else Table(int(v) for v in arg)
     return arg
+
+
+def _rotation(idx: np.ndarray, ranks: np.ndarray) -> int | None:
+    """k where ``idx[r] == (r + k) % p`` for every rank r (a ring's peers: rank r's right or
+    left neighbour), else None: :func:`_take` then gathers by two slice copies."""
+    p = len(ranks)
+    k = int(idx[0]) if p else 0
+    if p and int(idx[-1]) == (k - 1) % p and (idx[: p - k] == ranks[k:]).all() and (
+            idx[p - k :] == ranks[:k]).all():
+        return k
+    return None
+
+
+def _take(x: np.ndarray, idx: np.ndarray, k: int | None) -> np.ndarray:
+    """``x[idx]`` (a new vector), for a rotation ``idx`` (``k``: :func:`_rotation`) by two
+    slice copies instead of p indexed loads (the same values)."""
+    return x[idx] if k is None else np.concatenate((x[k:], x[:k]))
 
 
 def _message(m: Model, n: np.ndarray) -> np.ndarray:
@@ -329,6 +408,7 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     if (isinstance(m, TwoLevel) and fab is None) or gap is not None:
         nic_user = {"send": np.full(p, -1, np.int64), "receive": np.full(p, -1, np.int64)}
     ctx = _VectorContext(p, datatype, dtype, sim.local, sim.nodes, sim.segment_bytes)
+    isz = ctx.unit  # bytes per element on the wire (the datatype's size)
     post = 2 * sim.o_msg
     nd = None if sim.nodes is None else np.asarray(sim.nodes)
     if nd is not None:
@@ -346,10 +426,14 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     rend: Any = 0.0
     one_cost = fab is None and nic_user is None and len(levels) == 1  # cost depends on n alone
     i64 = np.int64
-    bsent, brecv, inter = (np.zeros(p, i64) for _ in range(3))
+    # elements each rank sent and received in the rounds timed per rank (times isz at the
+    # end: the same bytes as summing each round's, one multiplication fewer a round)
+    sent, got, inter = (np.zeros(p, i64) for _ in range(3))
     same_bytes = 0  # bytes every rank sent (and received) in the rounds timed as one
     rounds = 0  # every rank sends and receives one message per round
-    peers: tuple[Any, Any, np.ndarray, np.ndarray] | None = None  # the last round's, checked
+    # the last round's peers, checked: the peer objects, dest and src, and each one's
+    # rotation (:func:`_rotation`)
+    peers: tuple[Any, Any, np.ndarray, np.ndarray, int | None, int | None] | None = None
     args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
     ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
     gen = schedule(ctx, *(_vectorised(a, p) for a in args))
@@ -376,13 +460,18 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                     continue
             if not rnd:
                 continue
-            if len(rnd) != 2 or {type(o) for o in rnd} != {Send, Recv}:
+            if len(rnd) != 2:
                 raise NotVectorizableError("a round that is not one send and one receive per rank")
-            snd, rcv = (rnd[0], rnd[1]) if type(rnd[0]) is Send else (rnd[1], rnd[0])
+            snd, rcv = rnd
+            if type(snd) is Recv:
+                snd, rcv = rcv, snd
+            if type(snd) is not Send or type(rcv) is not Recv:
+                raise NotVectorizableError("a round that is not one send and one receive per rank")
             if not isinstance(snd.buf, _Extents) or not isinstance(rcv.buf, _Extents):
                 raise NotVectorizableError("a message buffer that is not per-rank")
             if peers is not None and snd.peer is peers[0] and rcv.peer is peers[1]:
-                dest, src = peers[2], peers[3]  # the same (read-only) peer vectors: checked
+                # the same (read-only) peer vectors: checked
+                dest, src, kd, ks = peers[2], peers[3], peers[4], peers[5]
             else:
                 dest, src = _vector(_lanes(snd.peer, p), p), _vector(_lanes(rcv.peer, p), p)
                 if (dest.view(np.uint64).max() >= p  # a negative peer is a huge unsigned one
@@ -391,11 +480,12 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
                 if not (dest[src] == ranks).all():  # the receive of r matches src[r]'s send
                     raise NotVectorizableError("messages not matched within the round")
                 peers = None
+                kd = ks = None
                 if isinstance(snd.peer, np.ndarray) and isinstance(rcv.peer, np.ndarray):
                     snd.peer.flags.writeable = False  # so that the same object is the same
                     rcv.peer.flags.writeable = False  # peers in a later round
-                    peers = (snd.peer, rcv.peer, dest, src)
-            isz = ctx.unit  # bytes per element on the wire (the datatype's size)
+                    kd, ks = _rotation(dest, ranks), _rotation(src, ranks)
+                    peers = (snd.peer, rcv.peer, dest, src, kd, ks)
             slen, rlen = snd.buf.lengths(), rcv.buf.lengths()
             if one_cost and isinstance(ctx.clock, float) and isinstance(rend, float):
                 slen, rlen = _uniform(slen), _uniform(rlen)
@@ -420,16 +510,17 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             if ports and not isinstance(send_free, np.ndarray):
                 send_free = np.full(p, send_free)
                 recv_free = np.full(p, recv_free)
-            sbytes = _vector(slen, p) * isz
-            n = sbytes[src]  # bytes arriving at each rank
-            if (n > rlen * isz).any():
+            arriving = _take(_vector(slen, p), src, ks)  # elements arriving at each rank
+            if isz and (arriving > rlen).any():  # (as bytes: times isz on both sides)
                 raise NotVectorizableError("truncation (the per-rank engine reports it)")
+            n = arriving * isz  # bytes arriving at each rank
             if post:  # + 0.0 changes no (non-negative) clock: skipped
                 ctx.clock += post
             t = ctx.clock
-            start = np.maximum(t[src], t)
+            start = _take(t, src, ks)
+            np.maximum(start, t, out=start)  # max(t[src], t), into the new vector
             if ports:
-                start = np.maximum(start, np.maximum(send_free[src], recv_free))
+                start = np.maximum(start, np.maximum(_take(send_free, src, ks), recv_free))
             crossing = None if nd is None else nd[src] != nd
             if nic_user is not None:
                 assert crossing is not None
@@ -462,12 +553,13 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
             if ports:
                 send_free[src] = busy
                 recv_free[:] = busy
-            rend = np.maximum(end, end[dest])  # at least the last rend: the clock was
+            rend = _take(end, dest, kd)
+            np.maximum(end, rend, out=rend)  # at least the last rend: the clock was
             rounds += 1
-            bsent += sbytes
-            brecv += n
+            sent += slen
+            got += arriving
             if nd is not None:
-                inter += np.where(nd[dest] != nd, sbytes, 0)
+                inter += np.where(nd[dest] != nd, slen * isz, 0)
             if during is not None:  # while the round is in flight: clock from t on, as per rank
                 during()
     finally:
@@ -475,8 +567,8 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     clocks = ctx.clock if isinstance(ctx.clock, np.ndarray) else np.full(p, ctx.clock)
     out = {
         "clocks": clocks, "messages_sent": np.full(p, rounds, i64),
-        "bytes_sent": bsent + same_bytes, "messages_recv": np.full(p, rounds, i64),
-        "bytes_recv": brecv + same_bytes, "inter_bytes_sent": inter,
+        "bytes_sent": sent * isz + same_bytes, "messages_recv": np.full(p, rounds, i64),
+        "bytes_recv": got * isz + same_bytes, "inter_bytes_sent": inter,
     }
     if fab is not None:
         out["link_bytes"] = fab.link_bytes.copy()
