@@ -315,6 +315,42 @@ def k_reduce_scatter_allgather(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: 
     yield from _pof2.radix_fold_out(ctx, buf, kk)
 
 
+class _Tree(NamedTuple):
+    """A tree on p ranks (:func:`_knomial1_tree`, :func:`_dtree`), per rank: parent (-1 at
+    the root), its i-th child in ``kid[i]`` (-1 where there is none) and how many, height
+    (the longest path down to a leaf) and depth; and the root's height (``max(height)``,
+    kept: a rank's schedule reads it, and p ranks scanning p heights each is O(p^2)).
+    Tables, so that a vector of ranks (the simulator's) reads its entries at once."""
+
+    parent: Table
+    kid: tuple[Table, ...]
+    nkids: Table
+    height: Table
+    depth: Table
+    top: int
+
+    def children(self, v: Any) -> list[Any]:
+        """The children of rank ``v`` (a rank vector: of a class of ranks with as many)."""
+        return [self.kid[i][v] for i in range(self.nkids[v])]
+
+
+def _tree_tables(parent: list[int], kids: list[list[int]]) -> _Tree:
+    """The :class:`_Tree` of the ranks' parents and children (one root)."""
+    p = len(parent)
+    height, depth = [0] * p, [0] * p
+    order = [r for r in range(p) if parent[r] < 0]
+    for v in order:  # breadth first from the root (the list grows as it is walked)
+        for c in kids[v]:
+            depth[c] = depth[v] + 1
+            order.append(c)
+    for v in reversed(order):
+        height[v] = max((height[c] + 1 for c in kids[v]), default=0)
+    width = max((len(k) for k in kids), default=0)
+    return _Tree(Table(parent), tuple(Table(k[i] if i < len(k) else -1 for k in kids)
+                                      for i in range(width)),
+                 Table(len(k) for k in kids), Table(height), Table(depth), max(height))
+
+
 def _knomial1(v: int, p: int, k: int) -> tuple[int, list[int]]:
     """(parent or -1, children in rank order) of rank ``v`` in MPICH's ``knomial_1`` tree on p
     ranks (``MPII_Treeutil_tree_knomial_1_init``, root 0): ranks numbered in preorder, so the
@@ -351,8 +387,9 @@ def _knomial1(v: int, p: int, k: int) -> tuple[int, list[int]]:
 
 
 @lru_cache(maxsize=16)
-def _knomial1_all(p: int, k: int) -> tuple[tuple[int, list[int]], ...]:
-    return tuple(_knomial1(v, p, k) for v in range(p))
+def _knomial1_tree(p: int, k: int) -> _Tree:
+    trees = [_knomial1(v, p, k) for v in range(p)]
+    return _tree_tables([up for up, _ in trees], [kids for _, kids in trees])
 
 
 def tree_time(p: int, k: int, n: float, alpha: float, beta: float, gamma: float) -> float:
@@ -362,18 +399,18 @@ def tree_time(p: int, k: int, n: float, alpha: float, beta: float, gamma: float)
     ``(k-1) (L(L+1)/2 (alpha + n (beta + gamma)) + L (alpha + n beta))`` (the first child
     holds the deepest subtree, which the parent waits for before the next)."""
     m = alpha + n * beta
-    tree = _knomial1_all(p, k)
+    tree = _knomial1_tree(p, k)
     ready, sent, got = [0.0] * p, [0.0] * p, [0.0] * p
     for v in range(p - 1, -1, -1):  # preorder: children are higher ranks
         t = 0.0
-        for c in tree[v][1]:
+        for c in tree.children(v):
             sent[c] = max(t, ready[c]) + m
             t = sent[c] + n * gamma
         ready[v] = t
     end = got[0] = ready[0]
     for v in range(p):
         t = got[v]
-        for c in tree[v][1]:
+        for c in tree.children(v):
             t = got[c] = max(t, sent[c]) + m
         end = max(end, t)
     return end
@@ -401,7 +438,8 @@ def tree(ctx: Context, buf: np.ndarray, op: MPI.Op, *, k: int = 2) -> Schedule:
     (``MPIR_CVAR_ALLREDUCE_TREE_PIPELINE_CHUNK_SIZE``, default 0: one chunk); this is the
     one-chunk form.
     """
-    parent, kids = _knomial1(ctx.rank, ctx.size, k)
+    tree = _knomial1_tree(ctx.size, k)
+    parent, kids = tree.parent[ctx.rank], tree.children(ctx.rank)
     acc, spare = buf, None
     for c in kids:
         tmp = spare if spare is not None else ctx.scratch(buf.size)
@@ -671,25 +709,6 @@ def _btree(p: int, r: int) -> tuple[int, list[int]]:
     return up, kids
 
 
-class _Tree(NamedTuple):
-    """One tree of :func:`_dtree`, per rank: parent (-1 at the root), first and second child
-    (-1 where there is none) and how many, height (the longest path down to a leaf) and depth;
-    and the root's height (``max(height)``, kept: a rank's schedule reads it, and p ranks
-    scanning p heights each is O(p^2)).  Tables, so that a vector of ranks (the simulator's)
-    reads its entries at once."""
-
-    parent: Table
-    kid: tuple[Table, Table]
-    nkids: Table
-    height: Table
-    depth: Table
-    top: int
-
-    def children(self, v: Any) -> list[Any]:
-        """The children of rank ``v`` (a rank vector: of a class of ranks with as many)."""
-        return [self.kid[i][v] for i in range(self.nkids[v])]
-
-
 @lru_cache(maxsize=16)
 def _dtree(p: int) -> tuple[_Tree, _Tree]:
     """NCCL's double binary tree on p ranks (``ncclGetDtree``): the binary tree of
@@ -702,17 +721,7 @@ def _dtree(p: int) -> tuple[_Tree, _Tree]:
             up, ch = _btree(p, to(r))
             parent.append(back(up) if up >= 0 else -1)
             kids.append([back(c) for c in ch])
-        height, depth = [0] * p, [0] * p
-        order = [r for r in range(p) if parent[r] < 0]
-        for v in order:  # breadth first from the root (the list grows as it is walked)
-            for c in kids[v]:
-                depth[c] = depth[v] + 1
-                order.append(c)
-        for v in reversed(order):
-            height[v] = max((height[c] + 1 for c in kids[v]), default=0)
-        kid = tuple(Table(k[i] if i < len(k) else -1 for k in kids) for i in range(2))
-        return _Tree(Table(parent), (kid[0], kid[1]), Table(len(k) for k in kids),
-                     Table(height), Table(depth), max(height))
+        return _tree_tables(parent, kids)
 
     first = build(lambda r: r, lambda r: r)
     if p % 2 == 0:

@@ -286,10 +286,10 @@ def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MP
     The schedule runs for a set of ranks at once, ``ctx.rank`` the vector of their ranks
     (the vector engine's lanes, :class:`~mpicoll.engines.vector._Lanes`), from every rank
     together.  Where the lanes part ways (a branch on the rank, a Python index or hash of a
-    per-rank value: :class:`~mpicoll.engines.vector._SplitError`) the walk of that set stops, and
-    each part is walked again from the start on its own.  A class is a set of ranks that take
+    per-rank value: :class:`~mpicoll.engines.vector._SplitError`) the walk of that set stops,
+    and each part is walked again from the start on its own.  A class is a set of ranks that take
     one control path through the schedule: a binomial tree's ranks by their number of
-    children, a double binary tree's by their place in both trees (25 classes of 4096 ranks),
+    children, a double binary tree's by their place in both trees (24 classes of 4096 ranks),
     so a walk costs O(classes x rounds) Python steps on vectors instead of O(p x rounds).
     The prepared arguments' copies are charged to ``sim.clock``, as the per-rank contexts
     charge them when they are made; the walk equals :func:`_walk`'s of every rank's schedule
@@ -307,17 +307,21 @@ def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MP
         try:
             c = _walk_class(sim, lanes, schedule, datatype, dtype, prepare)
         except _SplitError as e:
-            keys = np.asarray(e.keys)
-            if keys.shape != lanes.shape:
-                raise NotVectorizableError("a split of another vector than the ranks") from e
-            _, part = np.unique(keys, return_inverse=True)
-            todo += [lanes[part == k] for k in range(int(part.max()), -1, -1)]
-            if len(todo) + len(done) > limit:
-                raise NotVectorizableError(f"more than {limit} classes of ranks") from e
-            continue
+            split = e
         except (TypeError, ValueError, AttributeError, IndexError) as e:
-            raise NotVectorizableError(f"{type(e).__name__}: {e}") from e
-        done.append(c)
+            if not isinstance(e.__context__, _SplitError):  # (numpy's TypeError for a split
+                raise NotVectorizableError(f"{type(e).__name__}: {e}") from e  # in a shape)
+            split = e.__context__
+        else:
+            done.append(c)
+            continue
+        keys = np.asarray(split.keys)
+        if keys.shape != lanes.shape:
+            raise NotVectorizableError("a split of another vector than the ranks")
+        _, part = np.unique(keys, return_inverse=True)
+        todo += [lanes[part == k] for k in range(int(part.max()), -1, -1)]
+        if len(todo) + len(done) > limit:
+            raise NotVectorizableError(f"more than {limit} classes of ranks")
     clock = np.array(sim.clock, np.float64)
     for c in done:
         for t in c.prepared:

@@ -118,6 +118,10 @@ def make_args(collective: str, p: int, rank: int, count: int, dtype: Any, *,
 #: the vector engine prepares rank 0's call for all ranks.  tests/unit/test_sim_vector.py
 #: checks every algorithm of these against the per-rank engine.
 SYMMETRIC = frozenset(c.name for c in RECORDS if c.symmetric)
+#: (collective, p, algorithm, nodes) whose class walk was handed back (its ranks part into
+#: too many classes, or it packs): the next call, at another size, walks them rank by rank
+#: at once (a sweep of sizes pays the attempt once)
+_UNCLASSED: set[tuple[str, int, str, Any]] = set()
 
 
 def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
@@ -231,18 +235,20 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
                              and not isinstance(sim.model, TwoLevel)):
         if not data and args is None and collective in SYMMETRIC:
             # a symmetric call walked by classes of ranks (a tree's by their place in it), up
-            # to p/16 + 8 classes: past that, the per-rank walk below is as fast
+            # to 4 lg p + 8 classes: past that, the per-rank walk below is as fast
             call, _ = call_of(0)
             alg = select(call, p, algorithm)
-            try:
-                if not call.uniform:  # rank 0's own block's copy is not every rank's
-                    raise NotVectorizableError("uneven blocks are prepared per rank")
-                stats = run_classes(sim, alg.schedule, call.datatype, call.dtype, call.prepare,
-                                    limit=p // 16 + 8)
-            except NotVectorizableError:
-                pass  # walked rank by rank below
-            else:
-                return _result(collective, alg.name, p, call.nbytes, stats, [], "batch", sim)
+            key = (collective, p, alg.name, sim.nodes)
+            # (uneven blocks: rank 0's copy of its own block is not every rank's)
+            if call.uniform and key not in _UNCLASSED:
+                try:
+                    stats = run_classes(sim, alg.schedule, call.datatype, call.dtype,
+                                        call.prepare, limit=4 * p.bit_length() + 8)
+                except NotVectorizableError:
+                    _UNCLASSED.add(key)  # walked rank by rank below (at other sizes too)
+                else:
+                    return _result(collective, alg.name, p, call.nbytes, stats, [], "batch",
+                                   sim)
         try:
             stats = run_batch(sim, make(sim))
         except NotVectorizableError as e:
