@@ -39,7 +39,7 @@ from . import cases as _cases
 from . import dtypes as _dtypes
 from . import report
 from .cases import count_for
-from .harness import Progress
+from .harness import Progress, usable_cpus
 from .options import (
     DEFAULT_COLLECTIVES,
     DEFAULT_SIZES,
@@ -360,6 +360,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time per link a message crosses (default 0)")
     n.add_argument("--no-contention", action="store_true",
                    help="routes count bytes and hops but links are not shared")
+    p.add_argument("-j", "--jobs", type=int, metavar="N", default=None,
+                   help="processes simulating at once, each a (size, algorithm) at a time "
+                   f"(default: the CPUs this process may use from {SIMULATE_PROGRESS_RANKS} "
+                   "ranks up, else 1); the results do not depend on it")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE",
                    help="write the model and every row, with per-rank clocks and traffic")
@@ -383,6 +387,10 @@ def check_arguments(
             error(f"argument --topology: {exc}")
     if args.ranks < 1:
         error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
+    if args.jobs is None:
+        args.jobs = len(usable_cpus()) if args.ranks >= SIMULATE_PROGRESS_RANKS else 1
+    elif args.jobs < 1:
+        error(f"argument -j/--jobs: need at least one, got {args.jobs}")
     colls, algs = selection(args, DEFAULT_COLLECTIVES, ["all"], ("all",), error)
     try:
         sizes = parse_sizes(args.message_size)
@@ -473,7 +481,7 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
                  algorithms: Sequence[str], *, dtype: str = "float64", root: int = 0,
                  per_rank: bool = False,
                  progress: Callable[[str], None] | None = None,
-                 network: Network | None = None, steady: bool = False
+                 network: Network | None = None, steady: bool = False, jobs: int = 1
                  ) -> list[dict[str, Any]]:
     """Cost-only simulation of each named algorithm at each message size S (bytes, as bench).
 
@@ -486,9 +494,11 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
     The count of a size is bench's (:func:`mpicoll.tools.cases.count_for`); for the v-variants S is
     nominal (count x P elements): the simulator gives the ranks uneven counts averaging count
     (:meth:`mpicoll.tools.cases.Case.counts`).  ``progress(text)``, if given, is called as each
-    simulation starts (``allreduce 4K ring (3/40)``).  With a ``network``, ``busiest_link``
-    and ``busiest_link_bytes`` name the link that carried the most bytes.  ``steady``: each
-    call's steady state back to back (:func:`simulate`'s), ``calls`` how many it took.
+    simulation starts (``allreduce 4K ring (3/40)``; with several jobs, as each ends).  With a
+    ``network``, ``busiest_link`` and ``busiest_link_bytes`` name the link that carried the
+    most bytes.  ``steady``: each call's steady state back to back (:func:`simulate`'s),
+    ``calls`` how many it took.  ``jobs``: processes simulating at once (forked workers, the
+    largest sizes first; the simulations are deterministic, so the rows are the same).
     """
     np_dtype = _dtypes.numpy_dtype(dtype)
     item = np_dtype.itemsize
@@ -498,49 +508,73 @@ def predict_rows(collective: str, p: int, sizes: Sequence[int], model: Model | T
         c = count_for(collective, s, p, item)
         if c not in counts:
             counts.append(c)
+    tasks = [(collective, p, count, count * blocks * item, name, np_dtype, root, model, network,
+              steady, per_rank) for count in counts for name in algorithms]
+
+    def label(k: int, n: int) -> str:  # task k, the n-th to start (serial) or end
+        t = tasks[k]
+        return f"{collective} {report.human_size(t[3])}B {t[4]} ({n}/{len(tasks)})"
+
     rows: list[dict[str, Any]] = []
-    total = len(counts) * len(algorithms)
-    for k_count, count in enumerate(counts):
-        block = []
-        for k_alg, name in enumerate(algorithms):
+    if jobs > 1 and len(tasks) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # forked: the workers inherit the imports (and call no MPI; they leave by os._exit)
+        fork = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=fork) as pool:
+            futures = {pool.submit(_row, *tasks[k]): k for k in reversed(range(len(tasks)))}
+            got: dict[int, dict[str, Any]] = {}
+            for done, f in enumerate(as_completed(futures), 1):
+                got[futures[f]] = f.result()
+                if progress is not None:
+                    progress(label(futures[f], done))
+        rows = [got[k] for k in range(len(tasks))]
+    else:
+        for k, task in enumerate(tasks):
             if progress is not None:
-                k = k_count * len(algorithms) + k_alg + 1
-                progress(f"{collective} {report.human_size(count * blocks * item)}B {name} "
-                         f"({k}/{total})")
-            row: dict[str, Any] = {
-                "collective": collective, "algorithm": name, "size_bytes": count * blocks * item,
-                "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
-                "messages_sent": None, "bytes_sent": None, "messages_recv": None,
-                "bytes_recv": None, "inter_node_bytes": None, "per_rank": None,
-                "busiest_link": None, "busiest_link_bytes": None, "calls": None,
-            }
-            try:
-                r = simulate(collective, p, count, algorithm=name, dtype=np_dtype, root=root,
-                             model=model, network=network, steady=steady)
-            except (ValueError, TypeError) as exc:  # RestrictionError is a ValueError
-                row.update(status="n/a", reason=str(exc))
-            else:
-                row.update(
-                    time_us=r.time * 1e6,
-                    messages_sent=int(r.messages_sent.max()),
-                    bytes_sent=int(r.bytes_sent.max()),
-                    messages_recv=int(r.messages_recv.max()),
-                    bytes_recv=int(r.bytes_recv.max()),
-                    inter_node_bytes=int(r.inter_bytes_sent.sum()),
-                    per_rank=r.as_dict() if per_rank else None,
-                    calls=None if r.calls is None else len(r.calls),
-                )
-                busiest = r.busiest_link()
-                if busiest is not None:
-                    row.update(busiest_link=busiest[0], busiest_link_bytes=busiest[1])
-            block.append(row)
-        ok = [b for b in block if b["status"] == "ok"]
+                progress(label(k, k + 1))
+            rows.append(_row(*task))
+    for i in range(0, len(rows), len(algorithms)):
+        ok = [b for b in rows[i : i + len(algorithms)] if b["status"] == "ok"]
         if ok:
             t_min = min(b["time_us"] for b in ok)
             for b in ok:
                 b["best"] = b["time_us"] <= t_min * (1 + 1e-9)
-        rows += block
     return rows
+
+
+def _row(collective: str, p: int, count: int, size: int, name: str, dtype: np.dtype,
+         root: int, model: Model | TwoLevel, network: Network | None, steady: bool,
+         per_rank: bool) -> dict[str, Any]:
+    """One row of :func:`predict_rows` (``best`` still False)."""
+    row: dict[str, Any] = {
+        "collective": collective, "algorithm": name, "size_bytes": size,
+        "count": count, "status": "ok", "reason": None, "time_us": None, "best": False,
+        "messages_sent": None, "bytes_sent": None, "messages_recv": None,
+        "bytes_recv": None, "inter_node_bytes": None, "per_rank": None,
+        "busiest_link": None, "busiest_link_bytes": None, "calls": None,
+    }
+    try:
+        r = simulate(collective, p, count, algorithm=name, dtype=dtype, root=root,
+                     model=model, network=network, steady=steady)
+    except (ValueError, TypeError) as exc:  # RestrictionError is a ValueError
+        row.update(status="n/a", reason=str(exc))
+        return row
+    row.update(
+        time_us=r.time * 1e6,
+        messages_sent=int(r.messages_sent.max()),
+        bytes_sent=int(r.bytes_sent.max()),
+        messages_recv=int(r.messages_recv.max()),
+        bytes_recv=int(r.bytes_recv.max()),
+        inter_node_bytes=int(r.inter_bytes_sent.sum()),
+        per_rank=r.as_dict() if per_rank else None,
+        calls=None if r.calls is None else len(r.calls),
+    )
+    busiest = r.busiest_link()
+    if busiest is not None:
+        row.update(busiest_link=busiest[0], busiest_link_bytes=busiest[1])
+    return row
 
 
 def native_rows(collective: str, p: int, rows: Sequence[dict[str, Any]], library: str,
@@ -725,7 +759,7 @@ def run(args: argparse.Namespace, comm: Any, argv: Sequence[str], out: TextIO) -
             rows = predict_rows(coll, p, args.sizes, model, names, dtype=args.dtype,
                                 root=args.root, per_rank=bool(args.json),
                                 progress=lambda text: progress.show(f"[mpicoll simulate] {text}"),
-                                network=network)
+                                network=network, jobs=args.jobs)
             if library != "none":
                 rows += native_rows(coll, p, rows, library, model, dtype=args.dtype,
                                     root=args.root, ranks_per_node=args.ranks_per_node or 1,

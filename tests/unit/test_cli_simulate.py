@@ -216,6 +216,23 @@ def test_model_comes_from_the_calibrated_file_then_the_flags(
     assert f"model file {other}: alpha = 7 us" in out
 
 
+def test_jobs_give_the_same_rows(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``-j 3``: the (size, algorithm) simulations in three forked workers, the largest first:
+    the same rows, in the same order, as one process (and the same tables)."""
+    docs, outs = [], []
+    for jobs in ("1", "3"):
+        path = tmp_path / f"j{jobs}.json"
+        status, out, err = run_cli(capsys, "simulate", "-n", "7", "-c", "allreduce", "bcast",
+                                   "-m", "8:64K", *FLAGS, "-j", jobs, "--json", str(path))
+        assert status == 0, err
+        docs.append(json.loads(path.read_text()))
+        outs.append([line for line in out.splitlines() if not line.startswith("# wrote")])
+    assert docs[0]["rows"] == docs[1]["rows"]
+    assert len(docs[0]["rows"]) > 40
+    assert outs[0] == outs[1]
+
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -231,6 +248,7 @@ def test_model_comes_from_the_calibrated_file_then_the_flags(
         (["-n", "4", "--beta", "nan"], "argument --beta: must be a number >= 0"),
         (["-n", "4", "--inter-alpha", "1e-6"], "only with --ranks-per-node"),
         (["-n", "4", "--ranks-per-node", "0"], "argument --ranks-per-node: must be >= 1"),
+        (["-n", "4", "-j", "0"], "argument -j/--jobs: need at least one"),
         (["-n", "4", "--model", "/nonexistent/model.json"], "argument --model"),
         (["-n", "4", "--json", "/nonexistent/dir/x.json"], "argument --json: directory"),
     ],
