@@ -218,7 +218,7 @@ def test_simulate_shows_progress_on_stderr_for_many_ranks(
     path = tmp_path / "sim.json"
     argv = ["simulate", "-n", str(p), "-c", "bcast", "-a", "binomial", "pipeline", "-m", "8:16",
             "--library", "none", *FLAGS]
-    status, out, err = run_cli(capsys, *argv, "--json", str(path))
+    status, out, err = run_cli(capsys, *argv, "-j", "1", "--json", str(path))
     assert status == 0, out + err
     lines = err.splitlines()  # not a terminal: one line per simulation as it starts
     assert lines == [
@@ -228,6 +228,13 @@ def test_simulate_shows_progress_on_stderr_for_many_ranks(
         "[mpicoll simulate] bcast 16B pipeline (4/4)",
     ]
     assert "[mpicoll simulate]" not in out
+    status, out_jobs, err = run_cli(capsys, *argv, "-j", "2", "--json", str(path))
+    assert status == 0, out_jobs + err
+    lines = err.splitlines()  # two workers: a line per simulation as it ends, in any order
+    assert [line.rsplit(" (", 1)[1] for line in lines] == ["1/4)", "2/4)", "3/4)", "4/4)"]
+    assert sorted(line.rsplit(" (", 1)[0] for line in lines) == [
+        f"[mpicoll simulate] bcast {s}B {a}" for s in (16, 8) for a in ("binomial", "pipeline")]
+    assert out_jobs == out
     assert len(json.loads(path.read_text())["rows"]) == 4
     status, out_quiet, err = run_cli(capsys, *argv, "-q")
     assert status == 0
