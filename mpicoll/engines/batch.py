@@ -56,6 +56,35 @@ class _Walk(NamedTuple):
     op_bytes: np.ndarray  # bytes sent, or room to receive
 
 
+def _rounds(gen: Schedule, charges: list[Any], nops: list[int], pre_hi: list[int],
+            dur_hi: list[int]) -> list[Send | Recv]:
+    """Run one schedule generator to its end: each round's number of operations, and where
+    the charges stood before it was posted and at the end of its Overlap's work, appended
+    (the terminal round, 0 operations, included: the work after the last round); returns its
+    operations in post order.  Local work appends its charges to ``charges`` itself."""
+    ops: list[Send | Recv] = []
+    for item in gen:
+        if isinstance(item, Overlap):
+            rnd = item.ops
+            if not rnd:  # nothing in flight: plain local work
+                item.during()
+                continue
+            nops.append(len(rnd))
+            pre_hi.append(len(charges))
+            ops.extend(rnd)
+            item.during()
+            dur_hi.append(len(charges))
+        elif item:
+            nops.append(len(item))
+            pre_hi.append(len(charges))
+            ops.extend(item)
+            dur_hi.append(len(charges))
+    nops.append(0)
+    pre_hi.append(len(charges))
+    dur_hi.append(len(charges))
+    return ops
+
+
 def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
     """Run every rank's schedule generator to its end (cost-only, nothing a schedule does
     depends on the clocks: the engines' rule), recording its rounds and the charges of its
@@ -72,27 +101,8 @@ def _walk(sim: Simulator, gens: Sequence[Schedule]) -> _Walk:
     sim.record = charges
     try:
         for gen in gens:
-            ops: list[Send | Recv] = []  # this rank's, in post order
             before = len(nops)
-            for item in gen:
-                if isinstance(item, Overlap):
-                    rnd = item.ops
-                    if not rnd:  # nothing in flight: plain local work
-                        item.during()
-                        continue
-                    nops.append(len(rnd))
-                    pre_hi.append(len(charges))
-                    ops.extend(rnd)
-                    item.during()
-                    dur_hi.append(len(charges))
-                elif item:
-                    nops.append(len(item))
-                    pre_hi.append(len(charges))
-                    ops.extend(item)
-                    dur_hi.append(len(charges))
-            nops.append(0)  # the terminal round: the work after the last round
-            pre_hi.append(len(charges))
-            dur_hi.append(len(charges))
+            ops = _rounds(gen, charges, nops, pre_hi, dur_hi)
             per_rank.append(len(nops) - before)
             op_send += [type(o) is not Recv for o in ops]
             op_peer += [o[1] for o in ops]
@@ -193,30 +203,11 @@ def _walk_class(sim: Simulator, lanes: np.ndarray, schedule: Callable[..., Sched
     nops: list[int] = []
     pre_hi: list[int] = []
     dur_hi: list[int] = []
-    ops: list[Send | Recv] = []
     gen = schedule(ctx, *(_vectorised(a, m) for a in args))
     try:
-        for item in gen:
-            if isinstance(item, Overlap):
-                rnd = item.ops
-                if not rnd:  # nothing in flight: plain local work
-                    item.during()
-                    continue
-                nops.append(len(rnd))
-                pre_hi.append(len(charges))
-                ops.extend(rnd)
-                item.during()
-                dur_hi.append(len(charges))
-            elif item:
-                nops.append(len(item))
-                pre_hi.append(len(charges))
-                ops.extend(item)
-                dur_hi.append(len(charges))
+        ops = _rounds(gen, charges, nops, pre_hi, dur_hi)
     finally:
         gen.close()
-    nops.append(0)  # the terminal round: the work after the last round
-    pre_hi.append(len(charges))
-    dur_hi.append(len(charges))
     unit = sim.unit
     size: list[Any] = []
     for o in ops:
