@@ -270,7 +270,7 @@ def _assemble(p: int, classes: Sequence[_Class]) -> _Walk:
 
 def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
                  dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]],
-                 limit: int | None = None) -> _Walk:
+                 limit: int | None = None, prepared: Sequence[float] | None = None) -> _Walk:
     """:func:`_walk` of a symmetric collective's schedule (every rank prepares its call as
     rank 0 does, :func:`run_vector`'s premise) by classes of ranks instead of rank by rank.
 
@@ -283,7 +283,9 @@ def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MP
     children, a double binary tree's by their place in both trees (24 classes of 4096 ranks),
     so a walk costs O(classes x rounds) Python steps on vectors instead of O(p x rounds).
     The prepared arguments' copies are charged to ``sim.clock``, as the per-rank contexts
-    charge them when they are made; the walk equals :func:`_walk`'s of every rank's schedule
+    charge them when they are made (``prepared``: the clocks each rank's own preparation
+    left, where rank 0's is not every rank's, as :func:`run_vector` takes them); the walk
+    equals :func:`_walk`'s of every rank's schedule
     (``tests/unit/test_sim_batch.py``).
 
     Raises :class:`NotVectorizableError` where it cannot (a derived datatype, a buffer or an
@@ -317,7 +319,7 @@ def walk_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MP
     for c in done:
         for t in c.prepared:
             clock[c.lanes] += t
-    sim.clock = clock.tolist()
+    sim.clock = clock.tolist() if prepared is None else list(prepared)
     return _assemble(p, done)
 
 
@@ -400,7 +402,8 @@ def run_batch(sim: Simulator, gens: Sequence[Schedule]) -> dict[str, np.ndarray]
 
 def run_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
                 dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]],
-                limit: int | None = None) -> dict[str, np.ndarray]:
+                limit: int | None = None, prepared: Sequence[float] | None = None
+                ) -> dict[str, np.ndarray]:
     """:func:`run_batch` of a symmetric collective's schedule walked by classes of ranks
     (:func:`walk_classes`, its arguments) instead of rank by rank: the same results.
 
@@ -410,7 +413,8 @@ def run_classes(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI
         raise NotVectorizableError("data mode runs per rank")
     if sim.fabric is not None or isinstance(sim.model, TwoLevel):
         raise NotVectorizableError("a two-level model or a network runs per rank")
-    return time_walk(sim, walk_classes(sim, schedule, datatype, dtype, prepare, limit))
+    return time_walk(sim, walk_classes(sim, schedule, datatype, dtype, prepare, limit,
+                                       prepared))
 
 
 def time_walk(sim: Simulator, w: _Walk) -> dict[str, np.ndarray]:

@@ -379,9 +379,11 @@ def _message(m: Model, n: np.ndarray) -> np.ndarray:
 
 
 def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.Datatype,
-               dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]]
-               ) -> dict[str, np.ndarray]:
+               dtype: np.dtype, prepare: Callable[[Context], tuple[Any, ...]],
+               prepared: Sequence[float] | None = None) -> dict[str, np.ndarray]:
     """Run ``schedule`` for all ranks at once, cost-only (see the module docstring).
+    ``prepared``: each rank's clock once its own arguments are prepared, where rank 0's
+    preparation is not every rank's (uneven blocks: each copies its own block in).
 
     Returns what :meth:`Simulator.run` returns, identical to it.
     Raises :class:`NotVectorizableError` where the per-rank engine must run it instead.
@@ -435,6 +437,9 @@ def run_vector(sim: Simulator, schedule: Callable[..., Schedule], datatype: MPI.
     # rotation (:func:`_rotation`)
     peers: tuple[Any, Any, np.ndarray, np.ndarray, int | None, int | None] | None = None
     args = prepare(ctx)  # its copies charge the clocks (from 0, as in Simulator.run)
+    if prepared is not None:
+        ctx.clock = (float(prepared[0]) if len(set(prepared)) == 1
+                     else np.array(prepared, np.float64))
     ctx.clock += sim.o_call  # as Simulator.run: o_call, then 2 o_msg to post each round
     gen = schedule(ctx, *(_vectorised(a, p) for a in args))
     try:

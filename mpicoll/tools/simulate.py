@@ -197,6 +197,21 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
                            in_place=in_place, uniform=uniform, shared=shared)
         return parser(p, rank, *a), out
 
+    clocks: list[list[float]] = []  # prepared's, made once
+
+    def prepared(call: Call) -> list[float] | None:
+        """Each rank's clock once it prepared its own call, where rank 0's preparation is not
+        every rank's (uneven blocks: each copies its own block in); else None."""
+        if call.uniform:
+            return None
+        if not clocks:
+            s = simulator()
+            for rank in range(p):
+                c, _ = call_of(rank)
+                c.prepare(s.context(rank, c.datatype, c.dtype))
+            clocks.append(s.clock)
+        return clocks[0]
+
     if engine in ("auto", "vector"):
         why = None
         if data or args is not None or collective not in SYMMETRIC:
@@ -205,7 +220,8 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
             call, _ = call_of(0)
             alg = select(call, p, algorithm)
             try:
-                stats = run_vector(sim, alg.schedule, call.datatype, call.dtype, call.prepare)
+                stats = run_vector(sim, alg.schedule, call.datatype, call.dtype, call.prepare,
+                                   prepared(call))
             except (NotVectorizableError, TypeError, ValueError, AttributeError, IndexError) as e:
                 why = f"{type(e).__name__}: {e}"
             else:
@@ -239,11 +255,10 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
             call, _ = call_of(0)
             alg = select(call, p, algorithm)
             key = (collective, p, alg.name, sim.nodes)
-            # (uneven blocks: rank 0's copy of its own block is not every rank's)
-            if call.uniform and key not in _UNCLASSED:
+            if key not in _UNCLASSED:
                 try:
                     stats = run_classes(sim, alg.schedule, call.datatype, call.dtype,
-                                        call.prepare, limit=4 * p.bit_length() + 8)
+                                        call.prepare, 4 * p.bit_length() + 8, prepared(call))
                 except NotVectorizableError:
                     _UNCLASSED.add(key)  # walked rank by rank below (at other sizes too)
                 else:
