@@ -319,6 +319,9 @@ SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "simulate.schema
 #: From this many simulated ranks, ``simulate`` shows its progress on stderr even when stderr is
 #: not a terminal (each algorithm at each size may take seconds).
 SIMULATE_PROGRESS_RANKS = 256
+#: the most workers ``-j`` starts by default: one simulation at P = 4096 and 64 MiB holds
+#: up to about 1.7 GB, so a many-core host is not filled by default
+SIMULATE_JOBS = 8
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -377,8 +380,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="routes count bytes and hops but links are not shared")
     p.add_argument("-j", "--jobs", type=int, metavar="N", default=None,
                    help="processes simulating at once, each a (size, algorithm) at a time "
-                   f"(default: the CPUs this process may use from {SIMULATE_PROGRESS_RANKS} "
-                   "ranks up, else 1); the results do not depend on it")
+                   f"(default: the CPUs this process may use, at most {SIMULATE_JOBS}, from "
+                   f"{SIMULATE_PROGRESS_RANKS} ranks up, else 1); the results do not depend "
+                   "on it")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE",
                    help="write the model and every row, with per-rank clocks and traffic")
@@ -403,7 +407,8 @@ def check_arguments(
     if args.ranks < 1:
         error(f"argument -n/--ranks: need at least one rank, got {args.ranks}")
     if args.jobs is None:
-        args.jobs = len(usable_cpus()) if args.ranks >= SIMULATE_PROGRESS_RANKS else 1
+        args.jobs = (min(len(usable_cpus()), SIMULATE_JOBS)
+                     if args.ranks >= SIMULATE_PROGRESS_RANKS else 1)
     elif args.jobs < 1:
         error(f"argument -j/--jobs: need at least one, got {args.jobs}")
     colls, algs = selection(args, DEFAULT_COLLECTIVES, ["all"], ("all",), error)
