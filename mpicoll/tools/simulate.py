@@ -197,9 +197,15 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
                            in_place=in_place, uniform=uniform, shared=shared)
         return parser(p, rank, *a), out
 
+    # the fast engines (vector, class walk) run rank 0's call for every rank: symmetric,
+    # cost-only, generated arguments
+    fast = engine != "rank" and not data and args is None and collective in SYMMETRIC
+    if fast:
+        call, _ = call_of(0)
+        alg = select(call, p, algorithm)
     clocks: list[list[float]] = []  # prepared's, made once
 
-    def prepared(call: Call) -> list[float] | None:
+    def prepared() -> list[float] | None:
         """Each rank's clock once it prepared its own call, where rank 0's preparation is not
         every rank's (uneven blocks: each copies its own block in); else None."""
         if call.uniform:
@@ -214,14 +220,12 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
 
     if engine in ("auto", "vector"):
         why = None
-        if data or args is not None or collective not in SYMMETRIC:
+        if not fast:
             why = "data mode, given arguments and rooted or v-collectives run per rank"
         else:
-            call, _ = call_of(0)
-            alg = select(call, p, algorithm)
             try:
                 stats = run_vector(sim, alg.schedule, call.datatype, call.dtype, call.prepare,
-                                   prepared(call))
+                                   prepared())
             except (NotVectorizableError, TypeError, ValueError, AttributeError, IndexError) as e:
                 why = f"{type(e).__name__}: {e}"
             else:
@@ -249,16 +253,14 @@ def simulate(collective: str, p: int, count: int, *, algorithm: str = "auto",
 
     if engine == "batch" or (engine == "auto" and not data and network is None
                              and not isinstance(sim.model, TwoLevel)):
-        if not data and args is None and collective in SYMMETRIC:
+        if fast:
             # a symmetric call walked by classes of ranks (a tree's by their place in it), up
             # to 4 lg p + 8 classes: past that, the per-rank walk below is as fast
-            call, _ = call_of(0)
-            alg = select(call, p, algorithm)
             key = (collective, p, alg.name, sim.nodes)
             if key not in _UNCLASSED:
                 try:
                     stats = run_classes(sim, alg.schedule, call.datatype, call.dtype,
-                                        call.prepare, 4 * p.bit_length() + 8, prepared(call))
+                                        call.prepare, 4 * p.bit_length() + 8, prepared())
                 except NotVectorizableError:
                     _UNCLASSED.add(key)  # walked rank by rank below (at other sizes too)
                 else:
